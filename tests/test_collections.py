@@ -59,3 +59,42 @@ def test_cli_datasets_lists_fixture():
     assert sum(l.startswith("fixture ") for l in out.stdout.splitlines()) == len(list_collections()["fixture"])
     bad = subprocess.run([*CLI, "datasets", "nope"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "unknown collection 'nope'" in bad.stderr
+
+
+CIRAL = Path(__file__).parent / "fixtures" / "ciral"
+
+
+def test_ciral_from_local_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("CIRAL_HOME", str(CIRAL))
+    c = load_collection("ciral", "en-yo", check_counts=False, cache_root=tmp_path)
+    assert (c.query_lang, c.doc_lang, len(c.queries)) == ("en", "yo", 3)
+    assert c.qrels["1"] == {"yo-1": 1, "yo-4": 0} and c.num_docs == 4
+    assert "ibà" in c.get_doc("yo-1").text and (tmp_path / "docstore").is_dir()
+    t = c.translated()
+    assert t.doc_lang == "en" and "malaria" in t.get_doc("yo-1").text and t.key != c.key
+    c.check_qrels()
+
+
+def test_ciral_counts_checked(tmp_path):
+    with pytest.raises(ClirError, match=r"topics\.ciral-v1\.0-ha-test-a\.tsv: 3 test-A queries, the paper has 80"):
+        load_collection("ciral", "en-ha", root=CIRAL)
+    c = load_collection("ciral", "en-ha", root=CIRAL, check_counts=False, cache_root=tmp_path)
+    c.expected_num_docs = 715_355
+    with pytest.raises(ClirError, match=r"hausa_passages\.jsonl: 4 documents, expected 715,355"):
+        c.num_docs
+
+
+def test_ciral_truncated_and_missing(tmp_path):
+    root = tmp_path / "c"; shutil.copytree(CIRAL, root)
+    p = root / "ciral-corpus/passages-v1.0/yoruba_passages.jsonl"
+    p.write_bytes(p.read_bytes()[:-30])
+    c = load_collection("ciral", "en-yo", root=root, check_counts=False, cache_root=tmp_path)
+    with pytest.raises(FormatError, match=r"yoruba_passages\.jsonl:4: invalid JSON \(the file looks truncated\)"):
+        c.get_doc("yo-1")
+    with pytest.raises(ClirError, match=r"ciral-somali/topics/topics\.ciral-v1\.0-so-test-a\.tsv: no such file"):
+        load_collection("ciral", "en-so", root=root)
+    q = root / "ciral/ciral-hausa/qrels/qrels.ciral-v1.0-ha-test-a-pools.tsv"
+    q.write_text(q.read_text() + "2 Q0 ha-77 1\n")
+    c = load_collection("ciral", "en-ha", root=root, check_counts=False, cache_root=tmp_path / "x")
+    with pytest.raises(FormatError, match=r"test-a-pools\.tsv:6: query '2' judges document 'ha-77'"):
+        c.check_qrels()
