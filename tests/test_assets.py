@@ -155,3 +155,4 @@ def test_qwen_loads_and_generates():
         print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
     """)
     assert "paris" in out.lower()
+
