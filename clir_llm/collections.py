@@ -12,8 +12,11 @@ from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
 from .languages import parse_pair, language
 
 # %% auto #0
-__all__ = ['CIRAL_LANGS', 'CIRAL_COUNTS', 'data_dir', 'read_jsonl', 'Collection', 'load_folder_collection', 'register_collection',
-           'collection_pairs', 'list_collections', 'load_collection', 'load_ciral', 'cli_datasets']
+__all__ = ['CIRAL_LANGS', 'CIRAL_COUNTS', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS', 'CLEF_TOPICS', 'CLEF_LAYOUT', 'data_dir',
+           'read_jsonl', 'Collection', 'load_folder_collection', 'register_collection', 'collection_pairs',
+           'list_collections', 'load_collection', 'load_ciral', 'clef_home', 'read_text_lines', 'iter_doc_blocks',
+           'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels', 'clef_doc_files', 'load_clef2003',
+           'cli_datasets']
 
 # %% ../nbs/03_collections.ipynb #ffb2da1b
 def data_dir() -> Path:
@@ -80,7 +83,8 @@ class Collection:
     def _check_count(self):
         if self.expected_num_docs is not None and self._num_docs != self.expected_num_docs:
             raise ClirError(f"{self.corpus_path or self.name}: {self._num_docs:,} documents, expected {self.expected_num_docs:,} "
-                            f"for {self.name} {self.doc_lang} (truncated or wrong version? check_counts=False to use it anyway)")
+                            f"for {self.name} {self.doc_lang} ({language(self.doc_lang).name}) "
+                            f"(truncated or wrong version? check_counts=False to use it anyway)")
 
     def _table(self):
         if self._lookup is None:
@@ -273,11 +277,41 @@ def _ciral_file(root, repo: str, rel: str) -> Path:
             for cand in (base / rel, base / (rel + ".gz")):
                 if cand.exists(): return cand
         raise ClirError(f"{Path(root) / repo / rel}: no such file (CIRAL folder {root} lacks CIRAL/{repo}'s {rel})")
+    endpoint = _hub_endpoint()
+    howto = ("put a copy of the Hugging Face dataset repos CIRAL/ciral and CIRAL/ciral-corpus in a folder "
+             "(side by side as ciral/ and ciral-corpus/) and set $CIRAL_HOME to it, or pass root=")
+    if _hub_offline():
+        raise ClirError(f"CIRAL/{repo}/{rel}: no local copy and HF_HUB_OFFLINE is set; {howto}")
+    why = _hub_unreachable(endpoint)
+    if why: raise ClirError(f"CIRAL/{repo}/{rel}: no local copy and the Hugging Face Hub ({endpoint}) is unreachable ({why}); {howto}")
     try:
         from huggingface_hub import hf_hub_download
-        return Path(hf_hub_download(f"CIRAL/{repo}", rel, repo_type="dataset"))
+        return Path(hf_hub_download(f"CIRAL/{repo}", rel, repo_type="dataset", endpoint=endpoint, etag_timeout=10))
     except Exception as e:
-        raise ClirError(f"CIRAL/{repo}/{rel}: not found locally (set $CIRAL_HOME or pass root=) and the Hub download failed: {e}") from None
+        raise ClirError(f"CIRAL/{repo}/{rel}: not found locally and the Hub download failed ({type(e).__name__}: {e}); {howto}") from None
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+    return os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+
+def _hub_offline() -> bool:
+    "HF_HUB_OFFLINE from the environment now (the library reads it once, at import) or from huggingface_hub."
+    from huggingface_hub import constants
+    v = os.environ.get("HF_HUB_OFFLINE")
+    return v.strip().lower() in ("1", "true", "yes", "on") if v is not None else bool(constants.HF_HUB_OFFLINE)
+
+def _hub_unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
+    "Why a TCP connection to the Hub fails within `timeout` seconds (None when it connects, or when a proxy is configured)."
+    import socket
+    from urllib.parse import urlsplit
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
+        return None   # the proxy decides; let huggingface_hub try
+    u = urlsplit(endpoint)
+    try:
+        socket.create_connection((u.hostname, u.port or (443 if u.scheme == "https" else 80)), timeout=timeout).close()
+        return None
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
 
 def _read_topics_tsv(path, lang: str) -> dict[str, Query]:
     out = {}
@@ -315,6 +349,221 @@ def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None)
 
 register_collection("ciral", lambda pair, root=None, **kw: load_ciral(pair, root=root, **kw), [f"en-{c}" for c in CIRAL_LANGS],
                     "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations")
+
+# %% ../nbs/03_collections.ipynb #f2bcf9cb
+CLEF_LANGS = {"en": "english", "de": "german", "fi": "finnish", "it": "italian", "ru": "russian"}
+CLEF_COUNTS = {"en": 169_477, "de": 294_809, "it": 157_558, "fi": 55_344, "ru": 16_716}   # documents, PAPER.md
+CLEF_PAIRS = ["en-fi", "en-it", "en-ru", "en-de", "de-fi", "de-it", "de-ru", "fi-it", "fi-ru"]
+CLEF_TOPICS = [str(n) for n in range(141, 201)]   # C141-C200, numbered as in the qrels files
+CLEF_LAYOUT = ("a CLEF 2003 folder (ELRA-E0008) holds DocumentData/ (a folder per language, e.g. DocumentData/German_data), "
+               "Topics/2003/Top-<code>03.txt and RelAssess/2003/qrels_<LANGUAGE>")
+
+def clef_home(root=None) -> Path:
+    "The CLEF 2003 folder (`root` or `$CLEF_HOME`), checked for the three parts of the layout."
+    root = root or os.environ.get("CLEF_HOME")
+    if not root: raise ClirError(f"CLEF 2003 is licensed and not shipped: set $CLEF_HOME to your copy or pass root= ({CLEF_LAYOUT})")
+    home = Path(root).expanduser()
+    if not home.is_dir(): raise ClirError(f"{home}: no such folder (CLEF_HOME / root; {CLEF_LAYOUT})")
+    for part in ("DocumentData", "Topics", "RelAssess"):
+        if not (home / part).is_dir(): raise ClirError(f"{home / part}: no such folder ({CLEF_LAYOUT})")
+    return home
+
+def _year_dir(home: Path, part: str) -> Path:
+    for name in ("2003", "topics2003", "2003rels"):
+        if (home / part / name).is_dir(): return home / part / name
+    raise ClirError(f"{home / part / '2003'}: no such folder ({CLEF_LAYOUT})")
+
+# %% ../nbs/03_collections.ipynb #cb2c9045
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+def _sniff_encoding(path: Path, expected: str) -> str:
+    if expected != "latin-1": return expected
+    with _open_bytes(path) as f: head = f.read(65536)
+    if not any(b > 127 for b in head): return "latin-1"
+    try: head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if len(head) < 65536 or e.start < len(head) - 4: return "latin-1"   # an invalid byte, not a character cut at 64 KiB
+    return "utf-8"
+
+def read_text_lines(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]]:
+    "Stream `(line number, line)` of a text file (plain or `.gz`); `encoding` 'utf-8' (strict) or 'latin-1' (see above)."
+    path = Path(path)
+    i = 0
+    try:
+        enc = _sniff_encoding(path, encoding)
+        with _open_bytes(path) as f:
+            for i, raw in enumerate(f, 1):
+                if i == 1 and raw.startswith(b"\xef\xbb\xbf"): raw = raw[3:]   # UTF-8 byte-order mark
+                try: yield i, raw.decode(enc)
+                except UnicodeDecodeError as e:
+                    raise FormatError(path, i, f"not valid {enc.upper()}: byte 0x{raw[e.start]:02x} at column {e.start + 1} "
+                                               f"({'expected UTF-8' if encoding == 'utf-8' else 'the file starts as UTF-8'}; "
+                                               f"re-encode the file or use the original distribution)") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise FormatError(path, i + 1, f"gzip stream is truncated or corrupt ({e})") from None
+
+# %% ../nbs/03_collections.ipynb #5bebc4d8
+import html as _html, re as _re
+
+_DOC_TAG = _re.compile(r"<(/?)DOC(?:\s[^>]*)?>", _re.I)
+_TITLE_TAGS, _TEXT_TAGS = ("HEADLINE", "TITLE", "TI"), ("LEAD", "LD", "TEXT", "TX", "ST", "SUBJECT")
+_FIELD = _re.compile(rf"<({'|'.join(('DOCNO', 'DOCID') + _TITLE_TAGS + _TEXT_TAGS)})(?:\s[^>]*)?>(.*?)</\1\s*>", _re.I | _re.S)
+_MARKUP = _re.compile(r"<[^>]*>")
+
+def iter_doc_blocks(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]]:
+    "Stream `(line of <DOC>, text between <DOC> and </DOC>)` from an SGML/XML file of `<DOC>` blocks."
+    buf, start = None, 0
+    for i, line in read_text_lines(path, encoding):
+        pos = 0
+        for m in _DOC_TAG.finditer(line):
+            if m.group(1):                                   # </DOC>
+                if buf is None: raise FormatError(path, i, "</DOC> without an open <DOC>")
+                buf.append(line[pos:m.start()]); yield start, "".join(buf); buf = None
+            else:                                            # <DOC>
+                if buf is not None: raise FormatError(path, i, f"<DOC> opened on line {start} is not closed before the next <DOC>")
+                buf, start = [], i
+            pos = m.end()
+        if buf is not None: buf.append(line[pos:])
+    if buf is not None: raise FormatError(path, start, "<DOC> is never closed (file truncated?)")
+
+def _clean(s: str) -> str:
+    return " ".join(_html.unescape(_MARKUP.sub(" ", s)).split()) if "<" in s or "&" in s else " ".join(s.split())
+
+def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) -> Document:
+    "A `Document` from the inside of one `<DOC>` block (id from DOCNO, else DOCID; fields as tabled above)."
+    f: dict[str, list[str]] = {}
+    for m in _FIELD.finditer(block): f.setdefault(m.group(1).upper(), []).append(m.group(2))
+    ids = f.get("DOCNO") or f.get("DOCID") or []
+    docid = _clean(ids[0]) if ids else ""
+    if not docid: raise FormatError(path or "<DOC> block", line, "document without <DOCNO> (or <DOCID>)")
+    if len(ids) > 1: raise FormatError(path or "<DOC> block", line, f"document {docid!r} has {len(ids)} id tags (a missing </DOC>?)")
+    join = lambda tags: " ".join(x for t in tags for x in map(_clean, f.get(t, ())) if x)
+    return Document(docid, join(_TEXT_TAGS), join(_TITLE_TAGS), lang)
+
+def iter_clef_docs(path, lang: str, encoding: str = "latin-1") -> Iterator[Document]:
+    "Stream the documents of one CLEF document file."
+    for line, block in iter_doc_blocks(path, encoding): yield parse_clef_doc(block, lang, path, line)
+
+# %% ../nbs/03_collections.ipynb #2c452c79
+_TOP = _re.compile(r"<top>(.*?)</top>", _re.I | _re.S)
+
+def _clef_qid(s: str) -> str | None:
+    m = _re.fullmatch(r"\s*[Cc]?0*(\d+)\s*", s)
+    return str(int(m.group(1))) if m else None
+
+def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, Query]:
+    "Queries (title + description) from a CLEF topic file; ids without the `C` ('141')."
+    encoding = encoding or ("utf-8" if lang == "ru" else "latin-1")
+    lines = list(read_text_lines(path, encoding))
+    text = "".join(l for _, l in lines)
+    starts = [0]
+    for _, l in lines: starts.append(starts[-1] + len(l))
+    import bisect
+    out = {}
+    for m in _TOP.finditer(text):
+        line = bisect.bisect_right(starts, m.start())
+        body = m.group(1)
+        num = _re.search(r"<num>([^<]*)", body, _re.I)
+        qid = _clef_qid(_re.sub(r"(?i)number:", "", num.group(1))) if num else None
+        if qid is None: raise FormatError(path, line, f"topic without a readable <num> (got {num.group(1).strip()[:20] if num else None!r})")
+        def field(name):
+            f = _re.search(rf"<(?:[a-z]{{2}}-)?{name}>(.*?)(?=</?(?:[a-z]{{2}}-)?(?:title|desc|narr)>|$)", body, _re.I | _re.S)
+            return _clean(f.group(1)) if f else ""
+        title, desc = field("title"), field("desc")
+        if not title: raise FormatError(path, line, f"topic C{qid} has no title")
+        if qid in out: raise FormatError(path, line, f"topic C{qid} appears twice")
+        out[qid] = Query(qid, " ".join(f"{title} {desc}".split()), lang)
+    if not out: raise FormatError(path, None, "no <top> topics in file")
+    return out
+
+def read_clef_qrels(path) -> Qrels:
+    "Binary qrels from a CLEF `qrels_<LANGUAGE>` file (`qid iteration docid relevance`; topic ids as above)."
+    q = Qrels()
+    for i, line in read_text_lines(path, "latin-1"):
+        p = line.split()
+        if not p: continue
+        if len(p) != 4: raise FormatError(path, i, f"expected 4 columns 'qid iteration docid relevance', got {len(p)}: {line.strip()!r}")
+        qid = _clef_qid(p[0])
+        if qid is None: raise FormatError(path, i, f"topic id must be a number like 141 or C141, got {p[0]!r}")
+        try: g = int(p[3])
+        except ValueError: raise FormatError(path, i, f"relevance must be an integer, got {p[3]!r}") from None
+        d = q.setdefault(qid, {})
+        d[p[2]] = max(d.get(p[2], 0), 1 if g > 0 else 0)
+    if not q: raise FormatError(path, None, "no judgements in file")
+    return q
+
+# %% ../nbs/03_collections.ipynb #ad6e6247
+_SKIP = _re.compile(r"(?i)(^readme|^\.|\.(dtd|pdf|docx?|html?|md5|sha\d*|sh|pl|py|log|lst|list)$)")
+_ARCHIVE = _re.compile(r"(?i)\.(tgz|tar|tar\.gz|tar\.bz2|zip|z|7z|rar)$")
+
+def _clef_lang_dir(home: Path, code: str) -> Path:
+    "The folder of `code`'s documents: the shallowest folder below DocumentData named for the language."
+    names = {CLEF_LANGS[code], f"{CLEF_LANGS[code]}_data", code, f"{code}_data"}
+    found = sorted((p for p in (home / "DocumentData").rglob("*") if p.is_dir() and p.name.lower() in names),
+                   key=lambda p: (len(p.parts), str(p)))
+    if not found:
+        have = sorted(p.name for p in (home / "DocumentData").iterdir())[:20]
+        raise ClirError(f"{home / 'DocumentData'}: no folder for {language(code).name} documents (looked for "
+                        f"{' / '.join(sorted(names))} at any depth; found {', '.join(have) or 'nothing'}; {CLEF_LAYOUT})")
+    d = found[0]
+    if code == "ru" and (d / "xml").is_dir(): d = d / "xml"   # Izvestia ships as XML (used) beside other renderings
+    return d
+
+def clef_doc_files(home: Path, code: str) -> list[Path]:
+    "The document files of language `code`, sorted; a ClirError when there are none."
+    d = _clef_lang_dir(home, code)
+    files, archives = [], []
+    for p in sorted(d.rglob("*")):
+        if not p.is_file() or _SKIP.search(p.name): continue
+        if _ARCHIVE.search(p.name): archives.append(p); continue
+        if p.name.endswith(".gz") and p.with_suffix("").exists(): continue   # unpacked beside its .gz: read once
+        files.append(p)
+    if not files:
+        hint = f"; unpack the archives first ({', '.join(a.name for a in archives[:5])})" if archives else ""
+        raise ClirError(f"{d}: no document files for {language(code).name}{hint}")
+    return files
+
+def _find_named(folder: Path, pattern: str, what: str) -> Path:
+    hits = sorted(p for p in folder.iterdir() if p.is_file() and _re.fullmatch(pattern, p.name, _re.I))
+    if not hits:
+        raise ClirError(f"{folder}: no {what} (files there: {', '.join(sorted(p.name for p in folder.iterdir())[:20]) or 'none'}; {CLEF_LAYOUT})")
+    return hits[0]
+
+def load_clef2003(pair: str, root=None, check_counts: bool = True, cache_root=None) -> Collection:
+    "CLEF 2003 for `pair` (query-document language, any two of en de fi it ru) from `root` or `$CLEF_HOME`."
+    ql, dl = parse_pair(pair)
+    bad = [l.code for l in (ql, dl) if l.code not in CLEF_LANGS]
+    if bad: raise ClirError(f"CLEF 2003 has no {', '.join(bad)} data (languages: {', '.join(CLEF_LANGS)}); got {pair!r}")
+    home = clef_home(root)
+    tpath = _find_named(_year_dir(home, "Topics"), rf"top-{ql.code}03(\.txt)?(\.gz)?", f"{language(ql.code).name} topic file Top-{ql.code}03.txt")
+    qpath = _find_named(_year_dir(home, "RelAssess"), rf"qrels_({CLEF_LANGS[dl.code]}|{dl.code})(\.txt)?", f"qrels_{CLEF_LANGS[dl.code].upper()}")
+    topics, qrels = read_clef_topics(tpath, ql.code), read_clef_qrels(qpath)
+    if check_counts and sorted(topics, key=int) != CLEF_TOPICS:
+        raise ClirError(f"{tpath}: {len(topics)} topics, CLEF 2003 has the 60 topics C141-C200; wrong file? (check_counts=False to use it anyway)")
+    unknown = sorted(set(qrels) - set(topics), key=int)
+    if unknown:
+        raise FormatError(qpath, _qrels_line_clef(qpath, unknown[0]), f"topic {unknown[0]} is judged but not in {tpath}")
+    queries = {q: topics[q] for q in sorted(qrels, key=int)}
+    files = clef_doc_files(home, dl.code)
+    enc = "utf-8" if dl.code == "ru" else "latin-1"
+    def docs():
+        for f in files: yield from iter_clef_docs(f, dl.code, enc)
+    stat = lambda p: (str(p.relative_to(home)), p.stat().st_size, int(p.stat().st_mtime))
+    key = stable_hash("clef2003", f"{ql.code}-{dl.code}", [stat(p) for p in (tpath, qpath, *files)])
+    coll = Collection("clef2003", pair, queries, qrels, docs, key=key, store="sqlite", qrels_path=qpath, cache_root=cache_root)
+    coll.expected_num_docs = CLEF_COUNTS[dl.code] if check_counts else None
+    coll.corpus_path = _clef_lang_dir(home, dl.code)
+    return coll
+
+def _qrels_line_clef(path, qid) -> int | None:
+    for i, line in read_text_lines(path):
+        p = line.split()
+        if p and _clef_qid(p[0]) == qid: return i
+    return None
+
+register_collection("clef2003", lambda pair, root=None, **kw: load_clef2003(pair, root=root, **kw), CLEF_PAIRS,
+                    "CLEF 2003 (licensed, $CLEF_HOME): news in en de fi it ru, topics C141-C200, the paper's nine pairs")
 
 # %% ../nbs/03_collections.ipynb #462ebd5f
 def cli_datasets(argv=None) -> int:
