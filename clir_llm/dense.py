@@ -190,7 +190,7 @@ class Encoder:
                                  desc=f"encode {kind}s ({s.name})", order=len if sort else None,
                                  progress=self.progress if progress is None else progress)
         self.usage.add(Usage(calls=ns.misses, cache_hits=ns.hits, seconds=time.time() - t0))
-        self.usage.count(f"{kind}s_encoded", ns.misses)
+        self.usage.count("queries_encoded" if kind == "query" else "docs_encoded", ns.misses)
         if not vecs: return np.zeros((0, 0), np.float32)
         return np.stack(vecs).astype(np.float32, copy=False)
 

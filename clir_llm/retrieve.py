@@ -19,6 +19,7 @@ def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
     ranks: dict[str, dict[str, list[int]]] = {}
     for run in runs:
         for qid in run:
+            ranks.setdefault(qid, {})   # a query no run retrieves anything for stays in the fused run, empty
             for r, (docid, _) in enumerate(run.ranking(qid), 1):
                 ranks.setdefault(qid, {}).setdefault(docid, []).append(r)
     fused = {q: {d: sum(1.0 / (k + r) for r in sorted(rs, reverse=True)) for d, rs in docs.items()} for q, docs in ranks.items()}

@@ -1,0 +1,145 @@
+"""First-stage benchmarks: length-sorted vs fixed-order dense encoding, and threaded batch BM25 search vs one query at a time.
+
+Each comparison runs both sides in this process on the same inputs and checks they give the same result:
+
+* dense-length-sorted: `Encoder.encode_docs(sort=True)` (batches of similar length, the default) against
+  `sort=False` (batches in corpus order) on the same passages and model: documents/s ratio, and every embedding equal
+  at cosine >= 0.9999. Model: the offline stand-in multilingual-e5-small (`clir_llm.assets.e5_small_path()`), or with
+  `--tiny` (automatic when the stand-in is missing) a tiny randomly initialised BertModel; the report names it.
+  Passages: the demo collection's German manual pages cut into pieces of 5-250 words (seeded), a corpus of mixed
+  lengths like CIRAL's passages.
+* dense-memory-flat: `Dense.index` over a generated stream of N and 4N documents (tiny model, nothing cached):
+  the Python heap peak (tracemalloc: texts, batches, lists; not the FAISS vectors, which an exact index must hold)
+  must not grow with the corpus; ratio peak(4N) / peak(N), goal <= 1.2x.
+* bm25-batch-threads: `LuceneSearcher.batch_search` with 2 threads against one `search` call per query, on a Lucene
+  index of the demo's German pages with the German analyzer; queries are the pages' NAME lines. Best of 2 repeats;
+  runs must be identical.
+
+    python benchmarks/first_stage.py --quick
+    python benchmarks/first_stage.py
+"""
+import argparse, random, sys, tempfile, time, tracemalloc
+from pathlib import Path
+import numpy as np
+from clir_llm.cache import Cache
+from clir_llm.core import ClirError, Document, Query
+from clir_llm import dense as D
+
+
+def target(name, ratio, goal, higher=True):
+    ok = ratio >= goal if higher else ratio <= goal
+    print(f"target {name}: {ratio:.2f}x (goal {'' if higher else '<='}{goal:.1f}x) {'met' if ok else 'short'}")
+
+
+def german_docs():
+    from clir_llm.collections import load_collection
+    return list(load_collection("demo", "en-de").iter_docs())
+
+
+def passages(n, seed=0):
+    "n passages of 5-250 words cut from the demo's German pages (seeded)."
+    rng = random.Random(seed)
+    words = [w for d in german_docs()[:200] for w in d.text.split()]
+    out, i = [], 0
+    for k in range(n):
+        m = rng.randint(5, 250)
+        if i + m > len(words): i = 0
+        out.append(Document(f"p{k}", " ".join(words[i:i + m]))); i += m
+    return out
+
+
+def bench_dense_sorting(args, tmp):
+    if args.tiny: spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
+    else:
+        try:
+            from clir_llm.assets import e5_small_path
+            e5_small_path(); spec, label = D.get_encoder_spec("e5-small"), D.ENCODERS["e5-small"].label
+        except ClirError as e:
+            print(f"# {e}; using a tiny random model"); spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
+    n = 96 if args.quick else 512
+    docs = passages(n)
+    enc = D.Encoder(spec, cache=Cache(tmp, mode="off"), batch_size=16, progress=False)
+    enc.encode_docs(docs[:16])                                          # load + warm up
+    t0 = time.perf_counter(); fixed = enc.encode_docs(docs, sort=False); t_fixed = time.perf_counter() - t0
+    t0 = time.perf_counter(); srt = enc.encode_docs(docs, sort=True); t_sorted = time.perf_counter() - t0
+    cos = float((fixed * srt).sum(1).min())
+    print(f"dense encoding, {label}, {n} passages (5-250 words), batch 16, {enc.device} {enc.dtype}: "
+          f"fixed order {n / t_fixed:.1f} docs/s, length-sorted {n / t_sorted:.1f} docs/s, min cosine {cos:.6f}")
+    if cos < 0.9999: print(f"ERROR: embeddings differ (min cosine {cos:.6f})"); return False
+    target("dense-length-sorted", t_fixed / t_sorted, 1.5)
+    return True
+
+
+class Stream:
+    "A generated collection: documents are made as they are read, never stored."
+    name, pair, doc_lang, query_lang, queries = "stream", "en-en", "en", "en", {}
+    def __init__(self, n): self.num_docs, self.key = n, f"stream-{n}"
+    def iter_docs(self):
+        rng = random.Random(self.num_docs)
+        for i in range(self.num_docs):
+            yield Document(f"s{i}", " ".join(rng.choice(D._WORDS) for _ in range(rng.randint(5, 60))))
+
+
+def bench_memory(args, tmp):
+    model = D.tiny_random_model("bert", tmp / "bert-mem")
+    n = 300 if args.quick else 2000
+    peaks = {}
+    for m in (n // 2, n, 4 * n):   # the first, smaller run warms up one-time allocations (tokenizer caches, FAISS)
+        d = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp, mode="off"), chunk_size=256,
+                    batch_size=32, progress=False)
+        d.encoder.load()
+        tracemalloc.start(); tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        index, docids = d.index(Stream(m))
+        peaks[m] = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        assert index.ntotal == m and len(docids) == m
+    print(f"dense streaming, tiny random BertModel, chunks of 256: Python heap peak {peaks[n] / 2**20:.2f} MiB for {n} docs, "
+          f"{peaks[4 * n] / 2**20:.2f} MiB for {4 * n} docs (FAISS vectors not counted: {4 * n} x 32 x 4 bytes)")
+    target("dense-memory-flat", peaks[4 * n] / peaks[n], 1.2, higher=False)
+    return True
+
+
+def bench_bm25(args, tmp):
+    from clir_llm.bm25 import BM25
+    docs = german_docs()
+    class C:
+        name, pair, doc_lang, query_lang, key = "demo-de-pages", "de-de", "de", "de", f"bench-demo-de-{len(docs)}"
+        num_docs = len(docs)
+        def iter_docs(self): return iter(docs)
+    c = C()
+    n = 300 if args.quick else len(docs)
+    c.queries = {d.docid: Query(d.docid, d.text.split("\n", 1)[0], "de") for d in docs[:n]}
+    b = BM25(cache=Cache(tmp), threads=2, progress=False)
+    b.retrieve(c, k=100)                                                  # build the index, warm up the JVM
+    def best(batch):
+        times, run = [], None
+        for _ in range(2):
+            t0 = time.perf_counter(); run = b.retrieve(c, k=100, batch=batch); times.append(time.perf_counter() - t0)
+        return min(times), run
+    t_single, r_single = best(False)
+    t_batch, r_batch = best(True)
+    same = r_single == r_batch
+    print(f"BM25 (pyserini, German analyzer), {len(docs)} pages, {n} queries, top 100: one at a time {n / t_single:.0f} q/s, "
+          f"batch_search 2 threads {n / t_batch:.0f} q/s, identical runs: {same}")
+    if not same: print("ERROR: runs differ"); return False
+    target("bm25-batch-threads", t_single / t_batch, 1.5)
+    return True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small inputs (< 1 minute on 2 idle cores)")
+    ap.add_argument("--tiny", action="store_true", help="tiny random encoder instead of the e5-small stand-in")
+    ap.add_argument("--only", choices=["dense", "memory", "bm25"], help="run one benchmark")
+    args = ap.parse_args(argv)
+    ok = True
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for name, fn in (("dense", bench_dense_sorting), ("memory", bench_memory), ("bm25", bench_bm25)):
+            if args.only in (None, name): ok &= fn(args, tmp)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

