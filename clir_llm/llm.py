@@ -123,17 +123,17 @@ class Backend:
                 return rec
             with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
                 futs = {pool.submit(one, it): it for it in todo}
-                first_error = None
-                for f in as_completed(futs):
-                    it = futs[f]
-                    try: rec = f.result()
-                    except LLMError as e:
-                        rec = None; first_error = first_error or e
-                        if on_error == "raise":
-                            for g in futs: g.cancel()
-                    else: self._account(rec, cached=False)
-                    done[ns.key(it)] = rec; bar.update(1)
-                if first_error is not None and on_error == "raise": bar.close(); raise first_error
+                try:
+                    for f in as_completed(futs):
+                        try: rec = f.result()
+                        except LLMError:
+                            if on_error == "raise": raise
+                            rec = None
+                        else: self._account(rec, cached=False)
+                        done[ns.key(futs[f])] = rec; bar.update(1)
+                except BaseException:     # stop taking new prompts; calls in flight still finish and are stored
+                    for g in futs: g.cancel()
+                    bar.close(); raise
         else:
             todo.sort(key=self._order)
             for b in range(0, len(todo), self.batch_size):
@@ -209,19 +209,23 @@ class HFBackend(Backend):
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, gguf_file: str | None = None,
                  decoder_prefix: str = "", chat: bool | None = None, system_prompt: str | None = None,
                  device: str | None = None, dtype=None, batch_size: int = 8, label: str | None = None,
-                 trust_remote_code: bool = False, tokenizer=None, hf_model=None):
+                 trust_remote_code: bool = False, tokenizer=None, hf_model=None, prepare_gguf: bool = True):
         path = Path(model).expanduser()
         local = path.exists()
         if local and revision is None: revision = _local_revision(path if path.is_dir() else path.parent, gguf_file)
         super().__init__(str(path.resolve()) if local else model, cache, revision, label, batch_size)
         self._source = self.model     # where to load from (`model` may be renamed, e.g. an offline alias)
         self.gguf_file, self.decoder_prefix, self.system_prompt = gguf_file, decoder_prefix, system_prompt
+        self._prepare = bool(gguf_file) and prepare_gguf and hf_model is None
+        if self._prepare and self._prepared_dir().is_dir():   # a converted copy of this GGUF: load that instead
+            self._source, self._load_gguf = str(self._prepared_dir()), None
+        else: self._load_gguf = gguf_file
         self._device, self._dtype, self._trust = device, dtype, trust_remote_code
         self._tok, self._model = tokenizer, hf_model
         from transformers import AutoConfig
         if hf_model is not None: cfg = hf_model.config
         else:
-            try: cfg = AutoConfig.from_pretrained(self.model, revision=None if local else revision, gguf_file=gguf_file,
+            try: cfg = AutoConfig.from_pretrained(self._source, revision=None if local else revision, gguf_file=self._load_gguf,
                                                   trust_remote_code=trust_remote_code)
             except OSError as e: raise LLMError(f"cannot load model config for {model!r}: {e}") from None
         self.config = cfg
@@ -239,7 +243,7 @@ class HFBackend(Backend):
         if self._tok is None:
             from transformers import AutoTokenizer
             try: self._tok = AutoTokenizer.from_pretrained(self._source, revision=None if Path(self._source).exists() else self.revision,
-                                                           gguf_file=self.gguf_file, trust_remote_code=self._trust)
+                                                           gguf_file=self._load_gguf, trust_remote_code=self._trust)
             except OSError as e: raise LLMError(f"cannot load tokenizer for {self._source!r}: {e}") from None
         return self._tok
 
@@ -247,15 +251,38 @@ class HFBackend(Backend):
     def hf_model(self):
         "The transformers model (loaded on first use)."
         if self._model is None:
-            import transformers
+            import torch, transformers
             self._device, self._dtype = _auto_device_dtype(self._device, self._dtype)
             cls = transformers.AutoModelForSeq2SeqLM if self.is_encoder_decoder else transformers.AutoModelForCausalLM
             local = Path(self._source).exists()
-            try: m = cls.from_pretrained(self._source, revision=None if local else self.revision, gguf_file=self.gguf_file,
-                                         dtype=self._dtype, trust_remote_code=self._trust)
+            try: m = cls.from_pretrained(self._source, revision=None if local else self.revision, gguf_file=self._load_gguf,
+                                         dtype=self._dtype if self._load_gguf is None else torch.float32, trust_remote_code=self._trust)
             except OSError as e: raise LLMError(f"cannot load model {self._source!r}: {e}") from None
-            self._model = m.to(self._device).eval()
+            if self._load_gguf and self._prepare and self.cache.mode in ("readwrite", "off"): self._save_prepared(m)
+            self._model = m.to(self._device, self._dtype).eval()
         return self._model
+
+    def _prepared_dir(self) -> Path:
+        return self.cache.root / "llm-models" / stable_hash(self.revision, self.gguf_file, n=20)
+
+    def _save_prepared(self, m):
+        "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder (atomic rename)."
+        import shutil, safetensors.torch
+        dest = self._prepared_dir()
+        if dest.is_dir(): return
+        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+        try:
+            tmp.mkdir(parents=True, exist_ok=True)
+            self.tokenizer.save_pretrained(tmp)
+            cfg = m.config.to_dict(); cfg.pop("quantization_config", None)
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
+            m.generation_config.save_pretrained(tmp)
+            safetensors.torch.save_model(m, str(tmp / "model.safetensors"))
+            os.replace(tmp, dest)
+        except OSError as e:
+            warnings.warn(f"could not save the converted GGUF model to {dest}: {e}")
+        finally:
+            if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
 
     @property
     def device(self): return self.hf_model.device
@@ -437,7 +464,8 @@ _TINY_TEXT = ["Given a query, which of the following two passages is more releva
               "Rank the passages based on their relevance to the search query. Die Katze schläft.",
               "kissa nukkuu sohvalla; il gatto dorme; кошка спит на диване."]
 
-def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400) -> Path:
+def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
+                       num_layers: int = 2) -> Path:
     "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
     import torch, transformers
     from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors
@@ -451,15 +479,15 @@ def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int
     if arch == "mt5":
         tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
         tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-        cfg = transformers.MT5Config(vocab_size=tk.get_vocab_size(), d_model=32, d_kv=8, d_ff=64, num_layers=2,
-                                     num_decoder_layers=2, num_heads=4, pad_token_id=0, eos_token_id=1,
+        cfg = transformers.MT5Config(vocab_size=tk.get_vocab_size(), d_model=hidden_size, d_kv=hidden_size // 4,
+                                     d_ff=2 * hidden_size, num_layers=num_layers, num_decoder_layers=num_layers, num_heads=4, pad_token_id=0, eos_token_id=1,
                                      decoder_start_token_id=0, tie_word_embeddings=False)
         torch.manual_seed(seed); model = transformers.MT5ForConditionalGeneration(cfg)
     elif arch == "qwen2":
         tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
         tok.chat_template = _CHATML
-        cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), hidden_size=32, intermediate_size=64,
-                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                                       num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
                                        max_position_embeddings=512, eos_token_id=tok.eos_token_id,
                                        pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
         torch.manual_seed(seed); model = transformers.Qwen2ForCausalLM(cfg)
@@ -531,8 +559,10 @@ class OpenAIBackend(Backend):
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, base_url: str | None = None,
                  api_key: str | None = None, concurrency: int = 4, timeout: float = 60.0, max_retries: int = 6,
                  backoff: float = 1.0, max_wait: float = 120.0, logprobs: bool = True, top_logprobs: int = 20,
-                 prices=None, tokenizer=None, label: str | None = None, organization: str | None = None):
+                 prices=None, tokenizer=None, label: str | None = None, organization: str | None = None,
+                 prefill: bool = False):
         super().__init__(model, cache, revision, label, batch_size=1, concurrency=concurrency)
+        self.supports_prefill = prefill   # vLLM / SGLang servers continue a final assistant message on request
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.__key = api_key   # never stored elsewhere; OPENAI_API_KEY is read when the client is built
         self.timeout, self.max_retries, self.backoff, self.max_wait = timeout, max_retries, backoff, max_wait
@@ -607,9 +637,14 @@ class OpenAIBackend(Backend):
         kw.update(p)
         return kw
 
+    def _prefill_kw(self, messages) -> dict:
+        if self.supports_prefill and len(messages) > 1 and messages[-1]["role"] == "assistant":
+            return {"extra_body": {"continue_final_message": True, "add_generation_prompt": False}}
+        return {}
+
     def _generate_batch(self, items, params):
         (it,) = items
-        ch, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params))
+        ch, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
         rec = {"text": ch.message.content or "", "finish_reason": ch.finish_reason, "model": model,
                "tokens_in": getattr(usage, "prompt_tokens", 0) or 0, "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
                "seconds": dt, "time": time.time()}
@@ -623,7 +658,7 @@ class OpenAIBackend(Backend):
     def _score_batch(self, items, params):
         (it,) = items
         ch, usage, model, dt = self._call(messages=it["messages"], max_tokens=1, temperature=0.0,
-                                          logprobs=True, top_logprobs=self.top_logprobs)
+                                          logprobs=True, top_logprobs=self.top_logprobs, **self._prefill_kw(it["messages"]))
         lp = getattr(ch, "logprobs", None)
         content = getattr(lp, "content", None) if lp is not None else None
         if not content or not content[0].top_logprobs:

