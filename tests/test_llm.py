@@ -291,6 +291,20 @@ def test_kill9_mid_run_resumes_without_lost_or_repeated_calls(tmp_path, monkeypa
         assert all(srv.count(f"prompt {i}") >= 1 for i in range(n))
 
 
+def test_two_processes_share_one_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    n = 30
+    with FakeOpenAIServer(faults=["slow:0.05"] * 200) as srv:
+        args = [sys.executable, "-c", CHILD, srv.url, str(tmp_path), str(n), "3"]
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out)["out"] == [f"echo: prompt {i}" for i in range(n)]
+    assert Cache(tmp_path).stats()["llm"] == n
+    assert n <= len(srv.requests) <= 2 * n
+
+
 # ---------------------------------------------------------------- the offline model
 @pytest.mark.slow
 def test_offline_qwen_generates(tmp_path):
