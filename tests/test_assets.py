@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from clir_llm.assets import (Q4_0_BLOCK, E5Container, dequantize_q4_0, join_parts, package_file, models_table,
-                             e5_small_path, qwen_gguf_path, qwen_hf_spec, QWEN_GGUF)
+                             e5_small_path, qwen_gguf_path, qwen_hf_spec, QWEN_GGUF, build_folder, save_hf_folder,
+                             _qwen_hf_dest)
 from clir_llm.cli import main
 from clir_llm.core import ClirError, FormatError
 
@@ -136,23 +137,98 @@ def test_cli_models_list(tmp_path, capsys):
     assert main(["models", "list", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "e5-small: mE5-small (stand-in for the paper's encoders)" in out
-    assert "qwen-0.5b: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 2
+    assert "qwen-0.5b: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 3   # e5, qwen folder, its gguf
+    assert f"path: {_qwen_hf_dest(tmp_path)}" in out and f"gguf: {tmp_path}" in out
     with pytest.raises(SystemExit): main(["models", "prepare", "bogus"])
 
 
-@pytest.mark.slow
-def test_qwen_loads_and_generates():
-    out = _offline_python("""
-        import torch
-        from transformers import AutoTokenizer, AutoModelForCausalLM
-        from clir_llm.assets import qwen_hf_spec
-        s = qwen_hf_spec()
-        tok = AutoTokenizer.from_pretrained(s["model"], gguf_file=s["gguf_file"])
-        m = AutoModelForCausalLM.from_pretrained(s["model"], gguf_file=s["gguf_file"], dtype=torch.float32)
-        ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France? One word."}],
-                                      add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        out = m.generate(**ids, max_new_tokens=6, do_sample=False)
-        print(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
-    """)
-    assert "paris" in out.lower()
 
+_BUILD_SCRIPT = """
+import sys, time
+from pathlib import Path
+from clir_llm.assets import build_folder
+def write(tmp):
+    with open(sys.argv[2], "a") as f: f.write("built\\n")
+    time.sleep(1.5); (tmp / "model.safetensors").write_text(sys.argv[3])
+print(build_folder(Path(sys.argv[1]), write))
+"""
+
+
+def test_build_folder_two_processes(tmp_path):
+    "Two processes ask for the same folder at once: one builds, the other waits and returns the finished folder."
+    dest, log = tmp_path / "models" / "m", tmp_path / "log"
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD_SCRIPT, str(dest), str(log), f"proc{i}"],
+                              stdout=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and outs == [str(dest)] * 2
+    assert log.read_text() == "built\n" and (dest / "model.safetensors").read_text() in ("proc0", "proc1")
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m", "m.lock"]          # no temporary folder left
+
+
+def test_qwen_hf_folder_key(tmp_path):
+    import transformers
+    d = _qwen_hf_dest(tmp_path)
+    assert d.parent == tmp_path / "models" and d.name.startswith("qwen2.5-coder-0.5b-instruct-hf-")
+    assert d == _qwen_hf_dest(tmp_path) and d != _qwen_hf_dest(tmp_path / "other")
+    from clir_llm.core import stable_hash
+    assert d.name.endswith(stable_hash(QWEN_GGUF["sha256"], transformers.__version__.split(".")[0], 1, n=12))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_save_hf_folder_tiny(tmp_path, tied):
+    "A tiny random Qwen2 (tied and untied head) saved by save_hf_folder loads back with the same logits and chat template."
+    import torch, safetensors, transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from clir_llm.llm import make_tiny_hf_model
+    src = make_tiny_hf_model(tmp_path / "src", arch="qwen2")
+    tok = AutoTokenizer.from_pretrained(src)
+    if tied: m0 = AutoModelForCausalLM.from_pretrained(src)
+    else:
+        cfg = transformers.AutoConfig.from_pretrained(src); cfg.tie_word_embeddings = False
+        torch.manual_seed(3); m0 = transformers.Qwen2ForCausalLM(cfg)
+    m0.eval().config.quantization_config = {"quant_method": "gguf"}
+    out = save_hf_folder(m0, tok, tmp_path / "out", source={"model": "tiny"})
+    cfg = json.loads((out / "config.json").read_text())
+    assert "quantization_config" not in cfg and cfg["tie_word_embeddings"] is tied and cfg["dtype"] == "float32"
+    assert json.loads((out / "clir_llm_source.json").read_text()) == {"model": "tiny"}
+    assert {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
+    with safetensors.safe_open(out / "model.safetensors", "pt") as f: names = set(f.keys())
+    assert ("lm_head.weight" in names) is not tied and "model.embed_tokens.weight" in names
+    m1, tok1 = AutoModelForCausalLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    msgs = [{"role": "user", "content": "which passage is more relevant"}]
+    assert tok1.apply_chat_template(msgs, add_generation_prompt=True) == tok.apply_chat_template(msgs, add_generation_prompt=True)
+    x = tok1("the cat sat on the mat", return_tensors="pt")
+    with torch.no_grad(): assert torch.equal(m0(**x).logits, m1(**x).logits)
+    assert not torch.equal(m1.lm_head.weight, m1.model.embed_tokens.weight) or tied
+
+
+def test_prepared_qwen_folder_layout():
+    "The real converted folder in the default cache, if prepared (reads metadata only): plain fp32, untied head, chat template."
+    import safetensors
+    d = _qwen_hf_dest()
+    if not (d / "model.safetensors").is_file(): pytest.skip("run `clir-llm models prepare qwen-0.5b` first")
+    cfg = json.loads((d / "config.json").read_text())
+    assert "quantization_config" not in cfg and cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["dtype"] == "float32"
+    assert cfg["tie_word_embeddings"] is False and cfg["vocab_size"] == 151936 and cfg["num_hidden_layers"] == 24
+    with safetensors.safe_open(d / "model.safetensors", "pt") as f:
+        names = set(f.keys())
+        assert f.get_slice("lm_head.weight").get_shape() == [151936, 896] and f.get_slice("lm_head.weight").get_dtype() == "F32"
+    assert len(names) == 291 and "model.embed_tokens.weight" in names     # the GGUF's 291 tensors, one for one
+    tok_cfg = json.loads((d / "tokenizer_config.json").read_text())
+    template = tok_cfg.get("chat_template") or (d / "chat_template.jinja").read_text()
+    assert "<|im_start|>" in template
+    assert json.loads((d / "clir_llm_source.json").read_text())["gguf_sha256"] == QWEN_GGUF["sha256"]
+
+
+@pytest.mark.slow
+def test_qwen_hf_equals_gguf():
+    "The converted folder loads fast and gives the GGUF-loaded model's token ids, logits and greedy answers (several minutes)."
+    out = _offline_python("""
+        import json
+        from clir_llm.assets import check_qwen_hf
+        r = check_qwen_hf()
+        print(json.dumps({k: v for k, v in r.items()}))
+    """, timeout=1800)
+    r = json.loads(out.strip().splitlines()[-1])
+    assert all(r["same_ids"]) and all(r["same_text"]) and r["max_abs_logit_diff"] < 1e-4, r
+    assert "berlin" in r["texts"][0][1].lower()
