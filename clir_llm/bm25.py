@@ -14,7 +14,8 @@ from .cache import Cache
 from .languages import language
 
 # %% auto #0
-__all__ = ['MIN_JAVA', 'java_home', 'anserini_jar', 'lucene', 'analyzer_name', 'pretokenize', 'index_dir', 'build_index', 'BM25']
+__all__ = ['MIN_JAVA', 'INDEX_FORMAT', 'java_home', 'anserini_jar', 'lucene', 'analyzer_name', 'pretokenize', 'index_dir',
+           'build_index', 'BM25']
 
 # %% ../nbs/07_bm25.ipynb #66e88600
 MIN_JAVA = 21
@@ -89,10 +90,12 @@ def pretokenize(text: str) -> str:
     return " ".join(_TOKEN.findall(text.lower()))
 
 # %% ../nbs/07_bm25.ipynb #769118c9
+INDEX_FORMAT = 2   # bump when the way indexes are built changes (2: no stored raw documents)
+
 def index_dir(collection, cache: Cache | None = None) -> Path:
     "Where the BM25 index of `collection` lives (whether or not it is built yet)."
     cache = cache or Cache()
-    ident = stable_hash("bm25-index", collection.key, analyzer_name(collection.doc_lang), _pyserini_version())
+    ident = stable_hash("bm25-index", INDEX_FORMAT, collection.key, analyzer_name(collection.doc_lang), _pyserini_version())
     return Path(cache.root) / "bm25" / ident
 
 def _pyserini_version() -> str:
@@ -136,7 +139,7 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
             lang = language(collection.doc_lang)
             args = ["-collection", "JsonCollection", "-input", str(work / "input"), "-index", str(work / "index"),
                     "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads or min(files, os.cpu_count() or 1)),
-                    "-storeRaw", "-quiet"]
+                    "-quiet"]
             args += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
             import jnius
             jnius.autoclass("io.anserini.index.IndexCollection").main(args)
