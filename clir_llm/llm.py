@@ -266,23 +266,11 @@ class HFBackend(Backend):
         return self.cache.root / "llm-models" / stable_hash(self.revision, self.gguf_file, n=20)
 
     def _save_prepared(self, m):
-        "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder (atomic rename)."
-        import shutil, safetensors.torch
-        dest = self._prepared_dir()
-        if dest.is_dir(): return
-        tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{threading.get_ident()}"
-        try:
-            tmp.mkdir(parents=True, exist_ok=True)
-            self.tokenizer.save_pretrained(tmp)
-            cfg = m.config.to_dict(); cfg.pop("quantization_config", None)
-            (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
-            m.generation_config.save_pretrained(tmp)
-            safetensors.torch.save_model(m, str(tmp / "model.safetensors"))
-            os.replace(tmp, dest)
-        except OSError as e:
-            warnings.warn(f"could not save the converted GGUF model to {dest}: {e}")
-        finally:
-            if tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
+        "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder, once (the assets module's build-once mechanism)."
+        from clir_llm.assets import build_folder, save_hf_folder
+        try: build_folder(self._prepared_dir(), lambda tmp: save_hf_folder(m, self.tokenizer, tmp, source={"gguf_file": self.gguf_file, "revision": self.revision}))
+        except (OSError, ClirError) as e:
+            warnings.warn(f"could not save the converted GGUF model to {self._prepared_dir()}: {e}")
 
     @property
     def device(self): return self.hf_model.device
@@ -929,7 +917,9 @@ def get_backend(spec: str, cache: Cache | None = None, **kw) -> Backend:
         raise ClirError(f"LLM backend spec must be one of {', '.join(k + ':<model>' for k in BACKENDS)}, got {spec!r}")
     if kind == "hf" and model in OFFLINE_MODELS:
         path, info = offline_model_path(model), OFFLINE_MODELS[model]
-        b = HFBackend(str(path.parent), cache, revision=info["sha256"], gguf_file=path.name, label=info["label"], **kw)
+        from clir_llm import assets   # the GGUF converted once into a plain folder: loads in seconds, identical logits
+        b = HFBackend(str(assets.qwen_hf_path()), cache, revision=info["sha256"], label=info["label"], **kw)
+        b.gguf_file = path.name  # keeps the cache identity of calls recorded from the GGUF
         b.model = model          # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
         return b
     return BACKENDS[kind](model, cache=cache, **kw)
