@@ -83,7 +83,7 @@ def get_retriever(method: str, translator=None, cache=None, **kw):
         return Fusion([get_retriever(p, translator, cache, **kw) for p in parts])
     if m.lower().startswith("dense:"):
         from clir_llm.dense import Dense
-        dkw = {k: v for k, v in kw.items() if k in ("batch_size", "chunk_size", "device", "paper_quirks", "progress")}
+        dkw = {k: v for k, v in kw.items() if k in ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length") and v is not None}
         return Dense(m[6:].strip(), cache=cache, **dkw)
     variant = m.lower()
     if variant in ("bm25-og", "bm25-qt", "bm25-dt"):
