@@ -438,7 +438,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
         stamp = _stamp(nb, cfg, params)
         if not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
             log(f"{name}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
-        t0, tmp = time.time(), out / f".{name}.running.ipynb"
+        t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
         log(f"{name}: running")
         try:
             pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
