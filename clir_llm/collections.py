@@ -211,7 +211,10 @@ def load_folder_collection(folder, pair: str, name: str | None = None, check: bo
     qpath, dpath = _find(folder, f"qrels.{pair}"), _find(folder, f"docs.{dl.code}")
     qrels = Qrels.read(qpath)
     qfile = _find(folder, f"queries.{ql.code}")
-    allq = {str(r["qid"]): Query(str(r["qid"]), r["text"], ql.code) for _, r in read_jsonl(qfile, ("qid", "text"))}
+    allq = {}
+    for i, r in read_jsonl(qfile, ("qid", "text")):
+        if not str(r["text"]).strip(): raise FormatError(qfile, i, f"query {r['qid']!r} has an empty text")  # as the TSV topic reader
+        allq[str(r["qid"])] = Query(str(r["qid"]), r["text"], ql.code)
     missing = sorted(set(qrels) - set(allq))
     if missing: raise FormatError(qpath, _qrels_line(qpath, missing[0], next(iter(qrels[missing[0]]))),
                                   f"query {missing[0]!r} is judged but not in {qfile}")

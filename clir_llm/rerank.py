@@ -18,7 +18,7 @@ from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
 __all__ = ['PROMPT_FIELDS', 'Sort', 'SORTS', 'METHODS', 'prompts_dir', 'PromptTemplate', 'QrelsOracle', 'prompt_tokens',
            'cut_words', 'listwise_messages', 'render_text', 'parse_permutation', 'window_starts', 'ListwiseReranker',
            'parse_prp', 'PairJudge', 'allpair', 'heapsort', 'bubblesort', 'run_sort', 'PairwiseReranker',
-           'get_reranker', 'load_docs_view', 'cli_rerank']
+           'get_reranker', 'load_docs_view', 'check_run', 'cli_rerank']
 
 # %% ../nbs/11_rerank.ipynb #b51387e0
 PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placeholders, field required?)
@@ -620,6 +620,20 @@ def load_docs_view(collection, docs: str, translator: str | None = None):
     if getattr(collection, "has_translations", False): return collection.translated()
     raise ClirError(f"collection {getattr(collection, 'name', '?')!r} ships no document translations: give --translator SPEC for DT")
 
+def check_run(path, run: Run, collection, k: int = 100):
+    "A run file to rerank names only queries of `collection` and, in each query's top `k`, only its documents; else `file:line: ...`."
+    first = {}
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        p = line.split()
+        if len(p) >= 3: first.setdefault(p[0], i); first.setdefault((p[0], p[2]), i)
+    where = f"collection {getattr(collection, 'name', '?')!r} {getattr(collection, 'pair', '')}".rstrip()
+    for q in run:
+        if q not in collection.queries:
+            raise FormatError(path, first.get(q), f"query {q!r} is not a query of {where} (its queries: {', '.join(sorted(collection.queries)[:5])}...)")
+        for d in run.docids(q, k):
+            try: collection.get_doc(d)
+            except ClirError: raise FormatError(path, first.get((q, d)), f"document {d!r} (query {q!r}) is not in {where}") from None
+
 def cli_rerank(argv=None) -> int:
     "`clir-llm rerank`: rerank a first-stage run with an LLM."
     ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise or pairwise PRP).")
@@ -644,7 +658,9 @@ def cli_rerank(argv=None) -> int:
     from clir_llm.cache import Cache
     from clir_llm.collections import load_collection
     run = Run.read(a.run)
-    collection = load_docs_view(load_collection(a.collection, a.pair), a.docs, a.translator)
+    og = load_collection(a.collection, a.pair)
+    check_run(a.run, run, og, a.top_k)
+    collection = load_docs_view(og, a.docs, a.translator)
     from clir_llm.llm import get_backend  # imports torch: only once the inputs are known to be good
     backend = get_backend(a.llm, cache=Cache(a.cache, mode=a.cache_mode))
     if a.method.startswith("listwise"):
