@@ -403,6 +403,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'clir_llm.reproduce.check': ('reproduce.html#check', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cli_check': ('reproduce.html#cli_check', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cli_reproduce': ('reproduce.html#cli_reproduce', 'clir_llm/reproduce.py'),
+                                    'clir_llm.reproduce.code_fingerprint': ('reproduce.html#code_fingerprint', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cost_figure': ('reproduce.html#cost_figure', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cost_summary': ('reproduce.html#cost_summary', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.describe_backend': ('reproduce.html#describe_backend', 'clir_llm/reproduce.py'),
