@@ -136,6 +136,7 @@ def test_kill_and_resume(reference, tmp_path):
     kills, problems, finished, seen_before = [], [], False, set()
     repeated = []
     with FakeOpenAIServer(responder=R.slow_answer(LATENCY)) as srv:
+        srv.httpd.handle_error = lambda *a: None    # a killed client resets its connection: expected here, not news
         env = R.env_for(cache, srv.url, OPENAI_API_KEY=MARKER)
         for attempt in range(len(sig) + 4):
             n0 = len(srv.requests)
@@ -176,7 +177,9 @@ def test_kill_and_resume(reference, tmp_path):
     R.STATS["calls_repeated"] += len(repeated)
     R.STATS["calls_lost"] += len(repeated)
     if kills: R.STATS["resumes_finished"] += 1
-    print(f"\nkill seed {seed}: kills at {kills}; model calls {total_calls} (uninterrupted run: {reference['calls']})")
+    left = [p.name for d in (results, figures) for p in d.rglob(".*") if R.is_temporary(p)]
+    print(f"\nkill seed {seed}: kills at {kills}; model calls {total_calls} (uninterrupted run: {reference['calls']}); "
+          f"hidden temporaries left by killed writers: {len(left)}")
     assert finished, f"seed {seed}: did not finish after {len(kills)} kills"
     assert len(kills) >= 4, f"seed {seed}: only {len(kills)} kills landed ({kills})"
     assert not problems, f"seed {seed}: " + "\n".join(problems[:20])
