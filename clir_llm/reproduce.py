@@ -299,11 +299,12 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
             for docs in rc.docs:
                 run = pipe.rerank(pair, rc, fs, docs)
                 row = f"{method_label(fs)} » {rc.name} {docs.upper()}"
-                cells.append(Cell(row, pair, pipe.scores(pair, run, measure, qids), baseline=base_row))
+                scores = pipe.scores(pair, run, measure, qids)
+                cells.append(Cell(row, pair, scores, baseline=base_row))
                 u = pipe.usage(pair, run); nq = max(1, len(run)); c = u.counters
                 # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
                 cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=method_label(fs), docs=docs.upper(),
-                                 score=float(pipe.scores(pair, run, measure, qids).mean()),
+                                 score=float(scores.mean()),
                                  calls_per_query=c.get("calls", 0) / nq, prompts_per_query=c.get("prompts", 0) / nq,
                                  tokens_in_per_query=c.get("tokens_in", 0) / nq, tokens_out_per_query=c.get("tokens_out", 0) / nq,
                                  parse_failures=c.get("parse_failures", 0),
