@@ -37,6 +37,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'clir_llm.bm25': { 'clir_llm.bm25.BM25': ('bm25.html#bm25', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.__init__': ('bm25.html#bm25.__init__', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.__repr__': ('bm25.html#bm25.__repr__', 'clir_llm/bm25.py'),
+                               'clir_llm.bm25.BM25._batch': ('bm25.html#bm25._batch', 'clir_llm/bm25.py'),
+                               'clir_llm.bm25.BM25._search': ('bm25.html#bm25._search', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.query_text': ('bm25.html#bm25.query_text', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.retrieve': ('bm25.html#bm25.retrieve', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.searcher': ('bm25.html#bm25.searcher', 'clir_llm/bm25.py'),

@@ -14,8 +14,8 @@ from .cache import Cache
 from .languages import language
 
 # %% auto #0
-__all__ = ['MIN_JAVA', 'INDEX_FORMAT', 'java_home', 'anserini_jar', 'lucene', 'analyzer_name', 'pretokenize', 'index_dir',
-           'build_index', 'BM25']
+__all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'java_home', 'anserini_jar', 'lucene', 'analyzer_name', 'pretokenize',
+           'index_dir', 'build_index', 'BM25']
 
 # %% ../nbs/07_bm25.ipynb #66e88600
 MIN_JAVA = 21
@@ -57,6 +57,9 @@ def anserini_jar() -> Path:
 
 _LUCENE = None
 
+MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut
+
+
 def lucene():
     "Start the JVM (once per process) and return the `pyserini.search.lucene` module."
     global _LUCENE
@@ -74,6 +77,7 @@ def lucene():
                         f"pyjnius before clir_llm.bm25 could choose the runtime)")
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-placeholder"}
     with _env(**placeholder): import pyserini.search.lucene as L
+    jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
     _LUCENE = L
     return L
 
@@ -181,18 +185,55 @@ class BM25:
         return text if language(collection.doc_lang).lucene else pretokenize(text)
 
     def retrieve(self, collection, k: int = 100, batch: bool = True) -> Run:
-        "Top-`k` BM25 run of every query of `collection` (`batch=False`: one `search` call per query)."
+        "Top-`k` BM25 run of every query of `collection` (`batch=False`: one `LuceneSearcher.search` call per query)."
         t0 = time.time()
-        s = self.searcher(collection)
         qids = sorted(collection.queries)
-        texts = [self.query_text(collection, collection.queries[q].text) for q in qids]
-        if batch:
-            hits = s.batch_search(texts, qids, k=k, threads=self.threads) if qids else {}
-        else:
-            hits = {q: s.search(t, k=k) for q, t in zip(qids, texts)}
-        run = Run.from_ranked({q: [(h.docid, float(h.score)) for h in hits.get(q, [])] for q in qids}, name=self.name)
+        texts = {q: self.query_text(collection, collection.queries[q].text) for q in qids}
+        hits = self._batch(collection, texts, k) if batch and qids else {}
+        missing = [q for q in qids if q not in hits]  # no hit at all, or a query the batch could not search
+        if missing:
+            s = self.searcher(collection)
+            for q in missing: hits[q] = [(h.docid, h.score) for h in self._search(s, collection, q, texts[q], k)]
+        # Anserini writes scores with 6 decimals; the one-at-a-time path is rounded the same way so both are equal
+        run = Run.from_ranked({q: [(d, round(float(x), 6)) for d, x in hits[q]] for q in qids}, name=self.name)
         self.usage.add(Usage(calls=len(qids), seconds=time.time() - t0))
         self.usage.count("queries", len(qids))
         return run
+
+    def _batch(self, collection, texts: dict, k: int) -> dict:
+        "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
+        lucene()
+        import jnius
+        index = build_index(collection, self.cache, progress=self.progress)
+        lang = language(collection.doc_lang)
+        with tempfile.TemporaryDirectory(prefix="clir-llm-bm25-") as tmp:
+            topics, out = Path(tmp) / "topics.tsv", Path(tmp) / "run.trec"
+            with open(topics, "w", encoding="utf-8") as f:
+                for q, t in texts.items():  # the analyzers split at any white space: one line per query is the same query
+                    t = " ".join(t.split())
+                    if t and not re.search(r"\s", q): f.write(f"{q}\t{t}\n")
+            argv = ["-index", str(index), "-topics", str(topics), "-topicReader", "TsvString", "-output", str(out),
+                    "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
+                    "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
+            argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
+            args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
+            jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
+            searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)
+            try: searcher.run()
+            finally: searcher.close()
+            hits = {}
+            if out.exists():
+                with open(out, encoding="utf-8") as f:
+                    for line in f:
+                        q, _, d, _, score, _ = line.split()
+                        hits.setdefault(q, []).append((d, float(score)))
+        return hits
+
+    def _search(self, s, collection, qid, text, k):
+        try: return s.search(text, k=k)
+        except Exception as e:
+            msg = str(e).split("\n")[0].replace("JVM exception occurred: ", "")
+            raise ClirError(f"BM25 search failed on {collection.name} ({collection.pair}) query {qid!r} "
+                            f"({len(text.split())} words: {text[:60]!r}...): {msg}") from None
 
     def __repr__(self): return f"BM25({self.name!r}, k1={self.k1}, b={self.b})"
