@@ -153,6 +153,12 @@ class Pipeline:
         self.cache = cache or Cache(mode="replay" if replay else "readwrite")
         self.progress, self._colls, self._backends, self._translator = progress, {}, {}, None
         self.skipped: dict[tuple[str, str], str] = {}
+        self._paths: dict[tuple[str, str], Path] = {}   # (pair, run name) -> the file each returned run came from
+
+    def _kept(self, pair: str, run: Run, path: Path) -> Run:
+        "Remember `run`'s file; return it as the file holds it (a TREC file has no line for a query without results)."
+        self._paths[pair, run.name] = path
+        return Run({q: docs for q, docs in run.items() if docs}, name=run.name)
 
     def translator(self):
         "The configuration's translator (one object, so its sentence accounting covers the whole pipeline)."
@@ -185,7 +191,7 @@ class Pipeline:
         dense_len = fs.dense_doc_max_length if "dense:" in method else None
         path = self._path(pair, method, (method, fs.translator if ("qt" in method or "dt" in method) else None, fs.depth, coll.key)
                           + ((dense_len,) if dense_len else ()))
-        if path.exists(): return Run.read(path, name=method)
+        if path.exists(): return self._kept(pair, Run.read(path, name=method), path)
         from clir_llm.retrieve import get_retriever
         retr = get_retriever(method, translator=self.translator() if fs.translator else None, cache=self.cache, doc_max_length=dense_len)
         t0 = time.time()
@@ -194,7 +200,7 @@ class Pipeline:
         usage = Usage().add(retr.usage) if hasattr(retr, "usage") else Usage()
         usage.seconds = max(usage.seconds, time.time() - t0)
         usage.save(usage_path(path)); run.write(path, tag=_slug(method))   # the run file last: it marks completion
-        return run
+        return self._kept(pair, run, path)
 
     def backend(self, spec: str):
         "One backend object per spec (its usage is read as a difference around each rerank)."
@@ -218,7 +224,7 @@ class Pipeline:
         if passage_tokens is not None: params.update(passage_tokens=passage_tokens, max_words=passage_tokens)
         label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
         path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base))))
-        if path.exists(): return Run.read(path, name=label)
+        if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
         from clir_llm.rerank import get_reranker
         backend = self.backend(rc.llm)
         if rc.method.startswith("listwise"):
@@ -231,12 +237,14 @@ class Pipeline:
         run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
         run.name = label
         rr.save(path); run.write(path, tag=_slug(label))
-        return run
+        return self._kept(pair, run, path)
 
     def usage(self, pair: str, label_run: Run) -> Usage:
-        "The usage saved beside a run of this pipeline (found by its name)."
-        hits = sorted((self.out / "runs" / pair).glob(f"{_slug(label_run.name)}.*.trec.usage.json"))
-        return Usage.load(hits[-1]) if hits else Usage()
+        "The usage saved beside a run this pipeline returned (the file of these parameters, not another run of the same name)."
+        path = self._paths.get((pair, label_run.name))
+        if path is None: raise ClirError(f"no usage for run {label_run.name!r} on {pair}: this pipeline did not produce or read it")
+        p = usage_path(path)
+        return Usage.load(p) if p.exists() else Usage()
 
     def scores(self, pair: str, run: Run, measure: str | None = None, qids: list[str] | None = None):
         "Per-query scores of `run` (one measure: a Series) on all judged queries or on `qids`."
