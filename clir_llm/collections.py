@@ -12,11 +12,11 @@ from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
 from .languages import parse_pair, language
 
 # %% auto #0
-__all__ = ['CIRAL_LANGS', 'CIRAL_COUNTS', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS', 'CLEF_TOPICS', 'CLEF_LAYOUT', 'data_dir',
-           'read_jsonl', 'Collection', 'load_folder_collection', 'register_collection', 'collection_pairs',
-           'list_collections', 'load_collection', 'load_ciral', 'clef_home', 'read_text_lines', 'iter_doc_blocks',
-           'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels', 'clef_doc_files', 'load_clef2003',
-           'cli_datasets']
+__all__ = ['CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS', 'CLEF_TOPICS', 'CLEF_LAYOUT',
+           'data_dir', 'read_jsonl', 'Collection', 'load_folder_collection', 'register_collection', 'collection_pairs',
+           'list_collections', 'load_collection', 'read_ciral_topics', 'load_ciral', 'clef_home', 'read_text_lines',
+           'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels',
+           'clef_doc_files', 'load_clef2003', 'cli_datasets']
 
 # %% ../nbs/03_collections.ipynb #ffb2da1b
 def data_dir() -> Path:
@@ -271,14 +271,17 @@ register_collection("demo", *_shipped("demo"), "Debian manual pages: known-item 
 # %% ../nbs/03_collections.ipynb #bfecbdda
 CIRAL_LANGS = {"ha": "hausa", "so": "somali", "sw": "swahili", "yo": "yoruba"}
 CIRAL_COUNTS = {"ha": (80, 715_355), "so": (99, 827_552), "sw": (85, 949_013), "yo": (100, 82_095)}  # (queries, passages), PAPER.md
+CIRAL_JUDGED = {"ha": 7_288, "so": 9_094, "sw": 8_079, "yo": 8_311}   # test-A pool judgements (Anserini QrelsTest, CIRAL README)
 
 def _ciral_file(root, repo: str, rel: str) -> Path:
     "Find `rel` of Hub repo `CIRAL/<repo>` under `root`/$CIRAL_HOME, or download it from the Hub."
     root = root or os.environ.get("CIRAL_HOME")
     if root:
+        flat = repo == "ciral"   # topics/qrels may lie flat, as in Pyserini's tools/topics-and-qrels (corpus names would clash)
         for base in (Path(root) / repo, Path(root)):
-            for cand in (base / rel, base / (rel + ".gz")):
-                if cand.exists(): return cand
+            for r in (rel, Path(rel).name) if flat else (rel,):
+                for cand in (base / r, base / (r + ".gz")):
+                    if cand.exists(): return cand
         raise ClirError(f"{Path(root) / repo / rel}: no such file (CIRAL folder {root} lacks CIRAL/{repo}'s {rel})")
     endpoint = _hub_endpoint()
     howto = ("put a copy of the Hugging Face dataset repos CIRAL/ciral and CIRAL/ciral-corpus in a folder "
@@ -316,15 +319,17 @@ def _hub_unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
     except OSError as e:
         return f"{type(e).__name__}: {e}"
 
-def _read_topics_tsv(path, lang: str) -> dict[str, Query]:
+def read_ciral_topics(path, lang: str = "en") -> dict[str, Query]:
+    "Queries from a CIRAL topic file (`qid<TAB>query` lines, no header); the query text whitespace-normalised."
     out = {}
     with _open_text(path) as f:
         for i, line in enumerate(f, 1):
             if not line.strip(): continue
-            parts = line.rstrip("\n").split("\t")
+            parts = line.rstrip("\r\n").split("\t")
             if len(parts) != 2 or not parts[1].strip(): raise FormatError(path, i, f"expected 'qid<TAB>query', got {line.strip()[:80]!r}")
-            if parts[0] in out: raise FormatError(path, i, f"query {parts[0]!r} appears twice")
-            out[parts[0].strip()] = Query(parts[0].strip(), " ".join(parts[1].split()), lang)
+            qid = parts[0].strip()
+            if qid in out: raise FormatError(path, i, f"query {qid!r} appears twice")
+            out[qid] = Query(qid, " ".join(parts[1].split()), lang)
     if not out: raise FormatError(path, None, "no topics in file")
     return out
 
@@ -337,12 +342,16 @@ def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None)
     qpath = _ciral_file(root, "ciral", f"ciral-{lang}/qrels/qrels.ciral-v1.0-{code}-test-a-pools.tsv")
     ppath = _ciral_file(root, "ciral-corpus", f"passages-v1.0/{lang}_passages.jsonl")
     trpath = _ciral_file(root, "ciral-corpus", f"translated-passages-v1.0/{lang}_passages.jsonl")
-    queries, qrels = _read_topics_tsv(tpath, "en"), Qrels.read(qpath)
+    queries, qrels = read_ciral_topics(tpath, "en"), Qrels.read(qpath)
     unknown = sorted(set(qrels) - set(queries))
     if unknown: raise FormatError(qpath, _qrels_line(qpath, unknown[0], next(iter(qrels[unknown[0]]))), f"query {unknown[0]!r} is not in {tpath}")
     nq, nd = CIRAL_COUNTS[code]
     if check_counts and len(queries) != nq:
         raise ClirError(f"{tpath}: {len(queries)} test-A queries, the paper has {nq} for {lang}; wrong file or version? (check_counts=False to use it anyway)")
+    judged = sum(map(len, qrels.values()))
+    if check_counts and judged != CIRAL_JUDGED[code]:
+        raise ClirError(f"{qpath}: {judged:,} judgements, test-A pools have {CIRAL_JUDGED[code]:,} for {lang} (the shallow "
+                        f"qrels.ciral-v1.0-{code}-test-a.tsv instead, or another version?) (check_counts=False to use it anyway)")
     key = stable_hash("ciral", pair, [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in (tpath, qpath, ppath, trpath)])
     coll = Collection("ciral", pair, queries, qrels, _stream_docs(ppath, code), key=key, translations=_stream_docs(trpath, "en"),
                       store="sqlite", qrels_path=qpath, cache_root=cache_root)
@@ -353,11 +362,12 @@ def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None)
 register_collection("ciral", lambda pair, root=None, **kw: load_ciral(pair, root=root, **kw), [f"en-{c}" for c in CIRAL_LANGS],
                     "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations")
 
-# %% ../nbs/03_collections.ipynb #f2bcf9cb
+# %% ../nbs/03_collections.ipynb #b2151af9
 CLEF_LANGS = {"en": "english", "de": "german", "fi": "finnish", "it": "italian", "ru": "russian"}
 CLEF_COUNTS = {"en": 169_477, "de": 294_809, "it": 157_558, "fi": 55_344, "ru": 16_716}   # documents, PAPER.md
 CLEF_PAIRS = ["en-fi", "en-it", "en-ru", "en-de", "de-fi", "de-it", "de-ru", "fi-it", "fi-ru"]
 CLEF_TOPICS = [str(n) for n in range(141, 201)]   # C141-C200, numbered as in the qrels files
+_CLEF_TOPIC_SET = frozenset(CLEF_TOPICS)
 CLEF_LAYOUT = ("a CLEF 2003 folder (ELRA-E0008) holds DocumentData/ (a folder per language, e.g. DocumentData/German_data), "
                "Topics/2003/Top-<code>03.txt and RelAssess/2003/qrels_<LANGUAGE>")
 
@@ -411,6 +421,7 @@ import html as _html, re as _re
 
 _DOC_TAG = _re.compile(r"<(/?)DOC(?:\s[^>]*)?>", _re.I)
 _TITLE_TAGS, _TEXT_TAGS = ("HEADLINE", "TITLE", "TI"), ("LEAD", "LD", "TEXT", "TX", "ST", "SUBJECT")
+_SUBJECT_IS_TEXT = ("IZV",)   # DOCNO prefixes whose <SUBJECT> is text (Izvestia); LA Times' <SUBJECT> holds index terms
 _FIELD = _re.compile(rf"<({'|'.join(('DOCNO', 'DOCID') + _TITLE_TAGS + _TEXT_TAGS)})(?:\s[^>]*)?>(.*?)</\1\s*>", _re.I | _re.S)
 _MARKUP = _re.compile(r"<[^>]*>")
 
@@ -442,17 +453,20 @@ def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) ->
     if not docid: raise FormatError(path or "<DOC> block", line, "document without <DOCNO> (or <DOCID>)")
     if len(ids) > 1: raise FormatError(path or "<DOC> block", line, f"document {docid!r} has {len(ids)} id tags (a missing </DOC>?)")
     join = lambda tags: " ".join(x for t in tags for x in map(_clean, f.get(t, ())) if x)
-    return Document(docid, join(_TEXT_TAGS), join(_TITLE_TAGS), lang)
+    text_tags = _TEXT_TAGS if docid.upper().startswith(_SUBJECT_IS_TEXT) else _TEXT_TAGS[:-1]
+    return Document(docid, join(text_tags), join(_TITLE_TAGS), lang)
 
 def iter_clef_docs(path, lang: str, encoding: str = "latin-1") -> Iterator[Document]:
     "Stream the documents of one CLEF document file."
     for line, block in iter_doc_blocks(path, encoding): yield parse_clef_doc(block, lang, path, line)
 
-# %% ../nbs/03_collections.ipynb #2c452c79
-_TOP = _re.compile(r"<top>(.*?)</top>", _re.I | _re.S)
+# %% ../nbs/03_collections.ipynb #775aacdf
+_TOP = _re.compile(r"<(top|topic)(?:\s[^>]*)?>(.*?)</\1\s*>", _re.I | _re.S)   # CLEF <top> or DIRECT <topic>
+_TOPIC_FIELDS = r"(?:[a-z]{2}-)?(?:title|desc|description|narr|narrative)|num|identifier"
 
 def _clef_qid(s: str) -> str | None:
-    m = _re.fullmatch(r"\s*[Cc]?0*(\d+)\s*", s)
+    "'141' for '141', 'C141', 'C0141' and DIRECT's '141-AH'; None for anything else."
+    m = _re.fullmatch(r"\s*[Cc]?0*(\d+)(?:-[A-Za-z]+)?\s*", s)
     return str(int(m.group(1))) if m else None
 
 def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, Query]:
@@ -466,18 +480,18 @@ def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, 
     out = {}
     for m in _TOP.finditer(text):
         line = bisect.bisect_right(starts, m.start())
-        body = m.group(1)
-        num = _re.search(r"<num>([^<]*)", body, _re.I)
+        body = m.group(2)
+        num = _re.search(r"<(?:num|identifier)>([^<]*)", body, _re.I)
         qid = _clef_qid(_re.sub(r"(?i)number:", "", num.group(1))) if num else None
-        if qid is None: raise FormatError(path, line, f"topic without a readable <num> (got {num.group(1).strip()[:20] if num else None!r})")
-        def field(name):
-            f = _re.search(rf"<(?:[a-z]{{2}}-)?{name}>(.*?)(?=</?(?:[a-z]{{2}}-)?(?:title|desc|narr)>|$)", body, _re.I | _re.S)
+        if qid is None: raise FormatError(path, line, f"topic without a readable <num> or <identifier> (got {num.group(1).strip()[:20] if num else None!r})")
+        def field(name):   # up to the next field tag, opening or closing (old topic files leave fields unclosed)
+            f = _re.search(rf"<(?:[a-z]{{2}}-)?{name}>(.*?)(?=</?(?:{_TOPIC_FIELDS})>|$)", body, _re.I | _re.S)
             return _clean(f.group(1)) if f else ""
-        title, desc = field("title"), field("desc")
+        title, desc = field("title"), field("(?:desc|description)")
         if not title: raise FormatError(path, line, f"topic C{qid} has no title")
         if qid in out: raise FormatError(path, line, f"topic C{qid} appears twice")
         out[qid] = Query(qid, " ".join(f"{title} {desc}".split()), lang)
-    if not out: raise FormatError(path, None, "no <top> topics in file")
+    if not out: raise FormatError(path, None, "no <top> (or <topic>) topics in file")
     return out
 
 def read_clef_qrels(path) -> Qrels:
@@ -488,7 +502,7 @@ def read_clef_qrels(path) -> Qrels:
         if not p: continue
         if len(p) != 4: raise FormatError(path, i, f"expected 4 columns 'qid iteration docid relevance', got {len(p)}: {line.strip()!r}")
         qid = _clef_qid(p[0])
-        if qid is None: raise FormatError(path, i, f"topic id must be a number like 141 or C141, got {p[0]!r}")
+        if qid is None: raise FormatError(path, i, f"topic id must be a number like 141, C141 or 141-AH, got {p[0]!r}")
         try: g = int(p[3])
         except ValueError: raise FormatError(path, i, f"relevance must be an integer, got {p[3]!r}") from None
         d = q.setdefault(qid, {})
@@ -539,9 +553,13 @@ def load_clef2003(pair: str, root=None, check_counts: bool = True, cache_root=No
     bad = [l.code for l in (ql, dl) if l.code not in CLEF_LANGS]
     if bad: raise ClirError(f"CLEF 2003 has no {', '.join(bad)} data (languages: {', '.join(CLEF_LANGS)}); got {pair!r}")
     home = clef_home(root)
-    tpath = _find_named(_year_dir(home, "Topics"), rf"top-{ql.code}03(\.txt)?(\.gz)?", f"{language(ql.code).name} topic file Top-{ql.code}03.txt")
-    qpath = _find_named(_year_dir(home, "RelAssess"), rf"qrels_({CLEF_LANGS[dl.code]}|{dl.code})(\.txt)?", f"qrels_{CLEF_LANGS[dl.code].upper()}")
-    topics, qrels = read_clef_topics(tpath, ql.code), read_clef_qrels(qpath)
+    tpath = _find_named(_year_dir(home, "Topics"), rf"top-{ql.code}03(\.txt|\.xml)?(\.gz)?", f"{language(ql.code).name} topic file Top-{ql.code}03.txt")
+    qpath = _find_named(_year_dir(home, "RelAssess"), rf"(qrels_({CLEF_LANGS[dl.code]}|{dl.code})|clef2003_ah-mono-{dl.code})(\.txt)?",
+                        f"qrels_{CLEF_LANGS[dl.code].upper()}")
+    topics = {q: t for q, t in read_clef_topics(tpath, ql.code).items() if q in _CLEF_TOPIC_SET}   # 2003 only:
+    qrels = Qrels({q: d for q, d in read_clef_qrels(qpath).items() if q in _CLEF_TOPIC_SET})      # DIRECT files span years
+    if not topics: raise FormatError(tpath, None, "none of the CLEF 2003 topics C141-C200 in file")
+    if not qrels: raise FormatError(qpath, None, "no judgements for the CLEF 2003 topics C141-C200 in file")
     if check_counts and sorted(topics, key=int) != CLEF_TOPICS:
         raise ClirError(f"{tpath}: {len(topics)} topics, CLEF 2003 has the 60 topics C141-C200; wrong file? (check_counts=False to use it anyway)")
     unknown = sorted(set(qrels) - set(topics), key=int)
