@@ -452,12 +452,17 @@ def heapsort(docids: list, k: int = 10) -> Sort:
     return _keep_rest(top, docids)
 
 def bubblesort(docids: list, k: int = 10) -> Sort:
-    "k bubble passes from the bottom: pass i carries the best remaining document up to position i."
-    ranking = list(docids)
-    for i in range(min(k, len(ranking))):
-        for j in range(len(ranking) - 1, i, -1):
+    "k bubble passes from the bottom (pass i carries the best remaining document up to position i), skipping pairs known not to swap."
+    ranking, n = list(docids), len(docids)
+    start = n - 1                      # where the next pass begins
+    for i in range(min(k, n)):
+        lowest_swap = None
+        for j in range(start, i, -1):
             if (yield [(ranking[j], ranking[j - 1])])[0] == 1.0:
                 ranking[j - 1], ranking[j] = ranking[j], ranking[j - 1]
+                if lowest_swap is None: lowest_swap = j
+        if lowest_swap is None: break  # nothing moved: every later pass would ask the same pairs again
+        start = min(lowest_swap + 1, n - 1)  # below it, the pairs are the ones this pass compared (no swap)
     return _keep_rest(ranking[:k], docids)
 
 SORTS = {"allpair": allpair, "heapsort": heapsort, "bubblesort": bubblesort}

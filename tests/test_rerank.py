@@ -133,7 +133,43 @@ def test_bubblesort_945_comparisons_heapsort_fewer():
         def judge(ps): n[0] += len(ps); return [1.0 if int(a[1:]) % 17 > int(b[1:]) % 17 else 0.0 for a, b in ps]
         run_sort(SORTS[name](docs, k=10), judge)
         counts[name] = n[0]
+    # the best documents (value 16) sit near the bottom, so every pass swaps down there: all 99 + ... + 90 pairs
     assert counts["bubblesort"] == 945 and counts["heapsort"] < 945 / 2
+
+
+def _bubble(docs, value, k=10):
+    asked = []
+    ranked = run_sort(SORTS["bubblesort"](docs, k=k), lambda ps: asked.extend(ps) or [value(a, b) for a, b in ps])
+    return ranked, asked
+
+
+def test_bubblesort_skips_pairs_known_not_to_swap_as_llm_rankers():
+    "llm-rankers' bubblesort starts each pass below the lowest swap of the last one and stops after a pass without swaps."
+    docs = [f"d{i:02d}" for i in range(100)]           # d00 best
+    better = lambda a, b: 1.0 if a < b else 0.0
+    ranked, asked = _bubble(docs, better)
+    assert ranked == docs and len(asked) == 99           # one pass, no swap, done (the textbook sort asks 945)
+    ranked, asked = _bubble(docs[1:51] + ["d00"] + docs[51:], better)
+    # pass 1: 49 pairs below d00 (no swap) + 50 carrying it to the top; pass 2: from index 51 up, no swap; stop
+    assert ranked == docs and len(asked) == 99 + 50
+    assert asked[99] == (docs[51], docs[50])             # pass 2 starts just below pass 1's lowest swap
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bubblesort_same_ranking_as_textbook_bubblesort(seed):
+    rng = random.Random(seed)
+    n, k = rng.choice([2, 7, 30, 60]), rng.choice([1, 5, 10])
+    docs, verdict = [f"d{i}" for i in range(n)], {}
+    def value(a, b):  # deterministic, possibly intransitive, with ties
+        if (a, b) not in verdict: verdict[a, b] = rng.choice([0.0, 0.5, 1.0]); verdict[b, a] = 1.0 - verdict[a, b]
+        return verdict[a, b]
+    ranked, asked = _bubble(docs, value, k)
+    r = list(docs)
+    for i in range(min(k, n)):
+        for j in range(n - 1, i, -1):
+            if value(r[j], r[j - 1]) == 1.0: r[j - 1], r[j] = r[j], r[j - 1]
+    assert ranked == r[:k] + [d for d in docs if d not in r[:k]]
+    assert len(asked) <= sum(n - 1 - i for i in range(min(k, n)))
 
 
 # ---------- whole rerankers: oracle, position bias, garbage
