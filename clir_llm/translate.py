@@ -61,11 +61,15 @@ class Splitter:
             if para: out.extend(s for s in (" ".join(x.split()) for x in self.split_paragraph(para)) if s)
         return out
 
-_RULE = re.compile(r"(?<=[.!?…。])[\"'»”)\]]*\s+")
+_RULE = re.compile(r"[.!?…。][\"'»”’)\]]*(?=\s)")   # the end mark and the closing quotes/brackets after it
 
 def rule_split(text: str) -> list[str]:
     "The punctuation rule: a sentence ends after `.`, `!`, `?` or `…` (and closing quotes/brackets) followed by whitespace."
-    return [s for s in _RULE.split(text) if s.strip()]
+    out, start = [], 0
+    for m in _RULE.finditer(text):
+        out.append(text[start:m.end()]); start = m.end()
+    out.append(text[start:])
+    return [s.strip() for s in out if s.strip()]
 
 @lru_cache(maxsize=None)
 def _punkt_tokenizer(model: str):
@@ -244,6 +248,8 @@ class NLLBTranslator(SentenceTranslator):
                                        max_new_tokens=self.max_new_tokens)
         texts = self._tok.batch_decode(out, skip_special_tokens=True)
         u = self.usage
+        n_full = [len(x) for x in self._tok(list(sentences), add_special_tokens=True)["input_ids"]]   # before the cut
+        u.count("truncated_sentences", sum(n > self.max_length for n in n_full))
         u.calls += 1; u.seconds += time.perf_counter() - t0
         u.tokens_in += int(enc["attention_mask"].sum())
         pad = self._tok.pad_token_id
@@ -350,8 +356,11 @@ class Sense:
 _PLACEHOLDER = {"etw.", "jdm.", "jdn.", "jds.", "jd.", "sth.", "sb.", "sb.'s", "sth.'s", "etw", "sich", "o.", "to"}
 _META = re.compile(r"^(Note|Notes|Synonyms?|Antonyms?|see|Usage|Example|Examples)\s*:")
 
+_PRON = re.compile(r"(?:(?<=\s)|^)/[^/\s](?:[^/]*[^/\s])?/(?=[\s,;]|$)")   # " /ˈɪnkl/ " (Ding: an abbreviation's pronunciation)
+
 def _terms(s: str) -> list[str]:
     s = re.sub(r"\s+\d+\.$", "", s.strip())        # "talo 2." (Wiktionary: more glosses follow)
+    s = _PRON.sub(" ", s)
     s = re.sub(r"<[^>]*>|\[[^\]]*\]|\([^)]*\)|\{[^}]*\}", " ", s)
     out = []
     for t in re.split(r"[,;]", s):
@@ -400,11 +409,11 @@ def english_lemmas(word: str) -> list[str]:
     out = [w] + ([EN_IRREGULAR[w]] if w in EN_IRREGULAR else [])
     def undouble(s): return [s[:-1]] if len(s) > 2 and s[-1] == s[-2] and s[-1] not in "lsz" else []
     if w.endswith("ies") and len(w) > 4: out.append(w[:-3] + "y")
-    if w.endswith("es") and len(w) > 3: out.append(w[:-2])
     if w.endswith("s") and not w.endswith("ss") and len(w) > 3: out.append(w[:-1])
+    if w.endswith("es") and len(w) > 3: out.append(w[:-2])
     if w.endswith("ied") and len(w) > 4: out.append(w[:-3] + "y")
-    if w.endswith("ed") and len(w) > 4: out += [w[:-2] + "e", w[:-2]] + undouble(w[:-2])
-    if w.endswith("ing") and len(w) > 5: out += [w[:-3] + "e", w[:-3]] + undouble(w[:-3])
+    if w.endswith("ed") and len(w) > 3: out += [w[:-2] + "e", w[:-2]] + undouble(w[:-2])
+    if w.endswith("ing") and len(w) > 4: out += [w[:-3] + "e", w[:-3]] + undouble(w[:-3])
     return list(dict.fromkeys(out))
 
 class FreeDict:
@@ -526,7 +535,8 @@ def get_translator(spec: str, cache: Cache | None = None, **kw) -> Translator:
     raise ClirError(f"unknown translator {spec!r}; use 'nllb:<model id or local folder>' or 'dict:freedict'")
 
 # %% ../nbs/06_translate.ipynb #f78c44b3
-VIEW_REVISION = 1   # bump when the way views translate changes (the key of every view changes with it)
+VIEW_REVISION = 2   # bump when the way views translate changes (the key of every view changes with it)
+# 2: the rule splitter keeps closing quotes; FreeDict drops pronunciations and lemmatises -s before -es
 
 def _view_tag(kind: str, translator: Translator, src: str, tgt: str) -> str:
     return f"{kind}[{translator.name}]:{stable_hash(translator.identity, src, tgt, VIEW_REVISION, n=16)}"
