@@ -303,9 +303,8 @@ class HFBackend(Backend):
         if not self.is_chat: return _plain(body) + (prefill or "")
         msgs = _messages(body)
         if self.system_prompt and msgs[0]["role"] != "system": msgs = [{"role": "system", "content": self.system_prompt}] + msgs
-        if prefill is None: return self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        return self.tokenizer.apply_chat_template(msgs + [{"role": "assistant", "content": prefill}], tokenize=False,
-                                                  continue_final_message=True)
+        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return text + (prefill or "")   # appended verbatim, as llm-rankers does (a template may trim message text)
 
     def _ids(self, prompt) -> list[int]:
         text = self.render_text(prompt)
