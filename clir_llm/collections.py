@@ -13,10 +13,10 @@ from .languages import parse_pair, language
 
 # %% auto #0
 __all__ = ['CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS', 'CLEF_TOPICS', 'CLEF_LAYOUT',
-           'data_dir', 'read_jsonl', 'Collection', 'load_folder_collection', 'register_collection', 'collection_pairs',
-           'list_collections', 'load_collection', 'read_ciral_topics', 'load_ciral', 'clef_home', 'read_text_lines',
-           'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels',
-           'clef_doc_files', 'load_clef2003', 'cli_datasets']
+           'CLEF_SOURCES', 'CLEF_TEXT_VERSION', 'data_dir', 'read_jsonl', 'Collection', 'load_folder_collection',
+           'register_collection', 'collection_pairs', 'list_collections', 'load_collection', 'read_ciral_topics',
+           'load_ciral', 'clef_home', 'read_text_lines', 'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs',
+           'read_clef_topics', 'read_clef_qrels', 'clef_doc_files', 'load_clef2003', 'cli_datasets']
 
 # %% ../nbs/03_collections.ipynb #ffb2da1b
 def data_dir() -> Path:
@@ -420,9 +420,22 @@ def read_text_lines(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]
 import html as _html, re as _re
 
 _DOC_TAG = _re.compile(r"<(/?)DOC(?:\s[^>]*)?>", _re.I)
-_TITLE_TAGS, _TEXT_TAGS = ("HEADLINE", "TITLE", "TI"), ("LEAD", "LD", "TEXT", "TX", "ST", "SUBJECT")
-_SUBJECT_IS_TEXT = ("IZV",)   # DOCNO prefixes whose <SUBJECT> is text (Izvestia); LA Times' <SUBJECT> holds index terms
-_FIELD = _re.compile(rf"<({'|'.join(('DOCNO', 'DOCID') + _TITLE_TAGS + _TEXT_TAGS)})(?:\s[^>]*)?>(.*?)</\1\s*>", _re.I | _re.S)
+# (DOCNO prefix, collection, fields of the document text in the authors' order as (tag, every occurrence?));
+# longer prefixes first ('LASTAMPA' before 'LA').
+CLEF_SOURCES = (
+    ("LASTAMPA", "La Stampa 94", (("TEXT", True), ("TITLE", True))),
+    ("SPIEGEL", "Der Spiegel 94/95", (("TITLE", True), ("LEAD", False), ("TEXT", True))),
+    ("AAMU", "Aamulehti 94/95", (("TEXT", True),)),
+    ("SDA", "SDA 94/95 (German)", (("TX", True), ("LD", False), ("TI", False), ("KW", False))),
+    ("AGZ", "SDA 94 / AGZ 95 (Italian)", (("TI", True), ("LD", True), ("TX", True))),
+    ("IZV", "Izvestia 95", (("TEXT", False), ("TITLE", False), ("SUBJECT", False))),
+    ("LA", "LA Times 94", (("HEADLINE", True), ("TEXT", True))),
+    ("GH", "Glasgow Herald 95", (("HEADLINE", False), ("TEXT", True))),
+    ("FR", "Frankfurter Rundschau 94", (("TITLE", True), ("TEXT", False))),
+)
+_CLEF_OTHER = tuple((t, True) for t in ("HEADLINE", "TITLE", "TI", "LEAD", "LD", "TEXT", "TX"))   # DOCNO of no known collection
+_CLEF_TAGS = sorted({t for fs in [s[2] for s in CLEF_SOURCES] + [_CLEF_OTHER] for t, _ in fs})
+_FIELD = _re.compile(rf"<({'|'.join(['DOCNO', 'DOCID'] + _CLEF_TAGS)})(?:\s[^>]*)?>(.*?)</\1\s*>", _re.I | _re.S)
 _MARKUP = _re.compile(r"<[^>]*>")
 
 def iter_doc_blocks(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]]:
@@ -445,16 +458,17 @@ def _clean(s: str) -> str:
     return " ".join(_html.unescape(_MARKUP.sub(" ", s)).split()) if "<" in s or "&" in s else " ".join(s.split())
 
 def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) -> Document:
-    "A `Document` from the inside of one `<DOC>` block (id from DOCNO, else DOCID; fields as tabled above)."
+    "A `Document` from the inside of one `<DOC>` block: id from DOCNO (else DOCID); `text` the paper's (table above), no title."
     f: dict[str, list[str]] = {}
     for m in _FIELD.finditer(block): f.setdefault(m.group(1).upper(), []).append(m.group(2))
     ids = f.get("DOCNO") or f.get("DOCID") or []
     docid = _clean(ids[0]) if ids else ""
     if not docid: raise FormatError(path or "<DOC> block", line, "document without <DOCNO> (or <DOCID>)")
     if len(ids) > 1: raise FormatError(path or "<DOC> block", line, f"document {docid!r} has {len(ids)} id tags (a missing </DOC>?)")
-    join = lambda tags: " ".join(x for t in tags for x in map(_clean, f.get(t, ())) if x)
-    text_tags = _TEXT_TAGS if docid.upper().startswith(_SUBJECT_IS_TEXT) else _TEXT_TAGS[:-1]
-    return Document(docid, join(text_tags), join(_TITLE_TAGS), lang)
+    up = docid.upper()
+    fields = next((fs for p, _, fs in CLEF_SOURCES if up.startswith(p)), _CLEF_OTHER)
+    parts = (_clean(x) for tag, every in fields for x in (f.get(tag, ()) if every else f.get(tag, ())[:1]))
+    return Document(docid, " ".join(p for p in parts if p), "", lang)
 
 def iter_clef_docs(path, lang: str, encoding: str = "latin-1") -> Iterator[Document]:
     "Stream the documents of one CLEF document file."
@@ -511,6 +525,7 @@ def read_clef_qrels(path) -> Qrels:
     return q
 
 # %% ../nbs/03_collections.ipynb #ad6e6247
+CLEF_TEXT_VERSION = 2   # how documents are assembled (2: the paper's field order, no title); part of every CLEF key
 _SKIP = _re.compile(r"(?i)(^readme|^\.|\.(dtd|pdf|docx?|html?|md5|sha\d*|sh|pl|py|log|lst|list)$)")
 _ARCHIVE = _re.compile(r"(?i)\.(tgz|tar|tar\.gz|tar\.bz2|zip|z|7z|rar)$")
 
@@ -571,7 +586,7 @@ def load_clef2003(pair: str, root=None, check_counts: bool = True, cache_root=No
     def docs():
         for f in files: yield from iter_clef_docs(f, dl.code, enc)
     stat = lambda p: (str(p.relative_to(home)), p.stat().st_size, int(p.stat().st_mtime))
-    key = stable_hash("clef2003", f"{ql.code}-{dl.code}", [stat(p) for p in (tpath, qpath, *files)])
+    key = stable_hash("clef2003", CLEF_TEXT_VERSION, f"{ql.code}-{dl.code}", [stat(p) for p in (tpath, qpath, *files)])
     coll = Collection("clef2003", pair, queries, qrels, docs, key=key, store="sqlite", qrels_path=qpath, cache_root=cache_root)
     coll.expected_num_docs = CLEF_COUNTS[dl.code] if check_counts else None
     coll.corpus_path = _clef_lang_dir(home, dl.code)
