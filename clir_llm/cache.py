@@ -139,9 +139,11 @@ class Namespace:
     def put(self, item, value, meta: dict | None = None): self.put_many([(item, value)], meta)
 
     def get_or_compute(self, items: Sequence, compute: Callable[[list], list], batch_size: int = 32,
-                       desc: str | None = None, order: Callable | None = None, progress: bool = True) -> list:
+                       desc: str | None = None, order: Callable | None = None, progress: bool = True,
+                       batches: Callable[[list], Iterable[list]] | None = None) -> list:
         """Values of `items` in order: hits from the cache, misses computed by `compute(batch) -> values`.
-        Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length),
+        Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length;
+        `batches(misses)` instead cuts the sorted misses into batches of its own choosing, e.g. by a token budget),
         and each batch is committed before the next starts. In replay mode a miss raises `CacheMiss`."""
         items = list(items)
         hits = self.get_many(items)
@@ -158,8 +160,9 @@ class Namespace:
         self.misses += len(todo)
         done = {}
         bar = tqdm(total=len(todo), desc=desc or self.stage, disable=not progress or not todo, leave=False)
-        for b in range(0, len(todo), batch_size):
-            batch = todo[b:b + batch_size]
+        cut = batches(todo) if batches is not None else (todo[b:b + batch_size] for b in range(0, len(todo), batch_size))
+        for batch in cut:
+            batch = list(batch)
             values = list(compute(batch))
             if len(values) != len(batch):
                 raise ClirError(f"{self.stage}: compute returned {len(values)} values for {len(batch)} inputs")

@@ -95,11 +95,26 @@ def sentence_splitter(lang: str) -> Splitter:
 class SentenceTranslator(Translator):
     "Sentence-level MT: split, translate unique uncached sentences in length-sorted batches, reassemble."
     batch_size: int = 32
-    def __init__(self, cache: Cache | None = None, batch_size: int = 32, progress: bool = True):
+    def __init__(self, cache: Cache | None = None, batch_size: int = 32, progress: bool = True, batch_tokens: int | None = None):
         super().__init__()
         self.cache, self.batch_size, self.progress = cache if cache is not None else Cache(), batch_size, progress
+        self.batch_tokens = batch_tokens
 
     def _translate_batch(self, sentences: list[str], src: str, tgt: str) -> list[str]: raise NotImplementedError
+    def _lengths(self, sentences: list[str], src: str) -> list[int]:
+        "Each sentence's input length in the model's units, for token-budget batches (here: words + 2)."
+        return [len(x.split()) + 2 for x in sentences]
+
+    def _budget_batches(self, lengths: dict):
+        "Cut sentences sorted longest first into batches whose padded size (sentences x longest) fits `batch_tokens`."
+        def cut(todo):
+            batch, longest = [], 0
+            for x in todo:
+                if batch and max(longest, lengths[x]) * (len(batch) + 1) > self.batch_tokens:
+                    yield batch; batch, longest = [], 0
+                batch.append(x); longest = max(longest, lengths[x])
+            if batch: yield batch
+        return cut
     def _namespace(self, src: str, tgt: str): return self.cache.namespace("translate", **self.identity, src=src, tgt=tgt)
 
     def split(self, texts: Sequence[str], lang: str) -> list[list[str]]:
@@ -127,7 +142,11 @@ class SentenceTranslator(Translator):
             out = self._translate_batch(batch, src, tgt)
             bar.update(len(batch)); u.count("translated_sentences", len(batch))
             return out
-        got = ns.get_or_compute(todo, compute, batch_size=self.batch_size, order=lambda s: -len(s), progress=False) if todo else []
+        if todo and self.batch_tokens:   # as many sentences per batch as fit in the token budget, longest first
+            lengths = dict(zip(todo, self._lengths(todo, src)))
+            got = ns.get_or_compute(todo, compute, order=lambda s: -lengths[s], batches=self._budget_batches(lengths), progress=False)
+        else:
+            got = ns.get_or_compute(todo, compute, batch_size=self.batch_size, order=lambda s: -len(s), progress=False) if todo else []
         bar.close()
         table = {s: v for s, v in zip(todo, got)}
         table.update({uniq[i]: v for i, v in hits.items()})
@@ -174,8 +193,9 @@ class NLLBTranslator(SentenceTranslator):
     "NLLB-200 (transformers), sentence level: greedy decoding, inputs cut at `max_length` tokens, cached per sentence."
     def __init__(self, model: str = "facebook/nllb-200-1.3B", revision: str | None = None, device: str | None = None,
                  dtype: str | None = None, max_length: int = 128, max_new_tokens: int = 256, batch_size: int = 32,
+                 batch_tokens: int | None = None,
                  cache: Cache | None = None, progress: bool = True):
-        super().__init__(cache=cache, batch_size=batch_size, progress=progress)
+        super().__init__(cache=cache, batch_size=batch_size, progress=progress, batch_tokens=batch_tokens)
         self.model_id, self._revision, self.max_length, self.max_new_tokens = str(model), revision, max_length, max_new_tokens
         self.device, self.dtype = device, dtype
         self.local = Path(self.model_id).expanduser().exists()
@@ -238,6 +258,12 @@ class NLLBTranslator(SentenceTranslator):
         self.load()
         self._tok.src_lang = language(src).nllb
         return self._tok(list(sentences), return_tensors="pt", padding=True, truncation=True, max_length=self.max_length)
+
+    def _lengths(self, sentences, src):
+        "Source tokens of each sentence (language code and `</s>` included) as cut at `max_length`: the batch budget's units."
+        self.load()
+        self._tok.src_lang = language(src).nllb
+        return [min(len(x), self.max_length) for x in self._tok(list(sentences))["input_ids"]]
 
     def _translate_batch(self, sentences, src, tgt):
         import torch
@@ -593,14 +619,16 @@ def cli_translate(argv=None) -> int:
     p.add_argument("--translator", default="dict:freedict", help="dict:freedict | nllb:<model id or local folder>")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--root", default=None, help="collection data folder (collection-specific)")
-    p.add_argument("--batch-size", type=int, default=32, help="NLLB sentences per batch")
+    p.add_argument("--batch-tokens", type=int, default=0, help="NLLB batches of as many sentences as fit in this many padded source tokens, e.g. 4096 on a GPU (0: --batch-size sentences each)")
+    p.add_argument("--batch-size", type=int, default=32, help="NLLB sentences per batch (when --batch-tokens is 0)")
     p.add_argument("--device", default=None, help="NLLB device (default: cuda if available, else cpu)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="NLLB: most tokens generated per sentence")
     p.add_argument("--limit", type=int, default=None, help="translate only the first N documents (DT)")
     a = p.parse_args(argv)
     from clir_llm.collections import load_collection
     coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
-    kw = {"batch_size": a.batch_size, "device": a.device, "max_new_tokens": a.max_new_tokens} if a.translator.startswith("nllb:") else {}
+    kw = ({"batch_size": a.batch_size, "batch_tokens": a.batch_tokens or None, "device": a.device, "max_new_tokens": a.max_new_tokens}
+          if a.translator.startswith("nllb:") else {})
     tr = get_translator(a.translator, **kw)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
