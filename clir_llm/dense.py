@@ -28,6 +28,7 @@ class EncoderSpec:
     pooling: str                 # "cls" | "mean" | "last" (EOS appended) | "model" (the model's own encode())
     query_prefix: str = ""       # put before every query (NV-Embed-v2: the instruction)
     doc_prefix: str = ""         # put before every document
+    title: bool = True           # encode the document's title before its text (False: text only, as the authors' encode.py)
     title_sep: str = "\n"        # joins a document's title and text
     max_length: int = 512        # tokens, queries
     doc_max_length: int = 512    # tokens, documents
@@ -46,13 +47,13 @@ class EncoderSpec:
 NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
 
 ENCODERS: dict[str, EncoderSpec] = {s.name: s for s in [
-    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", dims=768, trust_remote_code=True),
-    EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls"),
-    EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ",
+    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True),
+    EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
+    EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False,
                 quirks=(("query_prefix", ""), ("doc_prefix", ""))),
     EncoderSpec("repllama", "castorini/repllama-v1-7b-lora-passage", "RepLlama", "last", "query: ", "passage: ",
                 title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="bfloat16", quirks=(("doc_max_length", 128),)),
-    EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "model", NV_INSTRUCTION, "",
+    EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "model", NV_INSTRUCTION, "", title=False,
                 trust_remote_code=True, half="bfloat16"),
     EncoderSpec("e5-small", "assets:e5-small", "mE5-small (stand-in for the paper's encoders)", "mean",
                 "query: ", "passage: ", stand_in=True),
@@ -69,8 +70,8 @@ def get_encoder_spec(name: str, paper_quirks: bool = False, **overrides) -> Enco
     return dataclasses.replace(spec, **overrides) if overrides else spec
 
 def doc_input(spec: EncoderSpec, doc: Document) -> str:
-    "The text the encoder sees for a document: prefix, then title and text."
-    body = f"{doc.title}{spec.title_sep}{doc.text}" if doc.title else doc.text
+    "The text the encoder sees for a document: prefix, then title and text (text only when `spec.title` is False)."
+    body = f"{doc.title}{spec.title_sep}{doc.text}" if (doc.title and spec.title) else doc.text
     return spec.doc_prefix + body
 
 def query_input(spec: EncoderSpec, text: str) -> str:
@@ -258,6 +259,11 @@ def tiny_random_model(arch: str, folder, seed: int = 0) -> Path:
     return folder
 
 # %% ../nbs/08_dense.ipynb #ca5b4e1f
+def _title_tag(spec: EncoderSpec) -> str:
+    "'[title]' / '[no-title]' when `spec` encodes titles differently from its registry entry, else ''."
+    reg = ENCODERS.get(spec.name)
+    return "" if reg is None or spec.title == reg.title else ("[title]" if spec.title else "[no-title]")
+
 class Dense:
     "Dense first stage: a registry encoder + exact FAISS inner-product search."
     def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
@@ -265,7 +271,7 @@ class Dense:
                  progress: bool = True, sort: bool = True, **overrides):
         spec = get_encoder_spec(model, paper_quirks=paper_quirks, **overrides)
         self.encoder = Encoder(spec, device=device, batch_size=batch_size, cache=cache, progress=False)
-        self.name = f"dense:{spec.name}" + ("[paper-quirks]" if paper_quirks and spec.quirks else "")
+        self.name = f"dense:{spec.name}" + ("[paper-quirks]" if paper_quirks and spec.quirks else "") + _title_tag(spec)
         self.chunk_size, self.progress, self.sort = chunk_size, progress, sort
 
     @property

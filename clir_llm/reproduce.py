@@ -8,18 +8,19 @@ import json, os, sys, time, shutil
 from pathlib import Path
 from typing import Literal, Optional
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from typing import Union
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, field_validator
 from tqdm.auto import tqdm
 from .core import ClirError, Run, Usage, atomic_write, write_json, stable_hash, usage_path
 from .languages import parse_pair
 
 # %% auto #0
 __all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'PUBLISHED_DOC_LENGTH', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
-           'Config', 'resolve_config', 'load_config', 'method_label', 'Pipeline', 'first_stage_table', 'rerank_table',
-           'cost_summary', 'doc_length_table', 'doc_length_figure', 'cost_figure', 'save_figure', 'repo_root',
-           'experiment_notebook', 'results_dir', 'code_fingerprint', 'reproduce', 'save_table', 'load_table',
-           'RegressionCell', 'Regression', 'check', 'write_regression', 'describe_collection', 'describe_translator',
-           'describe_method', 'describe_backend', 'plan', 'cli_reproduce', 'cli_check']
+           'Config', 'resolve_config', 'load_config', 'method_label', 'rerank_params', 'Pipeline', 'first_stage_table',
+           'rerank_table', 'cost_summary', 'doc_length_table', 'doc_length_figure', 'cost_figure', 'save_figure',
+           'repo_root', 'experiment_notebook', 'results_dir', 'code_fingerprint', 'reproduce', 'save_table',
+           'load_table', 'RegressionCell', 'Regression', 'check', 'write_regression', 'describe_collection',
+           'describe_translator', 'describe_method', 'describe_backend', 'plan', 'cli_reproduce', 'cli_check']
 
 # %% ../nbs/13_reproduce.ipynb #5397c70f
 class _Strict(BaseModel):
@@ -32,6 +33,25 @@ class FirstStageConfig(_Strict):
     depth: int = Field(100, gt=0)
     only_pairs: dict[str, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
+    dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
+
+    @field_validator("dense_title")
+    @classmethod
+    def _dense_title(cls, v):
+        if isinstance(v, dict):
+            from clir_llm.dense import ENCODERS
+            if bad := [k for k in v if k not in ENCODERS]:
+                raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
+        return v
+
+    def text_only(self, method: str) -> tuple[str, ...]:
+        "The dense encoders of `method` (a `dense:` or `rrf:` method) that encode documents without their titles."
+        from clir_llm.dense import get_encoder_spec
+        from clir_llm.retrieve import _dense_title
+        m = str(method).strip()
+        parts = m[4:].split("+") if m.lower().startswith("rrf:") else [m]
+        names = [p.strip()[6:].strip() for p in parts if p.strip().lower().startswith("dense:")]
+        return tuple(n for n in names if not (t if (t := _dense_title(self.dense_title, n)) is not None else get_encoder_spec(n).title))
 
     def runs_on(self, method: str, pair: str) -> bool:
         "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
@@ -56,6 +76,7 @@ class RerankerConfig(_Strict):
     max_words: int = Field(300, gt=0)    # listwise: passages cut to this many words
     context: int = Field(4096, gt=0)     # listwise: prompt + answer must fit this many tokens
     max_queries: Optional[int] = Field(None, gt=0)   # demo: rerank only the first N queries of each pair (sorted qids)
+    doc_title: StrictBool = True         # show document titles (title + text); false: text only, as the authors' rerankers
 
 class DocLengthConfig(_Strict):
     "The document-length study: rerankers × first stages × OG/DT at several passage lengths."
@@ -141,6 +162,12 @@ def method_label(method: str) -> str:
         return get_encoder_spec(m[6:]).label.split(" (")[0]
     return m.upper()
 
+def rerank_params(rc: RerankerConfig, passage_tokens: int | None = None) -> dict:
+    "The parameters of `rc` that name its runs (`doc_title` only when false, so earlier run files keep their names)."
+    params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"} | ({"doc_title"} if rc.doc_title else set()))
+    if passage_tokens is not None: params.update(passage_tokens=passage_tokens, max_words=passage_tokens)
+    return params
+
 def _slug(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:60]
 
@@ -181,6 +208,14 @@ class Pipeline:
     def _path(self, pair: str, label: str, ident) -> Path:
         return self.out / "runs" / pair / f"{_slug(label)}.{stable_hash(ident, n=10)}.trec"
 
+    def first_stage_path(self, pair: str, method: str) -> Path:
+        "The file of the first-stage run of `method` on `pair` (named by everything that determines the run)."
+        fs, coll = self.cfg.first_stage, self.collection(pair)
+        dense_len = fs.dense_doc_max_length if "dense:" in method else None
+        text_only = fs.text_only(method)   # in the identity only when some encoder drops titles (earlier files keep their names)
+        return self._path(pair, method, (method, fs.translator if ("qt" in method or "dt" in method) else None, fs.depth, coll.key)
+                          + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ()))
+
     def first_stage(self, pair: str, method: str) -> Optional[Run]:
         "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
         fs = self.cfg.first_stage
@@ -189,11 +224,11 @@ class Pipeline:
             return None
         coll = self.collection(pair)
         dense_len = fs.dense_doc_max_length if "dense:" in method else None
-        path = self._path(pair, method, (method, fs.translator if ("qt" in method or "dt" in method) else None, fs.depth, coll.key)
-                          + ((dense_len,) if dense_len else ()))
+        path = self.first_stage_path(pair, method)
         if path.exists(): return self._kept(pair, Run.read(path, name=method), path)
         from clir_llm.retrieve import get_retriever
-        retr = get_retriever(method, translator=self.translator() if fs.translator else None, cache=self.cache, doc_max_length=dense_len)
+        retr = get_retriever(method, translator=self.translator() if fs.translator else None, cache=self.cache, doc_max_length=dense_len,
+                             dense_title=fs.dense_title)
         t0 = time.time()
         run = retr.retrieve(coll, k=fs.depth)
         run.name = method
@@ -220,8 +255,7 @@ class Pipeline:
         if base is None: return None
         qids = self.query_subset(pair, rc)
         base = Run({q: base[q] for q in qids if q in base}, name=base.name)
-        params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"})
-        if passage_tokens is not None: params.update(passage_tokens=passage_tokens, max_words=passage_tokens)
+        params = rerank_params(rc, passage_tokens)
         label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
         path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base))))
         if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
@@ -230,10 +264,10 @@ class Pipeline:
         if rc.method.startswith("listwise"):
             method = rc.method if rc.method != "listwise" else f"listwise-{rc.prompt or 'rankzephyr'}"
             rr = get_reranker(method, backend, window=rc.window, step=rc.step, context=rc.context,
-                              max_words=params["max_words"], progress=self.progress)
+                              max_words=params["max_words"], doc_title=rc.doc_title, progress=self.progress)
         else:
             rr = get_reranker(rc.method, backend, sort_k=rc.k, scoring=rc.scoring, query_tokens=rc.query_tokens,
-                              passage_tokens=params["passage_tokens"], progress=self.progress)
+                              passage_tokens=params["passage_tokens"], doc_title=rc.doc_title, progress=self.progress)
         run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
         run.name = label
         rr.save(path); run.write(path, tag=_slug(label))
@@ -557,19 +591,22 @@ def describe_translator(spec: str) -> str:
     T.get_translator(spec)  # raises the translator module's own error for an unknown spec
     return spec
 
-def describe_method(method: str, translator: str | None = None) -> str:
+def describe_method(method: str, translator: str | None = None, dense_title=None) -> str:
     "What a first-stage method string resolves to: BM25 variant and analyzer, dense registry entry, fusion parts."
     m = str(method).strip()
     if m.lower().startswith("rrf:"):
         parts = [p for p in m[4:].split("+") if p.strip()]
         if len(parts) < 2: raise ClirError(f"rrf needs two or more methods joined by '+', got {method!r}")
-        return "reciprocal rank fusion (k=60) of " + "; ".join(describe_method(p, translator) for p in parts)
+        return "reciprocal rank fusion (k=60) of " + "; ".join(describe_method(p, translator, dense_title) for p in parts)
     if m.lower().startswith("dense:"):
         from clir_llm.dense import get_encoder_spec
+        from clir_llm.retrieve import _dense_title
         s = get_encoder_spec(m[6:])
+        title = t if (t := _dense_title(dense_title, m[6:])) is not None else s.title
         extra = f", base {s.base_model}" if s.base_model else ""
         return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
-                f"document prefix {s.doc_prefix!r}, max {s.doc_max_length} tokens), exact FAISS inner product")
+                f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
+                "exact FAISS inner product")
     if m.lower() in ("bm25-og", "bm25-qt", "bm25-dt"):
         if m.lower() != "bm25-og" and not translator and "dt" not in m.lower():
             raise ClirError(f"{m} needs first_stage.translator")
@@ -603,7 +640,7 @@ def plan(cfg: Config) -> list[str]:
     if fs.dense_doc_max_length: lines.append(f"dense encoders: documents cut at {fs.dense_doc_max_length} tokens (instead of the registry's length)")
     for m in fs.methods:
         where = f" (pairs {', '.join(fs.only_pairs[m])})" if m in fs.only_pairs else ""
-        lines.append(f"first stage {m}{where}: {describe_method(m, fs.translator)}; top {fs.depth}")
+        lines.append(f"first stage {m}{where}: {describe_method(m, fs.translator, fs.dense_title)}; top {fs.depth}")
     for m in fs.only_pairs:
         if m not in fs.methods: raise ClirError(f"first_stage.only_pairs names {m!r}, which is not in first_stage.methods")
     calls = 0
@@ -612,7 +649,8 @@ def plan(cfg: Config) -> list[str]:
             if f not in fs.methods: raise ClirError(f"reranker {r.name!r}: first stage {f!r} is not in first_stage.methods")
         pairs = cfg.reranker_pairs(r)
         lines.append(f"reranker {r.name}: {r.method} with {r.llm} = {describe_backend(r.llm)}; first stages {', '.join(r.first_stages)}; "
-                     f"docs {'/'.join(r.docs)}; top {r.top_k}; pairs {', '.join(pairs)}" + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
+                     f"docs {'/'.join(r.docs)} ({'title + text' if r.doc_title else 'text only'}); top {r.top_k}; pairs {', '.join(pairs)}"
+                     + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
     if cfg.doc_length:
         lines.append(f"document length study: {cfg.doc_length.tokens} tokens × {', '.join(cfg.doc_length.rerankers)} × "
                      f"{', '.join(cfg.doc_length.first_stages)} × {'/'.join(cfg.doc_length.docs)}")

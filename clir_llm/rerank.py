@@ -16,9 +16,9 @@ from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
 
 # %% auto #0
 __all__ = ['PROMPT_FIELDS', 'Sort', 'SORTS', 'METHODS', 'prompts_dir', 'PromptTemplate', 'QrelsOracle', 'prompt_tokens',
-           'cut_words', 'listwise_messages', 'render_text', 'parse_permutation', 'window_starts', 'ListwiseReranker',
-           'parse_prp', 'PairJudge', 'allpair', 'heapsort', 'bubblesort', 'run_sort', 'PairwiseReranker',
-           'get_reranker', 'load_docs_view', 'check_run', 'cli_rerank']
+           'cut_words', 'listwise_messages', 'render_text', 'parse_permutation', 'window_starts', 'doc_text',
+           'ListwiseReranker', 'parse_prp', 'PairJudge', 'allpair', 'heapsort', 'bubblesort', 'run_sort',
+           'PairwiseReranker', 'get_reranker', 'load_docs_view', 'check_run', 'cli_rerank']
 
 # %% ../nbs/11_rerank.ipynb #b51387e0
 PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placeholders, field required?)
@@ -128,7 +128,8 @@ class QrelsOracle:
         key = lambda s: tuple(_norm(s).replace("(", "[").replace(")", "]").split()[:8])
         if qid not in self._grades:
             judged = self.qrels.get(qid, {})
-            self._grades[qid] = {key(d.full_text): judged[d.docid] for d in self.collection.get_docs(list(judged))}
+            self._grades[qid] = {key(t): judged[d.docid] for d in self.collection.get_docs(list(judged))
+                                 for t in (d.text, d.full_text)}   # a reranker may show the title or not
         words = key(passage)
         if words in self._grades[qid]: return self._grades[qid][words]
         for dw, g in self._grades[qid].items():  # a passage cut to fewer than 8 words
@@ -223,6 +224,10 @@ def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
 # %% ../nbs/11_rerank.ipynb #59c78f48
 def _lang(doc, collection) -> str: return doc.lang or getattr(collection, "doc_lang", "") or "?"
 
+def doc_text(doc, title: bool = True) -> str:
+    "The passage a reranker shows: title and text (`Document.full_text`), or the text alone (`title=False`)."
+    return doc.full_text if title else doc.text
+
 def _quiet(fn) -> dict:
     "`progress=False` for backend methods that draw their own progress bar (the reranker draws one per run)."
     import inspect
@@ -285,6 +290,7 @@ class ListwiseReranker(_Reranker):
                  max_new_tokens: int | None = None,  # answer budget; default: the tokens of "[1] > [2] > ... > [window]"
                  batch_queries: bool = True,     # send the r-th windows of all queries together (batching backends)
                  batch_size: int | None = None,  # prompts per backend call when batching (None: a whole round; the backend batches)
+                 doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
                  progress: bool = True):
         self.backend, self.template = backend, PromptTemplate.load(template)
         if self.template.method != "listwise": raise ClirError(f"template {self.template.name!r} is not a listwise prompt")
@@ -296,7 +302,9 @@ class ListwiseReranker(_Reranker):
         self.as_messages = bool(getattr(backend, "is_chat", False))
         self.params = dict(template=self.template.name, window=window, step=step, max_words=max_words, context=context,
                            max_new_tokens=self.max_new_tokens)
-        self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]"
+        self.doc_title = doc_title
+        if not doc_title: self.params["doc_title"] = False
+        self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]" + ("" if doc_title else "[no-title]")
         self.usage, self.diagnostics = Usage(), {}
 
     def build_prompt(self, query: str, texts: Sequence[str]) -> tuple[object, int, int]:
@@ -328,7 +336,7 @@ class ListwiseReranker(_Reranker):
         plans = {q: window_starts(len(ids), self.window, self.step) for q, ids in order.items()}
         texts, langs = {}, {}
         for q, ids in order.items():
-            for d in collection.get_docs(ids): texts[d.docid], langs[d.docid] = d.full_text, _lang(d, collection)
+            for d in collection.get_docs(ids): texts[d.docid], langs[d.docid] = doc_text(d, self.doc_title), _lang(d, collection)
         deepest_cut = {}  # (qid, docid) -> smallest word cut the document got
         groups = [list(order)] if self.batch_queries and getattr(self.backend, "supports_batching", False) else [[q] for q in order]
         bar = tqdm(total=sum(map(len, plans.values())), desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
@@ -488,6 +496,7 @@ class PairwiseReranker(_Reranker):
                  batch_orders: bool = True,      # both orders of a comparison in one call
                  batch_queries: bool = True,     # pending comparisons of all queries in one batch
                  batch_size: int | None = None,  # prompts per backend call (None: all pending; the backend batches)
+                 doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
                  progress: bool = True):
         if method not in SORTS: raise ClirError(f"unknown pairwise method {method!r} (one of {', '.join(SORTS)})")
         if scoring not in ("generation", "likelihood"): raise ClirError(f"scoring must be 'generation' or 'likelihood', got {scoring!r}")
@@ -502,8 +511,10 @@ class PairwiseReranker(_Reranker):
         self.batch_size, self.progress = batch_size, progress
         self.params = dict(method=method, sort_k=sort_k, scoring=scoring, template=self.template.name,
                            query_tokens=query_tokens, passage_tokens=passage_tokens)
+        self.doc_title = doc_title
+        if not doc_title: self.params["doc_title"] = False
         kk = "" if sort_k is None else str(sort_k)
-        self.name = f"prp-{method}{kk}-{scoring[:3]}[{backend.name}]"
+        self.name = f"prp-{method}{kk}-{scoring[:3]}[{backend.name}]" + ("" if doc_title else "[no-title]")
         self.usage, self.diagnostics = Usage(), {}
 
     # -- prompts in the backend's form
@@ -553,7 +564,7 @@ class PairwiseReranker(_Reranker):
             queries[q] = self.backend.truncate(qtext, self.query_tokens)
             texts = {}
             for d in collection.get_docs(ids):
-                full = _norm(d.full_text)
+                full = _norm(doc_text(d, self.doc_title))
                 texts[d.docid] = self.backend.truncate(full, self.passage_tokens)
                 n = self.backend.count_tokens(full)
                 if n > self.passage_tokens: self._truncated(q, _lang(d, collection), n - self.passage_tokens)
@@ -656,6 +667,8 @@ def cli_rerank(argv=None) -> int:
     ap.add_argument("--context", type=int, default=4096, help="listwise context size in tokens")
     ap.add_argument("--passage-tokens", type=int, default=300, help="pairwise passage cut (tokens)")
     ap.add_argument("--max-words", type=int, default=300, help="listwise passage cut (words)")
+    ap.add_argument("--doc-title", action=argparse.BooleanOptionalAction, default=True,
+                    help="show each document's title before its text (default); --no-doc-title: text only, as the paper's authors")
     ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     ap.add_argument("--cache-mode", default="readwrite", choices=("readwrite", "readonly", "replay", "off"))
     ap.add_argument("--out", required=True, help="where to write the reranked run")
@@ -669,9 +682,9 @@ def cli_rerank(argv=None) -> int:
     from clir_llm.llm import get_backend  # imports torch: only once the inputs are known to be good
     backend = get_backend(a.llm, cache=Cache(a.cache, mode=a.cache_mode))
     if a.method.startswith("listwise"):
-        rr = get_reranker(a.method, backend, window=a.window, step=a.step, context=a.context, max_words=a.max_words)
+        rr = get_reranker(a.method, backend, window=a.window, step=a.step, context=a.context, max_words=a.max_words, doc_title=a.doc_title)
     else:
-        rr = get_reranker(a.method, backend, sort_k=a.sort_k, scoring=a.scoring, passage_tokens=a.passage_tokens)
+        rr = get_reranker(a.method, backend, sort_k=a.sort_k, scoring=a.scoring, passage_tokens=a.passage_tokens, doc_title=a.doc_title)
     out = rr.rerank(collection, run, k=a.top_k)
     out.write(a.out, tag=f"{rr.name}-{a.docs}")
     rr.save(a.out)

@@ -73,17 +73,24 @@ class Fusion:
     def retrieve(self, collection, k: int = 100) -> Run:
         return rrf([r.retrieve(collection, k=k) for r in self.retrievers], k=self.k, depth=k, name=self.name)
 
-def get_retriever(method: str, translator=None, cache=None, **kw):
+def _dense_title(dense_title, encoder: str):
+    "The `title` override for `encoder` from a `dense_title` option (None, a bool, or {encoder: bool}); None = registry default."
+    if isinstance(dense_title, dict): return dense_title.get(encoder.strip().lower())
+    return dense_title
+
+def get_retriever(method: str, translator=None, cache=None, dense_title=None, **kw):
     """A first-stage retriever from a method string (see the table above). `translator`: a `Translator` or a spec such
-    as 'dict:freedict'; `kw` go to `BM25` (threads, k1, b) or `Dense` (batch_size, device, paper_quirks)."""
+    as 'dict:freedict'; `dense_title`: None | bool | {encoder: bool}, whether dense encoders see document titles;
+    `kw` go to `BM25` (threads, k1, b) or `Dense` (batch_size, device, paper_quirks)."""
     m = str(method).strip()
     if m.lower().startswith("rrf:"):
         parts = [p for p in m[4:].split("+") if p.strip()]
         if len(parts) < 2: raise ClirError(f"rrf needs two or more methods joined by '+', e.g. rrf:bm25-dt+dense:e5-small; got {method!r}")
-        return Fusion([get_retriever(p, translator, cache, **kw) for p in parts])
+        return Fusion([get_retriever(p, translator, cache, dense_title, **kw) for p in parts])
     if m.lower().startswith("dense:"):
         from clir_llm.dense import Dense
         dkw = {k: v for k, v in kw.items() if k in ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length") and v is not None}
+        if (title := _dense_title(dense_title, m[6:])) is not None: dkw["title"] = bool(title)
         return Dense(m[6:].strip(), cache=cache, **dkw)
     variant = m.lower()
     if variant in ("bm25-og", "bm25-qt", "bm25-dt"):

@@ -51,7 +51,7 @@ def test_registry_matches_paper():
 def test_e5_mean_with_prefixes(models, tmp_path):
     e = enc("e5", tmp_path, model=str(models["xlmr"]))
     V = e.encode_docs(DOCS)
-    assert np.allclose(V[0], unit(raw(models["xlmr"], "passage: news\nthe dog is in the house").mean(0)), atol=1e-5)
+    assert np.allclose(V[0], unit(raw(models["xlmr"], "passage: the dog is in the house").mean(0)), atol=1e-5)  # text only
     assert np.allclose(e.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "query: dog").mean(0)), atol=1e-5)
     quirky = D.Encoder(D.get_encoder_spec("e5", paper_quirks=True, model=str(models["xlmr"])), cache=Cache(tmp_path), progress=False)
     assert np.allclose(quirky.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "dog").mean(0)), atol=1e-5)
@@ -103,8 +103,25 @@ def test_nv_embed_call_contract(tmp_path):
     e._model, e._tok = Signature(), None
     q = e.encode_queries(["who wrote it?"])
     d = e.encode_docs([Document("x", "text", "title")])
-    assert calls[0] == (["who wrote it?"], D.NV_INSTRUCTION, 512) and calls[1] == (["title\ntext"], "", 512)
+    assert calls[0] == (["who wrote it?"], D.NV_INSTRUCTION, 512) and calls[1] == (["text"], "", 512)   # text only, as the authors
     assert np.allclose(q, [[0.6, 0.8]]) and np.allclose(d, [[0.6, 0.8]])
+
+
+def test_title_per_encoder_as_the_authors(models, tmp_path):
+    """mainlp/llm-clir retrieval/encode.py encodes df["text"] only (mGTE, M3, E5, NV-Embed-v2); retrieval/repllama/data.py
+    encodes 'passage: ' + title + ' ' + text. The offline stand-in keeps title + text (the demo's committed input)."""
+    doc = Document("x", "the dog is in the house", "news")
+    assert {n: D.doc_input(D.get_encoder_spec(n), doc) for n in D.ENCODERS} == {
+        "mgte": doc.text, "m3": doc.text, "e5": "passage: " + doc.text, "nv-embed-v2": doc.text,
+        "repllama": "passage: news the dog is in the house", "e5-small": "passage: news\nthe dog is in the house"}
+    assert D.doc_input(D.get_encoder_spec("m3", title=True), doc) == "news\nthe dog is in the house"
+    assert D.doc_input(D.get_encoder_spec("repllama", title=False), doc) == "passage: " + doc.text
+    assert D.doc_input(D.get_encoder_spec("e5"), Document("y", "cat")) == "passage: cat"   # no title: unchanged
+    on = enc("m3", tmp_path, model=str(models["xlmr"]), title=True).encode_docs(DOCS)
+    off = enc("m3", tmp_path, model=str(models["xlmr"])).encode_docs(DOCS)
+    assert np.allclose(on[0], unit(raw(models["xlmr"], "news\nthe dog is in the house")[0]), atol=1e-5)
+    assert np.allclose(off[0], unit(raw(models["xlmr"], "the dog is in the house")[0]), atol=1e-5)
+    assert not np.array_equal(on[0], off[0]) and np.allclose(on[1:], off[1:], atol=1e-6)
 
 
 def test_batches_do_not_leak_padding(models, tmp_path):

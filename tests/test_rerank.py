@@ -275,6 +275,27 @@ def test_diagnostics_and_usage_saved(tmp_path):
     assert usage["calls"] == sum(d["calls"] for d in diag["per_query"].values()) or usage["calls"] > 0
 
 
+# ---------- titles: shown by default, dropped with doc_title=False (the authors' rerankers read `text` only)
+
+@pytest.mark.parametrize("kind", ["listwise", "pairwise"])
+def test_doc_title_changes_what_the_prompt_shows(kind):
+    coll, first = make(n_queries=1, n_docs=12)
+    coll._docs = {d: Document(d, x.text, "TITLE" + d, x.lang) for d, x in coll._docs.items()}
+    for title in (True, False):
+        seen = []
+        class Spy(QrelsOracle):
+            def generate(self, prompts, max_new_tokens=64, **kw):
+                seen.extend(json.dumps(p) for p in prompts); return super().generate(prompts, max_new_tokens)
+        rr = (ListwiseReranker(Spy(coll), window=6, step=3, doc_title=title, progress=False) if kind == "listwise"
+              else PairwiseReranker(Spy(coll), sort_k=2, doc_title=title, progress=False))
+        out = rr.rerank(coll, first, k=12)
+        text = " ".join(seen)
+        assert ("TITLEq0-d" in text) is title and "doc q0-d" in text
+        assert top_grades(coll, out, "q0", 2) == ideal(coll, "q0", 2)   # the oracle reads passages shown either way
+        assert sorted(out.docids("q0")) == sorted(first.docids("q0"))
+        assert rr.name.endswith("[no-title]") is (not title) and ("doc_title" in rr.params) is (not title)
+
+
 # ---------- OG vs DT on the shipped fixture collection (a real Collection)
 
 def test_og_and_dt_views_on_fixture():
