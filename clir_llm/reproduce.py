@@ -162,6 +162,11 @@ def method_label(method: str) -> str:
         return get_encoder_spec(m[6:]).label.split(" (")[0]
     return m.upper()
 
+def _view_revision() -> tuple:
+    "How translated views are made (`translate.VIEW_REVISION`): part of the name of every run that reads one, so a run made from older translations is never reused."
+    from clir_llm.translate import VIEW_REVISION
+    return ("view", VIEW_REVISION)
+
 def rerank_params(rc: RerankerConfig, passage_tokens: int | None = None) -> dict:
     "The parameters of `rc` that name its runs (`doc_title` only when false, so earlier run files keep their names)."
     params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"} | ({"doc_title"} if rc.doc_title else set()))
@@ -213,8 +218,10 @@ class Pipeline:
         fs, coll = self.cfg.first_stage, self.collection(pair)
         dense_len = fs.dense_doc_max_length if "dense:" in method else None
         text_only = fs.text_only(method)   # in the identity only when some encoder drops titles (earlier files keep their names)
-        return self._path(pair, method, (method, fs.translator if ("qt" in method or "dt" in method) else None, fs.depth, coll.key)
-                          + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ()))
+        translated = "qt" in method or "dt" in method
+        return self._path(pair, method, (method, fs.translator if translated else None, fs.depth, coll.key)
+                          + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
+                          + ((_view_revision(),) if translated else ()))
 
     def first_stage(self, pair: str, method: str) -> Optional[Run]:
         "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
@@ -257,7 +264,8 @@ class Pipeline:
         base = Run({q: base[q] for q in qids if q in base}, name=base.name)
         params = rerank_params(rc, passage_tokens)
         label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
-        path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base))))
+        path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
+                          + ((_view_revision(),) if docs != "og" else ()))
         if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
         from clir_llm.rerank import get_reranker
         backend = self.backend(rc.llm)
