@@ -410,6 +410,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'clir_llm.reproduce._rerank_rows': ('reproduce.html#_rerank_rows', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce._slug': ('reproduce.html#_slug', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce._stamp': ('reproduce.html#_stamp', 'clir_llm/reproduce.py'),
+                                    'clir_llm.reproduce._view_revision': ('reproduce.html#_view_revision', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.check': ('reproduce.html#check', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cli_check': ('reproduce.html#cli_check', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.cli_reproduce': ('reproduce.html#cli_reproduce', 'clir_llm/reproduce.py'),
