@@ -160,6 +160,12 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
     return final
 
 # %% ../nbs/07_bm25.ipynb #20d53e25
+def _quiet_search_log(jnius):
+    "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not): keep WARN and up."
+    levels = jnius.autoclass("org.apache.logging.log4j.Level")
+    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel("io.anserini.search.SearchCollection", levels.WARN)
+
+
 class BM25:
     "Lucene BM25 (k1, b) over the documents of the collection it is given; queries analyzed like the documents."
     def __init__(self, name: str = "bm25-og", k1: float = 0.9, b: float = 0.4, threads: int = 2,
@@ -216,6 +222,7 @@ class BM25:
                     "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
                     "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
             argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
+            _quiet_search_log(jnius)
             args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
             jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
             searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)

@@ -94,3 +94,20 @@ def test_empty_collection_is_an_error(tmp_path):
     with pytest.raises(ClirError, match="no documents"):
         B.BM25(cache=Cache(tmp_path), progress=False).retrieve(empty)
     assert not B.index_dir(empty, Cache(tmp_path)).exists()
+
+
+def test_batch_search_is_quiet(tmp_path):
+    "SearchCollection's INFO lines (settings, progress) stay out of the terminal."
+    import subprocess, sys, textwrap
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_bm25 import DE
+        from clir_llm.cache import Cache
+        from clir_llm.bm25 import BM25
+        run = BM25(cache=Cache({str(tmp_path)!r}), progress=False).retrieve(DE)
+        print("hits", sum(map(len, run.values())))
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "hits 6" in p.stdout, p.stdout
+    assert "Launching Search Threads" not in p.stderr and "queries processed" not in p.stderr, p.stderr[-2000:]
