@@ -45,6 +45,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.bm25._env': ('bm25.html#_env', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._java_version': ('bm25.html#_java_version', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._pyserini_version': ('bm25.html#_pyserini_version', 'clir_llm/bm25.py'),
+                               'clir_llm.bm25._quiet_search_log': ('bm25.html#_quiet_search_log', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._write_jsonl': ('bm25.html#_write_jsonl', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.analyzer_name': ('bm25.html#analyzer_name', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.anserini_jar': ('bm25.html#anserini_jar', 'clir_llm/bm25.py'),
