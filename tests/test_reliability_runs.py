@@ -114,6 +114,7 @@ def _tree(d: Path):
     return tuple(sorted((str(p), p.stat().st_mtime_ns) for p in d.rglob("*") if p.exists())) if d.exists() else ()
 
 
+@pytest.mark.slow   # whole reproduce runs killed and restarted: minutes; run with -m slow
 def test_kill_and_resume(reference, tmp_path):
     """SIGKILL `clir-llm reproduce` (the process and its notebook kernel) at random moments and during BM25
     indexing, dense encoding, listwise and pairwise reranking and table writing; restart until it finishes.
@@ -193,6 +194,7 @@ def test_kill_and_resume(reference, tmp_path):
     assert reference["calls"] <= total_calls <= reference["calls"] + 4 * len(kills)
 
 
+@pytest.mark.slow   # whole reproduce runs killed and restarted: minutes; run with -m slow
 def test_two_processes_share_cache_and_results(reference, tmp_path):
     "Two `clir-llm reproduce` at once on the same cache, results and figures: both succeed, nothing corrupted, same outputs."
     cfg, cache, results, figures = _setup(tmp_path)
