@@ -518,6 +518,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'clir_llm.retrieve.Translated.view': ('retrieve.html#translated.view', 'clir_llm/retrieve.py'),
                                    'clir_llm.retrieve._dense_title': ('retrieve.html#_dense_title', 'clir_llm/retrieve.py'),
                                    'clir_llm.retrieve.cli_retrieve': ('retrieve.html#cli_retrieve', 'clir_llm/retrieve.py'),
+                                   'clir_llm.retrieve.encodes_title': ('retrieve.html#encodes_title', 'clir_llm/retrieve.py'),
                                    'clir_llm.retrieve.get_retriever': ('retrieve.html#get_retriever', 'clir_llm/retrieve.py'),
                                    'clir_llm.retrieve.rrf': ('retrieve.html#rrf', 'clir_llm/retrieve.py')},
             'clir_llm.translate': { 'clir_llm.translate.DictionaryTranslator': ( 'translate.html#dictionarytranslator',

@@ -57,6 +57,12 @@ def anserini_jar() -> Path:
 
 _LUCENE = None
 
+def _quiet_search_log(jnius):
+    "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not): keep WARN and up."
+    levels = jnius.autoclass("org.apache.logging.log4j.Level")
+    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel("io.anserini.search.SearchCollection", levels.WARN)
+
+
 MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut
 
 
@@ -78,6 +84,7 @@ def lucene():
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-placeholder"}
     with _env(**placeholder): import pyserini.search.lucene as L
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
+    _quiet_search_log(jnius)
     _LUCENE = L
     return L
 
@@ -160,12 +167,6 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
     return final
 
 # %% ../nbs/07_bm25.ipynb #20d53e25
-def _quiet_search_log(jnius):
-    "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not): keep WARN and up."
-    levels = jnius.autoclass("org.apache.logging.log4j.Level")
-    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel("io.anserini.search.SearchCollection", levels.WARN)
-
-
 class BM25:
     "Lucene BM25 (k1, b) over the documents of the collection it is given; queries analyzed like the documents."
     def __init__(self, name: str = "bm25-og", k1: float = 0.9, b: float = 0.4, threads: int = 2,
@@ -222,7 +223,6 @@ class BM25:
                     "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
                     "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
             argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
-            _quiet_search_log(jnius)
             args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
             jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
             searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)

@@ -46,12 +46,11 @@ class FirstStageConfig(_Strict):
 
     def text_only(self, method: str) -> tuple[str, ...]:
         "The dense encoders of `method` (a `dense:` or `rrf:` method) that encode documents without their titles."
-        from clir_llm.dense import get_encoder_spec
-        from clir_llm.retrieve import _dense_title
+        from clir_llm.retrieve import encodes_title
         m = str(method).strip()
         parts = m[4:].split("+") if m.lower().startswith("rrf:") else [m]
         names = [p.strip()[6:].strip() for p in parts if p.strip().lower().startswith("dense:")]
-        return tuple(n for n in names if not (t if (t := _dense_title(self.dense_title, n)) is not None else get_encoder_spec(n).title))
+        return tuple(n for n in names if not encodes_title(self.dense_title, n))
 
     def runs_on(self, method: str, pair: str) -> bool:
         "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
@@ -608,9 +607,9 @@ def describe_method(method: str, translator: str | None = None, dense_title=None
         return "reciprocal rank fusion (k=60) of " + "; ".join(describe_method(p, translator, dense_title) for p in parts)
     if m.lower().startswith("dense:"):
         from clir_llm.dense import get_encoder_spec
-        from clir_llm.retrieve import _dense_title
+        from clir_llm.retrieve import encodes_title
         s = get_encoder_spec(m[6:])
-        title = t if (t := _dense_title(dense_title, m[6:])) is not None else s.title
+        title = encodes_title(dense_title, m[6:])
         extra = f", base {s.base_model}" if s.base_model else ""
         return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
                 f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "

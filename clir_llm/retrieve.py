@@ -9,7 +9,7 @@ from pathlib import Path
 from .core import ClirError, Run, Usage, usage_path
 
 # %% auto #0
-__all__ = ['rrf', 'Translated', 'Fusion', 'get_retriever', 'cli_retrieve']
+__all__ = ['rrf', 'Translated', 'Fusion', 'encodes_title', 'get_retriever', 'cli_retrieve']
 
 # %% ../nbs/09_retrieve.ipynb #5b90ac4c
 def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
@@ -77,6 +77,12 @@ def _dense_title(dense_title, encoder: str):
     "The `title` override for `encoder` from a `dense_title` option (None, a bool, or {encoder: bool}); None = registry default."
     if isinstance(dense_title, dict): return dense_title.get(encoder.strip().lower())
     return dense_title
+
+def encodes_title(dense_title, encoder: str) -> bool:
+    "Whether `encoder` sees document titles under a `dense_title` option: the override, else the registry default."
+    from clir_llm.dense import get_encoder_spec
+    t = _dense_title(dense_title, encoder)
+    return get_encoder_spec(encoder).title if t is None else bool(t)
 
 def get_retriever(method: str, translator=None, cache=None, dense_title=None, **kw):
     """A first-stage retriever from a method string (see the table above). `translator`: a `Translator` or a spec such
