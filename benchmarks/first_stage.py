@@ -55,7 +55,7 @@ def bench_dense_sorting(args, tmp):
     else:
         try:
             from clir_llm.assets import e5_small_path
-            e5_small_path(); spec, label = D.get_encoder_spec("e5-small"), D.ENCODERS["e5-small"].label
+            e5_small_path(); spec, label = D.get_encoder_spec("e5-small"), D.get_encoder_spec("e5-small").label
         except ClirError as e:
             print(f"# {e}; using a tiny random model"); spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
     n = 96 if args.quick else 512

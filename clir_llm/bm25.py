@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable
 from filelock import FileLock
 from tqdm.auto import tqdm
-from .core import ClirError, Run, Usage, stable_hash
+from .core import ClirError, Retriever, Run, Usage, stable_hash
 from .cache import Cache
 from .languages import language
 
@@ -167,7 +167,7 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
     return final
 
 # %% ../nbs/07_bm25.ipynb #20d53e25
-class BM25:
+class BM25(Retriever):
     "Lucene BM25 (k1, b) over the documents of the collection it is given; queries analyzed like the documents."
     def __init__(self, name: str = "bm25-og", k1: float = 0.9, b: float = 0.4, threads: int = 2,
                  cache: Cache | None = None, progress: bool = True):

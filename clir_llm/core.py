@@ -4,6 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #e928e43a
 from __future__ import annotations
+from abc import ABC, abstractmethod
 import json, os, math, tempfile, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
 __all__ = ['ClirError', 'FormatError', 'atomic_write', 'write_json', 'Query', 'Document', 'Qrels', 'Run', 'Usage', 'usage_path',
-           'stable_hash']
+           'stable_hash', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #adde35ea
 class ClirError(Exception):
@@ -221,3 +222,11 @@ def stable_hash(*parts, n: int = 64) -> str:
     "SHA-256 (hex, first `n` chars) of the canonical JSON of `parts`."
     s = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(s.encode("utf-8")).hexdigest()[:n]
+
+# %% ../nbs/00_core.ipynb #91936d98
+class Retriever(ABC):
+    "A first stage: `retrieve(collection, k)` returns the top `k` documents of every query as a `Run`."
+    name: str = "retriever"
+
+    @abstractmethod
+    def retrieve(self, collection, k: int = 100) -> Run: "The run of this first stage on `collection`."

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
-from .core import ClirError, Document, Run, Usage
+from .core import ClirError, Document, Retriever, Run, Usage
 from .cache import Cache
+from .specs import Registry
 
 # %% auto #0
 __all__ = ['NV_INSTRUCTION', 'ENCODERS', 'POOLINGS', 'EncoderSpec', 'get_encoder_spec', 'doc_input', 'query_input', 'cls_pool',
@@ -46,7 +47,8 @@ class EncoderSpec:
 
 NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
 
-ENCODERS: dict[str, EncoderSpec] = {s.name: s for s in [
+ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
+for _s in [
     EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True),
     EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
     EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False,
@@ -57,15 +59,13 @@ ENCODERS: dict[str, EncoderSpec] = {s.name: s for s in [
                 trust_remote_code=True, half="bfloat16"),
     EncoderSpec("e5-small", "assets:e5-small", "mE5-small (stand-in for the paper's encoders)", "mean",
                 "query: ", "passage: ", stand_in=True),
-]}
+]: ENCODERS.register(_s.name, _s, summary=_s.label)
 
 def get_encoder_spec(name: str, paper_quirks: bool = False, **overrides) -> EncoderSpec:
     "The registry entry `name` (or an `EncoderSpec` passed through), with the authors' quirks and `overrides` applied."
     if isinstance(name, EncoderSpec): spec = name
     else:
-        key = str(name).strip().lower()
-        if key not in ENCODERS: raise ClirError(f"unknown dense encoder {name!r}; known: {', '.join(ENCODERS)}")
-        spec = ENCODERS[key]
+        spec = ENCODERS.lookup(name)[0].obj
     if paper_quirks: spec = spec.with_quirks()
     return dataclasses.replace(spec, **overrides) if overrides else spec
 
@@ -264,7 +264,7 @@ def _title_tag(spec: EncoderSpec) -> str:
     reg = ENCODERS.get(spec.name)
     return "" if reg is None or spec.title == reg.title else ("[title]" if spec.title else "[no-title]")
 
-class Dense:
+class Dense(Retriever):
     "Dense first stage: a registry encoder + exact FAISS inner-product search."
     def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
                  device: str | None = None, cache: Cache | None = None, paper_quirks: bool = False,

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'add_spec_arguments', 'spec_from_args', 'validated']
+__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'add_spec_arguments', 'spec_from_args', 'validated']
 
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
@@ -87,6 +87,12 @@ class Registry:
         return list(self._items.values())
 
     def names(self) -> list[str]: return [e.name for e in self.entries()]
+    def items(self) -> list[tuple[str, Any]]: return [(e.name, e.obj) for e in self.entries()]
+    def get(self, name: str, default=None):
+        "The object registered under exactly `name` (no prefix matching), else `default`."
+        self._load()
+        e = self._items.get(str(name).strip().lower())
+        return default if e is None else e.obj
     def __contains__(self, s) -> bool: return self.find(s) is not None
     def __iter__(self): return iter(self.names())
 
@@ -107,6 +113,15 @@ class Registry:
         return hit
 
     def __repr__(self): return f"Registry({self.kind!r}, {self.names()})"
+
+# %% ../nbs/00a_specs.ipynb #0bbafb3d
+def import_plugins(modules) -> list:
+    "Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config)."
+    out = []
+    for m in modules or ():
+        try: out.append(importlib.import_module(m))
+        except ImportError as e: raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
+    return out
 
 # %% ../nbs/00a_specs.ipynb #dec31633
 def _arg_type(ann):
