@@ -93,6 +93,12 @@ class Registry:
         self._load()
         e = self._items.get(str(name).strip().lower())
         return default if e is None else e.obj
+    def values(self) -> list: return [e.obj for e in self.entries()]
+    def __getitem__(self, name: str):
+        "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
+        if (obj := self.get(name)) is None:
+            raise ClirError(f"unknown {self.kind} {name!r}; accepted: {', '.join(e.example for e in self.entries())}")
+        return obj
     def __contains__(self, s) -> bool: return self.find(s) is not None
     def __iter__(self): return iter(self.names())
 

@@ -98,3 +98,33 @@ def test_cli_bm25_qt_dictionary_on_fixture(tmp_path, monkeypatch):
                      "--out", str(tmp_path / f"{m}.trec")]) == 0
     og, qt = (evaluate(Run.read(tmp_path / f"{m}.trec"), fx.qrels, "MAP")["MAP"] for m in ("bm25-og", "bm25-qt"))
     assert qt > og
+
+
+def test_one_dt_view_shipped_translations_win_over_a_configured_translator(tmp_path):
+    "Issue 15.1 / 13.4: with shipped translations (CIRAL-style) and a translator, BM25-DT and the rerankers read the shipped ones."
+    from clir_llm.retrieve import docs_view
+    sw = load_collection("fixture", "en-sw")
+    assert sw.has_translations
+    never = "nllb:/no/such/nllb-model"            # loading it would fail: it must not be touched
+    cache = Cache(tmp_path)
+    plain = get_retriever("bm25-dt", cache=cache, progress=False).retrieve(sw)
+    with_tr = get_retriever("bm25-dt", translator=never, cache=cache, progress=False).retrieve(sw)
+    assert with_tr == plain and len(plain)
+    assert docs_view(sw, "dt", never).key == sw.translated().key
+    with pytest.raises(ClirError):                 # asked for explicitly, the translator is used (and fails here)
+        get_retriever("bm25-dt", translator=never, cache=cache, dt_source="translator", progress=False).retrieve(sw)
+    with pytest.raises(ClirError, match="ships no document translations"):
+        docs_view(load_collection("fixture", "en-de"), "dt", source="shipped")
+
+
+def test_method_specs_parse_once_and_keep_their_strings():
+    from clir_llm.retrieve import FIRST_STAGES, FusionMethod, parse_method
+    for s in ("bm25-og", "bm25-qt", "bm25-dt", "dense:e5-small", "dense:nv-embed-v2", "rrf:bm25-dt+dense:e5-small",
+              "rrf:bm25-qt+bm25-dt+dense:m3"):
+        spec = parse_method(s)
+        assert str(spec) == spec.key() == s and parse_method(str(spec)) == spec
+    f = parse_method("rrf:bm25-dt+dense:e5-small")
+    assert isinstance(f, FusionMethod) and f.translated and f.encoders == ("e5-small",)
+    assert [e.example for e in FIRST_STAGES.entries()][:3] == ["bm25-og", "bm25-qt", "bm25-dt"]
+    with pytest.raises(ClirError, match="accepted: bm25-og, bm25-qt, bm25-dt, dense:<encoder>"):
+        parse_method("bm26")
