@@ -17,7 +17,9 @@ counted by wrapping the model's `forward`.
 import argparse, random, sys, tempfile, time
 from pathlib import Path
 from clir_llm.core import Document, Qrels, Query, Run
-from clir_llm.rerank import SORTS, ListwiseReranker, PairwiseReranker, QrelsOracle, run_sort
+from clir_llm.listwise import ListwiseReranker
+from clir_llm.pairwise import SORTS, PairwiseReranker, run_sort
+from clir_llm.rerank import QrelsOracle
 
 
 class Coll:

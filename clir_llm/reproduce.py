@@ -266,15 +266,10 @@ class Pipeline:
         path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
                           + ((_view_revision(),) if docs != "og" else ()))
         if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
-        from clir_llm.rerank import get_reranker
-        backend = self.backend(rc.llm)
-        if rc.method.startswith("listwise"):
-            method = rc.method if rc.method != "listwise" else f"listwise-{rc.prompt or 'rankzephyr'}"
-            rr = get_reranker(method, backend, window=rc.window, step=rc.step, context=rc.context,
-                              max_words=params["max_words"], doc_title=rc.doc_title, progress=self.progress)
-        else:
-            rr = get_reranker(rc.method, backend, sort_k=rc.k, scoring=rc.scoring, query_tokens=rc.query_tokens,
-                              passage_tokens=params["passage_tokens"], doc_title=rc.doc_title, progress=self.progress)
+        from clir_llm.rerank import RerankerSpec, get_reranker
+        spec = RerankerSpec(**{f: getattr(rc, f) for f in RerankerSpec.model_fields}
+                            | {"passage_tokens": params["passage_tokens"], "max_words": params["max_words"]})
+        rr = get_reranker(spec, self.backend(rc.llm), progress=self.progress)
         run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
         run.name = label
         rr.save(path); run.write(path, tag=_slug(label))

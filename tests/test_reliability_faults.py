@@ -86,7 +86,7 @@ def test_faulty_server_run_completes_and_counts_every_fault(method, tmp_path):
     bot = BadRanker()
     with FakeOpenAIServer(responder=bot, faults=_faults()) as srv:
         backend = _backend(srv, Cache(tmp_path / "cache"))
-        kw = dict(window=2, step=1) if method.startswith("listwise") else dict(sort_k=3, passage_tokens=60)
+        kw = dict(window=2, step=1) if method.startswith("listwise") else dict(k=3, passage_tokens=60)
         rr = get_reranker(method, backend, progress=False, **kw)
         out = rr.rerank(coll, run, k=4)
         reqs = list(srv.requests)

@@ -4,8 +4,10 @@ import json, random
 from itertools import permutations
 import pytest
 from clir_llm.core import ClirError, FormatError, Document, Qrels, Query, Run
-from clir_llm.rerank import (ListwiseReranker, PairwiseReranker, PromptTemplate, QrelsOracle, SORTS, get_reranker,
-                             load_docs_view, parse_permutation, parse_prp, run_sort, window_starts)
+from clir_llm.listwise import ListwiseReranker, window_starts
+from clir_llm.pairwise import PairwiseReranker, SORTS, run_sort
+from clir_llm.rerank import QrelsOracle, get_reranker, load_docs_view
+from clir_llm.templates import PromptTemplate, parse_permutation, parse_prp
 
 
 class Coll:

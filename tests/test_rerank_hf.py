@@ -4,7 +4,9 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 from clir_llm.core import Document, Qrels, Query, Run
-from clir_llm.rerank import ListwiseReranker, PairwiseReranker, prompt_tokens
+from clir_llm.listwise import ListwiseReranker
+from clir_llm.pairwise import PairwiseReranker
+from clir_llm.templates import prompt_tokens
 
 llm = pytest.importorskip("clir_llm.llm")
 from clir_llm.cache import Cache
