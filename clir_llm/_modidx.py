@@ -523,7 +523,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.rerank.cli_rerank': ('rerank.html#cli_rerank', 'clir_llm/rerank.py'),
                                  'clir_llm.rerank.doc_text': ('rerank.html#doc_text', 'clir_llm/rerank.py'),
                                  'clir_llm.rerank.get_reranker': ('rerank.html#get_reranker', 'clir_llm/rerank.py'),
-                                 'clir_llm.rerank.import_plugins': ('rerank.html#import_plugins', 'clir_llm/rerank.py'),
                                  'clir_llm.rerank.load_docs_view': ('rerank.html#load_docs_view', 'clir_llm/rerank.py')},
             'clir_llm.retrieve': { 'clir_llm.retrieve.BM25Method': ('retrieve.html#bm25method', 'clir_llm/retrieve.py'),
                                    'clir_llm.retrieve.BM25Method.__str__': ('retrieve.html#bm25method.__str__', 'clir_llm/retrieve.py'),

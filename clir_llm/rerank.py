@@ -11,12 +11,12 @@ from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import Field, field_validator, model_validator
 from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
-from .specs import Registry, Spec, add_spec_arguments, spec_from_args, validated
+from .specs import import_plugins, Registry, Spec, add_spec_arguments, spec_from_args, validated
 from .templates import PromptTemplate, prompt_text, squash
 
 # %% auto #0
 __all__ = ['RERANKERS', 'Reranker', 'doc_text', 'RerankerSpec', 'get_reranker', 'QrelsOracle', 'load_docs_view', 'check_run',
-           'import_plugins', 'cli_rerank']
+           'cli_rerank']
 
 # %% ../nbs/11_rerank.ipynb #ca17b234
 class Reranker(ABC):
@@ -243,12 +243,6 @@ def check_run(path, run: Run, collection, k: int = 100):
             except ClirError: raise FormatError(path, first.get((q, d)), f"document {d!r} (query {q!r}) is not in {where}") from None
 
 # %% ../nbs/11_rerank.ipynb #9247c60d
-def import_plugins(modules) -> None:
-    "Import the modules that register rerankers of their own (`--plugin MODULE`)."
-    for m in modules:
-        try: importlib.import_module(m)
-        except ImportError as e: raise ClirError(f"--plugin {m}: cannot import it ({e})") from None
-
 def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise or pairwise PRP) or any registered reranker.")
     ap.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")

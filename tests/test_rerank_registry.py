@@ -46,7 +46,7 @@ def test_plugin_reranker_runs_from_the_cli_in_a_subprocess(tmp_path):
         assert out.docids(q) == ids[:3][::-1] + ids[3:]
     assert (tmp_path / "out.trec.rerank.json").exists() and (tmp_path / "out.trec.usage.json").exists()
     p = _cli(*args, "--plugin", "no_such_plugin_module", env=env)
-    assert p.returncode == 1 and "--plugin no_such_plugin_module: cannot import it" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 1 and "plugin 'no_such_plugin_module' cannot be imported" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_llm_reranker_without_llm_is_one_clear_error(tmp_path):
