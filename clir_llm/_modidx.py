@@ -625,6 +625,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'clir_llm.specs.Spec.describe': ('specs.html#spec.describe', 'clir_llm/specs.py'),
                                 'clir_llm.specs.Spec.key': ('specs.html#spec.key', 'clir_llm/specs.py'),
                                 'clir_llm.specs._arg_type': ('specs.html#_arg_type', 'clir_llm/specs.py'),
+                                'clir_llm.specs._origin': ('specs.html#_origin', 'clir_llm/specs.py'),
                                 'clir_llm.specs._summary': ('specs.html#_summary', 'clir_llm/specs.py'),
                                 'clir_llm.specs.add_spec_arguments': ('specs.html#add_spec_arguments', 'clir_llm/specs.py'),
                                 'clir_llm.specs.check_contract': ('specs.html#check_contract', 'clir_llm/specs.py'),

@@ -42,6 +42,11 @@ class Entry:
     @property
     def is_prefix(self) -> bool: return self.name.endswith(":")
 
+def _origin(obj) -> tuple:
+    "Where `obj` (a class, a function, or an instance: its class) is defined."
+    o = obj if hasattr(obj, "__qualname__") else type(obj)
+    return (getattr(o, "__module__", None), o.__qualname__)
+
 def _summary(obj) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
@@ -69,7 +74,7 @@ class Registry:
             key = str(name).strip().lower()
             check_contract(o, self.contract, self.kind, key)
             old = self._items.get(key)
-            if old is not None and old.obj is not o and getattr(old.obj, "__qualname__", None) != getattr(o, "__qualname__", ""):
+            if old is not None and _origin(old.obj) != _origin(o):   # the same definition run again (a notebook cell) replaces it
                 raise ClirError(f"{self.kind} {key!r} is registered twice ({old.obj!r} and {o!r})")
             self._items[key] = Entry(key, o, summary or _summary(o), example or key)
             return o
