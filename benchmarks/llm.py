@@ -17,7 +17,8 @@ import argparse, sys, tempfile, time
 from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
-from clir_llm.llm import HFBackend, get_backend, make_tiny_hf_model
+from clir_llm.llm import HFBackend, get_backend
+from clir_llm.testing import make_tiny_hf_model
 
 WORDS = ["Guten Morgen", "Katze", "Hund", "Haus", "Baum", "Wasser", "Brot", "Buch", "kissa", "koira", "talo", "gatto",
          "cane", "casa", "albero", "acqua", "libro", "кошка", "собака", "дом", "Schule", "Stadt", "Fenster", "Tisch",

@@ -3,7 +3,7 @@ of comparison caching + batching (PRP) and of batching windows across queries (l
 
 Both sides of every comparison run in this process on the same inputs and must give the same ranking.
 Speed is measured on an `hf:` backend: a tiny randomly initialised Qwen2 (2 layers, hidden 32, byte-level BPE
-of 400 tokens, built by `clir_llm.llm.make_tiny_hf_model`) run by transformers on one CPU thread, with the LLM
+of 400 tokens, built by `clir_llm.testing.make_tiny_hf_model`) run by transformers on one CPU thread, with the LLM
 cache off so every prompt reaches the model. Its per-call cost structure (fixed overhead per call + cost per
 token, batching amortising the overhead) is that of a real model; the ratios for a 7B model on a GPU differ.
 A random model's PRP answers are nearly all ties (position bias), which would make comparison caching look
@@ -80,7 +80,8 @@ class Counted:
 
 def tiny_backend(tmp):
     from clir_llm.cache import Cache
-    from clir_llm.llm import get_backend, make_tiny_hf_model
+    from clir_llm.llm import get_backend
+    from clir_llm.testing import make_tiny_hf_model
     path = make_tiny_hf_model(Path(tmp) / "tiny", "qwen2")
     b = get_backend(f"hf:{path}", cache=Cache(Path(tmp) / "cache", mode="off"))
     b.hf_model  # load before timing

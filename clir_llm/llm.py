@@ -5,17 +5,21 @@
 # %% ../nbs/10_llm.ipynb #4c0a85b7
 from __future__ import annotations
 import json, math, os, random, threading, time, hashlib, warnings
+from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
+from fastcore.basics import patch
+from pydantic import Field
 from tqdm.auto import tqdm
 from .core import ClirError, Usage, stable_hash
 from .cache import Cache, CacheMiss, SECRET_ENV_VARS
+from .specs import Registry, Spec
+from .assets import offline_model
 
 # %% auto #0
-__all__ = ['PARAM_DEFAULTS', 'PRICES', 'OFFLINE_MODELS', 'BACKENDS', 'LLMError', 'Backend', 'HFBackend', 'make_tiny_hf_model',
-           'load_prices', 'price_of', 'OpenAIBackend', 'FakeOpenAIServer', 'VLLMBackend', 'LlamaCppBackend',
-           'offline_model_path', 'get_backend']
+__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'PRICES', 'LLMError', 'Backend', 'BackendSpec', 'CachedBackend', 'HFBackend',
+           'load_prices', 'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend']
 
 # %% ../nbs/10_llm.ipynb #11027aa6
 class LLMError(ClirError):
@@ -42,14 +46,107 @@ def _redact(text: str) -> str:
     return text
 
 # %% ../nbs/10_llm.ipynb #6d82127d
-class Backend:
-    "A language model behind one interface: `generate`, `score`, `count_tokens`, `truncate`, `usage`."
+class Backend(ABC):
+    "A language model behind one interface: `generate` (required), `score`, `count_tokens`, `truncate`, `usage`."
     kind = "base"
     supports_logprobs = False     # `score` works (exact log-likelihoods, or top-k logprobs for APIs)
     supports_batching = False     # several prompts go through the model in one call
     is_chat = False               # prompts are rendered with a chat template
     is_encoder_decoder = False    # mT5 / Aya-101: the prompt goes to the encoder, `decoder_prefix` starts the decoder
     supports_prefill = False      # a final {"role": "assistant"} message is continued rather than answered
+    model: str = ""
+    revision: str | None = None
+
+    @abstractmethod
+    def generate(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise", **params) -> list[str]:
+        "Generated text for each prompt (a `str` or chat messages)."
+
+    def score(self, prompts: Sequence, candidates: Sequence, on_error: str = "raise", **kw) -> list[list[float]]:
+        "Log-likelihood of each candidate continuation after each prompt (backends with `supports_logprobs`)."
+        if not self.supports_logprobs: raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
+        raise LLMError(f"{type(self).__name__} says supports_logprobs but does not implement score")
+
+    def count_tokens(self, text: str) -> int:
+        "Number of tokens of `text` (default: whitespace-separated words)."
+        return len(_plain(text).split())
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        "The first `max_tokens` tokens of `text` (default: whitespace-separated words, joined by single spaces)."
+        return " ".join(text.split()[:max(0, max_tokens)])
+
+    @property
+    def usage(self) -> Usage:
+        "Calls, cache hits, tokens, seconds and cost so far (a `clir_llm.core.Usage`)."
+        if self.__dict__.get("_usage") is None: self.__dict__["_usage"] = Usage()
+        return self.__dict__["_usage"]
+    @usage.setter
+    def usage(self, u: Usage): self.__dict__["_usage"] = u
+
+    def reset_usage(self) -> Usage:
+        "Return the usage so far and start a new one (e.g. one per run file)."
+        u, self.usage = self.usage, Usage()
+        return u
+
+    @property
+    def name(self) -> str:
+        "Stable name used in cache keys, file names and tables, e.g. `hf:meta-llama/Llama-3.1-8B-Instruct`."
+        return self.__dict__.get("_name") or f"{self.kind}:{self.model}"
+    @name.setter
+    def name(self, value: str): self.__dict__["_name"] = value
+
+    @property
+    def label(self) -> str:
+        "Display name for tables (says `stand-in` for offline demo models)."
+        return getattr(self, "_label", None) or self.name
+
+    def identity(self) -> dict:
+        "What names the model in cache keys (kind, model, revision and settings that change outputs)."
+        return {"kind": self.kind, "model": self.model, "revision": self.revision}
+
+    def __repr__(self): return f"{type(self).__name__}({self.name!r}, revision={self.revision!r})"
+
+# %% ../nbs/10_llm.ipynb #a70a5dae
+@patch(cls_method=True)
+def describe_spec(cls: Backend, spec: "BackendSpec") -> str:
+    "What `spec` resolves to, for the dry-run plan (nothing is loaded or contacted)."
+    return f"{cls.__name__} model {spec.model}" + (f" at revision {spec.revision}" if spec.revision else "")
+
+@patch(cls_method=True)
+def from_spec(cls: Backend, spec: "BackendSpec", cache: Cache | None = None, **kw) -> Backend:
+    "Build the backend `spec` names as `cls(model, cache=cache, revision=...)`; keyword arguments go to the constructor."
+    if spec.revision is not None: kw["revision"] = spec.revision
+    return cls(spec.model, cache=cache, **kw)
+
+# %% ../nbs/10_llm.ipynb #d7202bf7
+BACKENDS = Registry("backend", contract=Backend)
+
+class BackendSpec(Spec):
+    "An LLM backend string parsed once: `kind:model` or `kind:model@revision`."
+    kind: str = Field(description="a registered backend kind: hf, openai, vllm, gguf, ...")
+    model: str = Field(description="Hub id, local folder or file, or API model name")
+    revision: str | None = Field(None, description="Hub revision (commit, branch or tag); None: the default")
+
+    @classmethod
+    def parse(cls, spec) -> "BackendSpec":
+        "A `BackendSpec` from a string (a `BackendSpec` is returned as is); ClirError listing the accepted kinds."
+        if isinstance(spec, BackendSpec): return spec
+        hit = BACKENDS.find(str(spec))
+        if hit is None or not hit[0].is_prefix or not hit[1]:
+            raise ClirError(f"LLM backend spec must be one of {', '.join(e.example for e in BACKENDS.entries())}, got {spec!r}")
+        (entry, rest), revision = hit, None
+        model, at, rev = rest.rpartition("@")
+        if at and model and rev and "/" not in rev: rest, revision = model, rev
+        return cls(kind=entry.name[:-1], model=rest, revision=revision)
+
+    @property
+    def backend_class(self) -> type[Backend]: return BACKENDS.lookup(self.kind + ":")[0].obj
+    def key(self) -> str: return f"{self.kind}:{self.model}" + (f"@{self.revision}" if self.revision else "")
+    def describe(self) -> str: return self.backend_class.describe_spec(self)
+    def build(self, cache: Cache | None = None, **kw) -> Backend: return self.backend_class.from_spec(self, cache, **kw)
+
+# %% ../nbs/10_llm.ipynb #be0efc1b
+class CachedBackend(Backend):
+    "A `Backend` whose every call goes through the cache: subclasses render prompts and compute batches of records."
     _threaded = False             # misses are computed one per call in a thread pool (API backends)
 
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None,
@@ -61,31 +158,15 @@ class Backend:
         self._label = label
         self._lock = threading.Lock()
 
-    @property
-    def name(self) -> str:
-        "Stable name used in cache keys, file names and tables, e.g. `hf:meta-llama/Llama-3.1-8B-Instruct`."
-        return f"{self.kind}:{self.model}"
-
-    @property
-    def label(self) -> str:
-        "Display name for tables (says `stand-in` for offline demo models)."
-        return self._label or self.name
-
-    def identity(self) -> dict:
-        "What names the model in cache keys (kind, model, revision and settings that change outputs)."
-        return {"kind": self.kind, "model": self.model, "revision": self.revision}
-
-    def __repr__(self): return f"{type(self).__name__}({self.name!r}, revision={self.revision!r})"
-
     # --- to implement in subclasses
-    def _render(self, prompt) -> Any: raise NotImplementedError
-    def _generate_batch(self, items: list, params: dict) -> list[dict]: raise NotImplementedError
-    def _score_batch(self, items: list, params: dict) -> list[dict]: raise NotImplementedError
-    def _render_score(self, prompt, candidates: list[str]) -> Any: raise NotImplementedError
+    @abstractmethod
+    def _render(self, prompt) -> Any: "A prompt as the cache-key input (token ids, or the messages sent)."
+    @abstractmethod
+    def _generate_batch(self, items: list, params: dict) -> list[dict]: "One record per rendered item: `text`, tokens, seconds."
+    def _render_score(self, prompt, candidates: list[str]) -> Any: raise LLMError(f"{self.name} cannot score continuations")
+    def _score_batch(self, items: list, params: dict) -> list[dict]: raise LLMError(f"{self.name} cannot score continuations")
     def _order(self, item) -> int: return 0
     def _cost(self, tokens_in: int, tokens_out: int) -> float: return 0.0
-    def count_tokens(self, text: str) -> int: raise NotImplementedError
-    def truncate(self, text: str, max_tokens: int) -> str: raise NotImplementedError
 
     # --- shared machinery
     def _account(self, rec: dict, cached: bool):
@@ -100,86 +181,93 @@ class Backend:
     def _count(self, name: str, n: int = 1):
         with self._lock: self.usage.count(name, n)
 
-    def _serve(self, op: str, params: dict, items: list, compute: Callable, on_error: str = "raise",
-               progress: bool = True) -> list[dict | None]:
-        "Records for `items` (rendered inputs): cache hits, then misses computed in batches and committed as they finish."
-        if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
-        ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
-        hits = ns.get_many(items)
-        for r in hits.values(): self._account(r, cached=True)
-        keys = [ns.key(it) for it in items]
-        todo, seen = [], set()
-        for i, it in enumerate(items):
-            if i not in hits and keys[i] not in seen: seen.add(keys[i]); todo.append(it)
-        if todo and self.cache.mode == "replay":
-            raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.name} {op} calls are not in the cache "
-                            f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
-        done: dict[str, dict | None] = {}
-        bar = tqdm(total=len(todo), desc=f"{self.name} {op}", disable=not progress or not todo, leave=False)
-        if self._threaded:
-            def one(it):
-                rec = compute([it], params)[0]
-                ns.put(it, rec)      # committed by the worker before it takes the next prompt
-                return rec
-            with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
-                futs = {pool.submit(one, it): it for it in todo}
-                try:
-                    for f in as_completed(futs):
-                        try: rec = f.result()
-                        except LLMError:
-                            if on_error == "raise": raise
-                            rec = None
-                        else: self._account(rec, cached=False)
-                        done[ns.key(futs[f])] = rec; bar.update(1)
-                except BaseException:     # stop taking new prompts; calls in flight still finish and are stored
-                    for g in futs: g.cancel()
-                    bar.close(); raise
-        else:
-            todo.sort(key=self._order)
-            for b in range(0, len(todo), self.batch_size):
-                batch = todo[b:b + self.batch_size]
-                recs = compute(batch, params)
-                ns.put_many(zip(batch, recs))
-                for it, rec in zip(batch, recs):
-                    self._account(rec, cached=False); done[ns.key(it)] = rec
-                bar.update(len(batch))
-        bar.close()
-        return [hits[i] if i in hits else done[keys[i]] for i in range(len(items))]
-
-    def _params(self, max_new_tokens: int, params: dict) -> dict:
-        p = {**PARAM_DEFAULTS, **params, "max_new_tokens": int(max_new_tokens)}
-        return {k: p[k] for k in sorted(p) if p[k] is not None}
-
-    def complete(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
-                 progress: bool = True, **params) -> list[dict | None]:
-        "Full records (`text`, `tokens_in`, `tokens_out`, `seconds`, `time`, ...) for `prompts`; `None` where a call failed and `on_error='empty'`."
-        items = [self._render(p) for p in prompts]
-        return self._serve("generate", self._params(max_new_tokens, params), items, self._generate_batch,
-                           on_error, progress)
-
-    def generate(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
-                 progress: bool = True, **params) -> list[str]:
-        "Generated text for each prompt (a `str` or chat messages); greedy unless `temperature` > 0."
-        if isinstance(prompts, str): raise ClirError("generate takes a list of prompts, got one str")
-        recs = self.complete(prompts, max_new_tokens, on_error, progress, **params)
-        return [r["text"] if r is not None else "" for r in recs]
-
-    def score(self, prompts: Sequence, candidates: Sequence, on_error: str = "raise",
-              progress: bool = True) -> list[list[float]]:
-        """Log-likelihood of each candidate continuation after each prompt. `candidates` is one list for all
-        prompts (e.g. `["A", "B"]`) or one list per prompt."""
-        if not self.supports_logprobs: raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
-        if isinstance(prompts, str): raise ClirError("score takes a list of prompts, got one str")
-        cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
-        if len(cands) != len(prompts): raise ClirError(f"score: {len(prompts)} prompts but {len(cands)} candidate lists")
-        items = [self._render_score(p, c) for p, c in zip(prompts, cands)]
-        recs = self._serve("score", {}, items, self._score_batch, on_error, progress)
-        return [r["scores"] if r is not None else [math.nan] * len(c) for r, c in zip(recs, cands)]
-
     def reset_usage(self) -> Usage:
         "Return the usage so far and start a new one (e.g. one per run file)."
         with self._lock: u, self.usage = self.usage, Usage()
         return u
+
+# %% ../nbs/10_llm.ipynb #9dd01352
+@patch
+def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Callable, on_error: str = "raise",
+           progress: bool = True) -> list[dict | None]:
+    "Records for `items` (rendered inputs): cache hits, then misses computed in batches and committed as they finish."
+    if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
+    ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
+    hits = ns.get_many(items)
+    for r in hits.values(): self._account(r, cached=True)
+    keys = [ns.key(it) for it in items]
+    todo, seen = [], set()
+    for i, it in enumerate(items):
+        if i not in hits and keys[i] not in seen: seen.add(keys[i]); todo.append(it)
+    if todo and self.cache.mode == "replay":
+        raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.name} {op} calls are not in the cache "
+                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
+    done: dict[str, dict | None] = {}
+    bar = tqdm(total=len(todo), desc=f"{self.name} {op}", disable=not progress or not todo, leave=False)
+    if self._threaded:
+        def one(it):
+            rec = compute([it], params)[0]
+            ns.put(it, rec)      # committed by the worker before it takes the next prompt
+            return rec
+        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+            futs = {pool.submit(one, it): it for it in todo}
+            try:
+                for f in as_completed(futs):
+                    try: rec = f.result()
+                    except LLMError:
+                        if on_error == "raise": raise
+                        rec = None
+                    else: self._account(rec, cached=False)
+                    done[ns.key(futs[f])] = rec; bar.update(1)
+            except BaseException:     # stop taking new prompts; calls in flight still finish and are stored
+                for g in futs: g.cancel()
+                bar.close(); raise
+    else:
+        todo.sort(key=self._order)
+        for b in range(0, len(todo), self.batch_size):
+            batch = todo[b:b + self.batch_size]
+            recs = compute(batch, params)
+            ns.put_many(zip(batch, recs))
+            for it, rec in zip(batch, recs):
+                self._account(rec, cached=False); done[ns.key(it)] = rec
+            bar.update(len(batch))
+    bar.close()
+    return [hits[i] if i in hits else done[keys[i]] for i in range(len(items))]
+
+# %% ../nbs/10_llm.ipynb #cea37d2c
+@patch
+def _params(self: CachedBackend, max_new_tokens: int, params: dict) -> dict:
+    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": int(max_new_tokens)}
+    return {k: p[k] for k in sorted(p) if p[k] is not None}
+
+@patch
+def complete(self: CachedBackend, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
+             progress: bool = True, **params) -> list[dict | None]:
+    "Full records (`text`, `tokens_in`, `tokens_out`, `seconds`, `time`, ...) for `prompts`; `None` where a call failed and `on_error='empty'`."
+    items = [self._render(p) for p in prompts]
+    return self._serve("generate", self._params(max_new_tokens, params), items, self._generate_batch,
+                       on_error, progress)
+
+@patch
+def generate(self: CachedBackend, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
+             progress: bool = True, **params) -> list[str]:
+    "Generated text for each prompt (a `str` or chat messages); greedy unless `temperature` > 0."
+    if isinstance(prompts, str): raise ClirError("generate takes a list of prompts, got one str")
+    recs = self.complete(prompts, max_new_tokens, on_error, progress, **params)
+    return [r["text"] if r is not None else "" for r in recs]
+
+@patch
+def score(self: CachedBackend, prompts: Sequence, candidates: Sequence, on_error: str = "raise",
+          progress: bool = True) -> list[list[float]]:
+    """Log-likelihood of each candidate continuation after each prompt. `candidates` is one list for all
+    prompts (e.g. `["A", "B"]`) or one list per prompt."""
+    if not self.supports_logprobs: raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
+    if isinstance(prompts, str): raise ClirError("score takes a list of prompts, got one str")
+    cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
+    if len(cands) != len(prompts): raise ClirError(f"score: {len(prompts)} prompts but {len(cands)} candidate lists")
+    items = [self._render_score(p, c) for p, c in zip(prompts, cands)]
+    recs = self._serve("score", {}, items, self._score_batch, on_error, progress)
+    return [r["scores"] if r is not None else [math.nan] * len(c) for r, c in zip(recs, cands)]
 
 # %% ../nbs/10_llm.ipynb #d729d0e0
 def _local_revision(path: Path, gguf_file: str | None = None) -> str:
@@ -200,93 +288,24 @@ def _auto_device_dtype(device=None, dtype=None):
     elif isinstance(dtype, str): dtype = getattr(torch, dtype)
     return device, dtype
 
-class HFBackend(Backend):
-    "A transformers model in process: decoder-only (chat template) or encoder-decoder (decoder prefix)."
-    kind = "hf"
-    supports_logprobs = supports_batching = True
-    supports_prefill = True       # a final assistant message is continued (chat) or starts the decoder (encoder-decoder)
+# %% ../nbs/10_llm.ipynb #e2127b37
+def _truncate_with(tok, text: str, max_tokens: int) -> str:
+    if max_tokens <= 0: return ""
+    try: enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    except (NotImplementedError, TypeError, ValueError): enc = None
+    if enc is not None and "offset_mapping" in enc:
+        offs = enc["offset_mapping"]
+        return text if len(offs) <= max_tokens else text[:offs[max_tokens - 1][1]]
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
 
-    def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, gguf_file: str | None = None,
-                 decoder_prefix: str = "", chat: bool | None = None, system_prompt: str | None = None,
-                 device: str | None = None, dtype=None, batch_size: int = 8, label: str | None = None,
-                 trust_remote_code: bool = False, tokenizer=None, hf_model=None, prepare_gguf: bool = True):
-        path = Path(model).expanduser()
-        local = path.exists()
-        if local and revision is None: revision = _local_revision(path if path.is_dir() else path.parent, gguf_file)
-        super().__init__(str(path.resolve()) if local else model, cache, revision, label, batch_size)
-        self._source = self.model     # where to load from (`model` may be renamed, e.g. an offline alias)
-        self.gguf_file, self.decoder_prefix, self.system_prompt = gguf_file, decoder_prefix, system_prompt
-        self._prepare = bool(gguf_file) and prepare_gguf and hf_model is None
-        if self._prepare and self._prepared_dir().is_dir():   # a converted copy of this GGUF: load that instead
-            self._source, self._load_gguf = str(self._prepared_dir()), None
-        else: self._load_gguf = gguf_file
-        self._device, self._dtype, self._trust = device, dtype, trust_remote_code
-        self._tok, self._model = tokenizer, hf_model
-        from transformers import AutoConfig
-        if hf_model is not None: cfg = hf_model.config
-        else:
-            try: cfg = AutoConfig.from_pretrained(self._source, revision=None if local else revision, gguf_file=self._load_gguf,
-                                                  trust_remote_code=trust_remote_code)
-            except OSError as e: raise LLMError(f"cannot load model config for {model!r}: {e}") from None
-        self.config = cfg
-        self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
-        self.is_chat = (not self.is_encoder_decoder and self.tokenizer.chat_template is not None) if chat is None else chat
-        if self.is_encoder_decoder and self.is_chat: raise LLMError(f"{model}: chat templates are for decoder-only models")
-
-    def identity(self) -> dict:
-        d = super().identity()
-        if self.gguf_file: d["gguf_file"] = self.gguf_file
-        return d      # the decoder prefix is part of each rendered input (`dec`), not of the identity
-
-    @property
-    def tokenizer(self):
-        if self._tok is None:
-            from transformers import AutoTokenizer
-            try: self._tok = AutoTokenizer.from_pretrained(self._source, revision=None if Path(self._source).exists() else self.revision,
-                                                           gguf_file=self._load_gguf, trust_remote_code=self._trust)
-            except OSError as e: raise LLMError(f"cannot load tokenizer for {self._source!r}: {e}") from None
-        return self._tok
-
-    @property
-    def hf_model(self):
-        "The transformers model (loaded on first use)."
-        if self._model is None:
-            import torch, transformers
-            self._device, self._dtype = _auto_device_dtype(self._device, self._dtype)
-            cls = transformers.AutoModelForSeq2SeqLM if self.is_encoder_decoder else transformers.AutoModelForCausalLM
-            local = Path(self._source).exists()
-            try: m = cls.from_pretrained(self._source, revision=None if local else self.revision, gguf_file=self._load_gguf,
-                                         dtype=self._dtype if self._load_gguf is None else torch.float32, trust_remote_code=self._trust)
-            except OSError as e: raise LLMError(f"cannot load model {self._source!r}: {e}") from None
-            if self._load_gguf and self._prepare and self.cache.mode in ("readwrite", "off"): self._save_prepared(m)
-            self._model = m.to(self._device, self._dtype).eval()
-        return self._model
-
-    def _prepared_dir(self) -> Path:
-        return self.cache.root / "llm-models" / stable_hash(self.revision, self.gguf_file, n=20)
-
-    def _save_prepared(self, m):
-        "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder, once (the assets module's build-once mechanism)."
-        from clir_llm.assets import build_folder, save_hf_folder
-        try: build_folder(self._prepared_dir(), lambda tmp: save_hf_folder(m, self.tokenizer, tmp, source={"gguf_file": self.gguf_file, "revision": self.revision}))
-        except (OSError, ClirError) as e:
-            warnings.warn(f"could not save the converted GGUF model to {self._prepared_dir()}: {e}")
-
-    @property
-    def device(self): return self.hf_model.device
-
+# %% ../nbs/10_llm.ipynb #17cf660d
+class _HFRenderMixin:
+    "Prompt rendering, token counting and cutting through a Hugging Face tokenizer (shared by `hf:` and `vllm:`)."
     def _pad_id(self) -> int:
         t = self.tokenizer
         if t.pad_token_id is not None: return t.pad_token_id
         return t.eos_token_id if t.eos_token_id is not None else 0
-
-    def _eos_ids(self) -> list[int]:
-        ids = set()
-        for src in (getattr(self.hf_model, "generation_config", None), self.config):
-            e = getattr(src, "eos_token_id", None) if src is not None else None
-            ids.update(e if isinstance(e, (list, tuple)) else [e] if e is not None else [])
-        if self.tokenizer.eos_token_id is not None: ids.add(self.tokenizer.eos_token_id)
-        return sorted(ids)
 
     def _split_prefill(self, prompt):
         "(prompt without a trailing assistant turn, the assistant prefill or None)."
@@ -325,6 +344,30 @@ class HFBackend(Backend):
         prefix = self.decoder_prefix if prefix is None else prefix
         pre = self.tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
         return [start] + list(pre)
+
+    def _render_score(self, prompt, candidates):
+        item = self._render(prompt)
+        item["cands"] = [list(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in candidates]
+        return item
+
+    def count_tokens(self, text: str) -> int:
+        "Number of tokens of `text` (no special tokens)."
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."
+        return _truncate_with(self.tokenizer, text, max_tokens)
+
+# %% ../nbs/10_llm.ipynb #46b06e96
+class _HFGenerateMixin:
+    "Batched greedy (or sampled) generation with a transformers model: left padding, one decoder prefix per call."
+    def _eos_ids(self) -> list[int]:
+        ids = set()
+        for src in (getattr(self.hf_model, "generation_config", None), self.config):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            ids.update(e if isinstance(e, (list, tuple)) else [e] if e is not None else [])
+        if self.tokenizer.eos_token_id is not None: ids.add(self.tokenizer.eos_token_id)
+        return sorted(ids)
 
     def _batch(self, seqs: list[list[int]], left: bool):
         import torch
@@ -371,11 +414,9 @@ class HFBackend(Backend):
                          "tokens_out": n, "seconds": dt, "time": time.time()})
         return recs
 
-    def _render_score(self, prompt, candidates):
-        item = self._render(prompt)
-        item["cands"] = [list(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in candidates]
-        return item
-
+# %% ../nbs/10_llm.ipynb #c2ccc4aa
+class _HFScoreMixin:
+    "Log-likelihoods of candidate continuations: one forward pass for single-token candidates, one per prompt otherwise."
     def _score_batch(self, items: list[dict], params: dict) -> list[dict]:
         import torch
         t0, out = time.perf_counter(), [None] * len(items)
@@ -424,64 +465,85 @@ class HFBackend(Backend):
             res.append(float(sum(lp[r, s - 1 + j, t] for j, t in enumerate(c))) if c else 0.0)
         return res
 
-    def count_tokens(self, text: str) -> int:
-        "Number of tokens of `text` (no special tokens)."
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+# %% ../nbs/10_llm.ipynb #471c2c4d
+@BACKENDS.register("hf:", example="hf:<model>")
+class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
+    "A transformers model in process: decoder-only (chat template) or encoder-decoder (decoder prefix)."
+    kind = "hf"
+    supports_logprobs = supports_batching = True
+    supports_prefill = True       # a final assistant message is continued (chat) or starts the decoder (encoder-decoder)
 
-    def truncate(self, text: str, max_tokens: int) -> str:
-        "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."
-        return _truncate_with(self.tokenizer, text, max_tokens)
+    def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, gguf_file: str | None = None,
+                 decoder_prefix: str = "", chat: bool | None = None, system_prompt: str | None = None,
+                 device: str | None = None, dtype=None, batch_size: int = 8, label: str | None = None,
+                 trust_remote_code: bool = False, tokenizer=None, hf_model=None, prepare_gguf: bool = True):
+        path = Path(model).expanduser()
+        local = path.exists()
+        if local and revision is None: revision = _local_revision(path if path.is_dir() else path.parent, gguf_file)
+        super().__init__(str(path.resolve()) if local else model, cache, revision, label, batch_size)
+        self._source = self.model     # where to load from (`model` may be renamed, e.g. an offline alias)
+        self.gguf_file, self.decoder_prefix, self.system_prompt = gguf_file, decoder_prefix, system_prompt
+        self._prepare = bool(gguf_file) and prepare_gguf and hf_model is None
+        if self._prepare and self._prepared_dir().is_dir():   # a converted copy of this GGUF: load that instead
+            self._source, self._load_gguf = str(self._prepared_dir()), None
+        else: self._load_gguf = gguf_file
+        self._device, self._dtype, self._trust = device, dtype, trust_remote_code
+        self._tok, self._model = tokenizer, hf_model
+        from transformers import AutoConfig
+        if hf_model is not None: cfg = hf_model.config
+        else:
+            try: cfg = AutoConfig.from_pretrained(self._source, revision=None if local else revision, gguf_file=self._load_gguf,
+                                                  trust_remote_code=trust_remote_code)
+            except OSError as e: raise LLMError(f"cannot load model config for {model!r}: {e}") from None
+        self.config = cfg
+        self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
+        self.is_chat = (not self.is_encoder_decoder and self.tokenizer.chat_template is not None) if chat is None else chat
+        if self.is_encoder_decoder and self.is_chat: raise LLMError(f"{model}: chat templates are for decoder-only models")
 
-def _truncate_with(tok, text: str, max_tokens: int) -> str:
-    if max_tokens <= 0: return ""
-    try: enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    except (NotImplementedError, TypeError, ValueError): enc = None
-    if enc is not None and "offset_mapping" in enc:
-        offs = enc["offset_mapping"]
-        return text if len(offs) <= max_tokens else text[:offs[max_tokens - 1][1]]
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
+    def identity(self) -> dict:
+        d = super().identity()
+        if self.gguf_file: d["gguf_file"] = self.gguf_file
+        return d      # the decoder prefix is part of each rendered input (`dec`), not of the identity
 
-# %% ../nbs/10_llm.ipynb #e2127b37
-_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-_TINY_TEXT = ["Given a query, which of the following two passages is more relevant to the query?",
-              "Passage A: the cat sat on the mat. Passage B: ein Hund lief durch den Park.",
-              "Output Passage A or Passage B: A B [1] > [2] > [3] 0 1 2 3 4 5 6 7 8 9",
-              "Rank the passages based on their relevance to the search query. Die Katze schläft.",
-              "kissa nukkuu sohvalla; il gatto dorme; кошка спит на диване."]
+    @property
+    def tokenizer(self):
+        if self._tok is None:
+            from transformers import AutoTokenizer
+            try: self._tok = AutoTokenizer.from_pretrained(self._source, revision=None if Path(self._source).exists() else self.revision,
+                                                           gguf_file=self._load_gguf, trust_remote_code=self._trust)
+            except OSError as e: raise LLMError(f"cannot load tokenizer for {self._source!r}: {e}") from None
+        return self._tok
 
-def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
-                       num_layers: int = 2) -> Path:
-    "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
-    import torch, transformers
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
-    specials = ["<pad>", "</s>", "<unk>"] if arch == "mt5" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tk = Tokenizer(models.BPE(unk_token="<unk>" if arch == "mt5" else None))
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(_TINY_TEXT * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    if arch == "mt5":
-        tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-        tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-        cfg = transformers.MT5Config(vocab_size=tk.get_vocab_size(), d_model=hidden_size, d_kv=hidden_size // 4,
-                                     d_ff=2 * hidden_size, num_layers=num_layers, num_decoder_layers=num_layers, num_heads=4, pad_token_id=0, eos_token_id=1,
-                                     decoder_start_token_id=0, tie_word_embeddings=False)
-        torch.manual_seed(seed); model = transformers.MT5ForConditionalGeneration(cfg)
-    elif arch == "qwen2":
-        tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-        tok.chat_template = _CHATML
-        cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                       num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                                       max_position_embeddings=512, eos_token_id=tok.eos_token_id,
-                                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
-        torch.manual_seed(seed); model = transformers.Qwen2ForCausalLM(cfg)
-    else: raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2' or 'mt5', got {arch!r}")
-    model.generation_config.eos_token_id = cfg.eos_token_id
-    model.save_pretrained(path); tok.save_pretrained(path)
-    return path
+    @property
+    def device(self): return self.hf_model.device
+
+# %% ../nbs/10_llm.ipynb #f984050c
+@patch(as_prop=True)
+def hf_model(self: HFBackend):
+    "The transformers model (loaded on first use)."
+    if self._model is None:
+        import torch, transformers
+        self._device, self._dtype = _auto_device_dtype(self._device, self._dtype)
+        cls = transformers.AutoModelForSeq2SeqLM if self.is_encoder_decoder else transformers.AutoModelForCausalLM
+        local = Path(self._source).exists()
+        try: m = cls.from_pretrained(self._source, revision=None if local else self.revision, gguf_file=self._load_gguf,
+                                     dtype=self._dtype if self._load_gguf is None else torch.float32, trust_remote_code=self._trust)
+        except OSError as e: raise LLMError(f"cannot load model {self._source!r}: {e}") from None
+        if self._load_gguf and self._prepare and self.cache.mode in ("readwrite", "off"): self._save_prepared(m)
+        self._model = m.to(self._device, self._dtype).eval()
+    return self._model
+
+@patch
+def _prepared_dir(self: HFBackend) -> Path:
+    return self.cache.root / "llm-models" / stable_hash(self.revision, self.gguf_file, n=20)
+
+@patch
+def _save_prepared(self: HFBackend, m):
+    "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder, once (the assets module's build-once mechanism)."
+    from clir_llm.assets import build_folder, save_hf_folder
+    try: build_folder(self._prepared_dir(), lambda tmp: save_hf_folder(m, self.tokenizer, tmp, source={"gguf_file": self.gguf_file, "revision": self.revision}))
+    except (OSError, ClirError) as e:
+        warnings.warn(f"could not save the converted GGUF model to {self._prepared_dir()}: {e}")
 
 # %% ../nbs/10_llm.ipynb #3dab91c0
 PRICES = {
@@ -516,6 +578,7 @@ def price_of(model: str, prices=None) -> dict | None:
     best = max((k for k in table if model == k or model.startswith(k + "-")), key=len, default=None)
     return table[best] if best else None
 
+# %% ../nbs/10_llm.ipynb #817eb930
 _RETRY_STATUS = {408, 409, 429}
 
 class _BadResponse(Exception):
@@ -536,7 +599,9 @@ def _retry_after(exc) -> float | None:
             except (TypeError, ValueError): return None
     return None
 
-class OpenAIBackend(Backend):
+# %% ../nbs/10_llm.ipynb #4e108acf
+@BACKENDS.register("openai:", example="openai:<model>")
+class OpenAIBackend(CachedBackend):
     "The OpenAI chat-completions API, or any compatible server (`base_url`)."
     kind = "openai"
     supports_batching = False
@@ -583,52 +648,6 @@ class OpenAIBackend(Backend):
         super()._account(rec, cached)
         if price_of(self.model, self.prices) is None: self._count("unpriced_calls")
 
-    def _call(self, **kw):
-        "One chat completion with retries; returns (choice, usage, model, seconds)."
-        import openai
-        kinds = []
-        for attempt in range(self.max_retries + 1):
-            wait = None
-            try:
-                t0 = time.perf_counter()
-                resp = self.client.chat.completions.create(model=self.model, **kw)
-                dt = time.perf_counter() - t0
-                if not isinstance(getattr(resp, "choices", None), list):
-                    raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
-                if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
-                ch = resp.choices[0]
-                if getattr(ch, "message", None) is None: raise _BadResponse("malformed", "choice without a message")
-                return ch, resp.usage, getattr(resp, "model", None), dt
-            except openai.APIStatusError as e:
-                code = e.status_code
-                kind = f"http_{code}"
-                if code not in _RETRY_STATUS and code < 500:
-                    self._count(f"errors_{kind}")
-                    raise LLMError(_redact(f"{self.name}: HTTP {code} (not retried): {e.message}")) from None
-                wait = _retry_after(e)
-            except openai.APITimeoutError: kind = "timeout"
-            except openai.APIConnectionError: kind = "connection"
-            except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError): kind = "malformed"
-            except _BadResponse as e: kind = e.kind
-            kinds.append(kind); self._count(f"errors_{kind}")
-            if attempt == self.max_retries: break
-            if wait is None: wait = random.uniform(0, self.backoff * 2 ** attempt)   # full jitter
-            time.sleep(min(wait, self.max_wait))
-        self._count("failed_calls")
-        raise LLMError(f"{self.name}: call failed after {len(kinds)} attempts ({', '.join(kinds)})"
-                       f"{' at ' + self.base_url if self.base_url else ''}")
-
-    def _api_params(self, params: dict) -> dict:
-        p = dict(params)
-        kw = {"max_tokens": p.pop("max_new_tokens")}
-        kw.update(p)
-        return kw
-
-    def _prefill_kw(self, messages) -> dict:
-        if self.supports_prefill and len(messages) > 1 and messages[-1]["role"] == "assistant":
-            return {"extra_body": {"continue_final_message": True, "add_generation_prompt": False}}
-        return {}
-
     def _generate_batch(self, items, params):
         (it,) = items
         ch, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
@@ -642,145 +661,117 @@ class OpenAIBackend(Backend):
                                 "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
         return [rec]
 
-    def _score_batch(self, items, params):
-        (it,) = items
-        ch, usage, model, dt = self._call(messages=it["messages"], max_tokens=1, temperature=0.0,
-                                          logprobs=True, top_logprobs=self.top_logprobs, **self._prefill_kw(it["messages"]))
-        lp = getattr(ch, "logprobs", None)
-        content = getattr(lp, "content", None) if lp is not None else None
-        if not content or not content[0].top_logprobs:
-            self._count("errors_no_logprobs")
-            raise LLMError(f"{self.name}: the server returned no logprobs (construct with logprobs=False to turn scoring off)")
-        top: dict[str, float] = {}
-        for x in content[0].top_logprobs:
-            k = x.token.strip()
-            top[k] = max(top.get(k, -math.inf), x.logprob)
-        floor = min(top.values())
-        return [{"scores": [top.get(c.strip(), floor) for c in it["cands"]], "top": top, "model": model,
-                 "tokens_in": getattr(usage, "prompt_tokens", 0) or 0, "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
-                 "seconds": dt, "time": time.time()}]
+# %% ../nbs/10_llm.ipynb #2bfe499b
+@patch
+def _call(self: OpenAIBackend, **kw):
+    "One chat completion with retries; returns (choice, usage, model, seconds)."
+    import openai
+    kinds = []
+    for attempt in range(self.max_retries + 1):
+        wait = None
+        try:
+            t0 = time.perf_counter()
+            resp = self.client.chat.completions.create(model=self.model, **kw)
+            dt = time.perf_counter() - t0
+            if not isinstance(getattr(resp, "choices", None), list):
+                raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
+            if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
+            ch = resp.choices[0]
+            if getattr(ch, "message", None) is None: raise _BadResponse("malformed", "choice without a message")
+            return ch, resp.usage, getattr(resp, "model", None), dt
+        except openai.APIStatusError as e:
+            code = e.status_code
+            kind = f"http_{code}"
+            if code not in _RETRY_STATUS and code < 500:
+                self._count(f"errors_{kind}")
+                raise LLMError(_redact(f"{self.name}: HTTP {code} (not retried): {e.message}")) from None
+            wait = _retry_after(e)
+        except openai.APITimeoutError: kind = "timeout"
+        except openai.APIConnectionError: kind = "connection"
+        except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError): kind = "malformed"
+        except _BadResponse as e: kind = e.kind
+        kinds.append(kind); self._count(f"errors_{kind}")
+        if attempt == self.max_retries: break
+        if wait is None: wait = random.uniform(0, self.backoff * 2 ** attempt)   # full jitter
+        time.sleep(min(wait, self.max_wait))
+    self._count("failed_calls")
+    raise LLMError(f"{self.name}: call failed after {len(kinds)} attempts ({', '.join(kinds)})"
+                   f"{' at ' + self.base_url if self.base_url else ''}")
 
-    def _encoder(self):
-        if self._enc is None:
-            if self._tokenizer_spec is not None:
-                from transformers import AutoTokenizer
-                self._enc = ("hf", AutoTokenizer.from_pretrained(self._tokenizer_spec) if isinstance(self._tokenizer_spec, str)
-                             else self._tokenizer_spec)
-            else:
-                try:
-                    import tiktoken
-                    try: enc = tiktoken.encoding_for_model(self.model)
-                    except KeyError: enc = tiktoken.get_encoding("o200k_base")
-                    self._enc = ("tiktoken", enc)
-                except Exception:   # tiktoken missing, or its BPE file cannot be downloaded (offline)
-                    warnings.warn(f"{self.name}: no tokenizer available (pass tokenizer=); counting ~4 characters per token")
-                    self._enc = ("approx", None)
-        return self._enc
+# %% ../nbs/10_llm.ipynb #d0be4672
+@patch
+def _api_params(self: OpenAIBackend, params: dict) -> dict:
+    p = dict(params)
+    kw = {"max_tokens": p.pop("max_new_tokens")}
+    kw.update(p)
+    return kw
 
-    def count_tokens(self, text: str) -> int:
-        "Tokens of `text` by the model's tokenizer (`tokenizer=` an HF tokenizer for compatible servers, else tiktoken; else ~4 chars/token)."
-        kind, enc = self._encoder()
-        if kind == "hf": return len(enc(text, add_special_tokens=False)["input_ids"])
-        if kind == "tiktoken": return len(enc.encode(text))
-        return math.ceil(len(text) / 4)
+@patch
+def _prefill_kw(self: OpenAIBackend, messages) -> dict:
+    if self.supports_prefill and len(messages) > 1 and messages[-1]["role"] == "assistant":
+        return {"extra_body": {"continue_final_message": True, "add_generation_prompt": False}}
+    return {}
 
-    def truncate(self, text: str, max_tokens: int) -> str:
-        "The longest prefix of `text` with at most `max_tokens` tokens."
-        kind, enc = self._encoder()
-        if max_tokens <= 0: return ""
-        if kind == "hf": return _truncate_with(enc, text, max_tokens)
-        if kind == "tiktoken":
-            ids = enc.encode(text)
-            return text if len(ids) <= max_tokens else enc.decode(ids[:max_tokens])
-        return text[:4 * max_tokens]
+@patch
+def _score_batch(self: OpenAIBackend, items, params):
+    (it,) = items
+    ch, usage, model, dt = self._call(messages=it["messages"], max_tokens=1, temperature=0.0,
+                                      logprobs=True, top_logprobs=self.top_logprobs, **self._prefill_kw(it["messages"]))
+    lp = getattr(ch, "logprobs", None)
+    content = getattr(lp, "content", None) if lp is not None else None
+    if not content or not content[0].top_logprobs:
+        self._count("errors_no_logprobs")
+        raise LLMError(f"{self.name}: the server returned no logprobs (construct with logprobs=False to turn scoring off)")
+    top: dict[str, float] = {}
+    for x in content[0].top_logprobs:
+        k = x.token.strip()
+        top[k] = max(top.get(k, -math.inf), x.logprob)
+    floor = min(top.values())
+    return [{"scores": [top.get(c.strip(), floor) for c in it["cands"]], "top": top, "model": model,
+             "tokens_in": getattr(usage, "prompt_tokens", 0) or 0, "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
+             "seconds": dt, "time": time.time()}]
 
-# %% ../nbs/10_llm.ipynb #c19cd521
-import http.server, socketserver
+# %% ../nbs/10_llm.ipynb #ec270a02
+@patch
+def _encoder(self: OpenAIBackend):
+    if self._enc is None:
+        if self._tokenizer_spec is not None:
+            from transformers import AutoTokenizer
+            self._enc = ("hf", AutoTokenizer.from_pretrained(self._tokenizer_spec) if isinstance(self._tokenizer_spec, str)
+                         else self._tokenizer_spec)
+        else:
+            try:
+                import tiktoken
+                try: enc = tiktoken.encoding_for_model(self.model)
+                except KeyError: enc = tiktoken.get_encoding("o200k_base")
+                self._enc = ("tiktoken", enc)
+            except Exception:   # tiktoken missing, or its BPE file cannot be downloaded (offline)
+                warnings.warn(f"{self.name}: no tokenizer available (pass tokenizer=); counting ~4 characters per token")
+                self._enc = ("approx", None)
+    return self._enc
 
-class FakeOpenAIServer:
-    "A real HTTP server on 127.0.0.1 speaking the chat-completions protocol, with scripted faults (for tests and demos)."
-    def __init__(self, responder: Callable | None = None, top: Callable | None = None, faults: Sequence = ()):
-        self.responder = responder or (lambda msgs, body: "echo: " + msgs[-1]["content"])
-        self.top = top or (lambda msgs: {"A": -0.5, "B": -1.5, " C": -3.0})
-        self.faults, self.requests, self.inflight, self.max_inflight = list(faults), [], 0, 0
-        self.holding, self.release = threading.Event(), threading.Event()
-        self._lock = threading.Lock()
-        outer = self
+@patch
+def count_tokens(self: OpenAIBackend, text: str) -> int:
+    "Tokens of `text` by the model's tokenizer (`tokenizer=` an HF tokenizer for compatible servers, else tiktoken; else ~4 chars/token)."
+    kind, enc = self._encoder()
+    if kind == "hf": return len(enc(text, add_special_tokens=False)["input_ids"])
+    if kind == "tiktoken": return len(enc.encode(text))
+    return math.ceil(len(text) / 4)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *a): pass
-            def _send(self, code, body: bytes, headers=()):
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(body)))
-                for k, v in headers: self.send_header(k, v)
-                self.end_headers(); self.wfile.write(body)
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if not self.path.endswith("/chat/completions"): return self._send(404, b'{"error": {"message": "not found"}}')
-                msgs = body.get("messages", [])
-                with outer._lock:
-                    fault = outer.faults.pop(0) if outer.faults else None
-                    outer.requests.append({"time": time.time(), "prompt": msgs[-1]["content"] if msgs else "", "fault": fault,
-                                           "auth": bool(self.headers.get("Authorization")), "body": body})
-                    outer.inflight += 1; outer.max_inflight = max(outer.max_inflight, outer.inflight)
-                try: self._answer(body, msgs, fault)
-                finally:
-                    with outer._lock: outer.inflight -= 1
-            def _answer(self, body, msgs, fault):
-                err = lambda m: json.dumps({"error": {"message": m, "type": "test"}}).encode()
-                if fault == "429": return self._send(429, err("rate limited"))
-                if fault and fault.startswith("429:"): return self._send(429, err("rate limited"), [("Retry-After", fault[4:])])
-                if fault == "500": return self._send(500, err("server error"))
-                if fault == "401": return self._send(401, err(f"Incorrect API key provided: {self.headers.get('Authorization')}"))
-                if fault == "drop": self.close_connection = True; self.connection.shutdown(2); return
-                if fault == "malformed": return self._send(200, b'{"id": "x", "choices": [{"message": ')
-                if fault == "empty": return self._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
-                                                                          "model": body.get("model"), "choices": []}).encode())
-                if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
-                if fault == "hold": outer.holding.set(); outer.release.wait(60)
-                text = outer.responder(msgs, body)
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                if body.get("logprobs"):
-                    top = outer.top(msgs)
-                    best = max(top, key=top.get)
-                    choice["logprobs"] = {"content": [{"token": best, "logprob": top[best], "bytes": None, "top_logprobs":
-                        [{"token": t, "logprob": l, "bytes": None} for t, l in list(top.items())[:body.get("top_logprobs", 5)]]}]}
-                n_in = sum(len(m["content"].split()) for m in msgs)
-                resp = {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-                        "choices": [choice], "usage": {"prompt_tokens": n_in, "completion_tokens": len(text.split()),
-                                                       "total_tokens": n_in + len(text.split())}}
-                try: self._send(200, json.dumps(resp).encode())
-                except OSError: pass   # the client went away (killed, or timed out)
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self): self._thread.start(); return self
-    def __exit__(self, *a): self.release.set(); self.httpd.shutdown(); self.httpd.server_close()
-
-    def count(self, prompt: str) -> int:
-        "How many requests asked `prompt` (as the last message)."
-        with self._lock: return sum(r["prompt"] == prompt for r in self.requests)
+@patch
+def truncate(self: OpenAIBackend, text: str, max_tokens: int) -> str:
+    "The longest prefix of `text` with at most `max_tokens` tokens."
+    kind, enc = self._encoder()
+    if max_tokens <= 0: return ""
+    if kind == "hf": return _truncate_with(enc, text, max_tokens)
+    if kind == "tiktoken":
+        ids = enc.encode(text)
+        return text if len(ids) <= max_tokens else enc.decode(ids[:max_tokens])
+    return text[:4 * max_tokens]
 
 # %% ../nbs/10_llm.ipynb #c78e9b4c
-class _HFRenderMixin:
-    "Prompt rendering, token counting and cutting through a Hugging Face tokenizer (shared by `vllm:`)."
-    _split_prefill = HFBackend._split_prefill
-    render_text = HFBackend.render_text
-    _ids = HFBackend._ids
-    _order = HFBackend._order
-    count_tokens = HFBackend.count_tokens
-    truncate = HFBackend.truncate
-    def _render(self, prompt): return {"ids": self._ids(prompt)}
-    def _render_score(self, prompt, candidates):
-        return {"ids": self._ids(prompt), "cands": [list(self.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in candidates]}
-
-class VLLMBackend(_HFRenderMixin, Backend):
+@BACKENDS.register("vllm:", example="vllm:<model>")
+class VLLMBackend(_HFRenderMixin, CachedBackend):
     "vLLM in process (GPU machines; `pip install 'clir-llm[gpu]'`)."
     kind = "vllm"
     supports_logprobs = supports_batching = supports_prefill = True
@@ -817,20 +808,24 @@ class VLLMBackend(_HFRenderMixin, Backend):
         return [{"text": o.outputs[0].text, "tokens_in": len(it["ids"]), "tokens_out": len(o.outputs[0].token_ids),
                  "seconds": dt, "time": time.time()} for it, o in zip(items, outs)]
 
-    def _score_batch(self, items, params):
-        from vllm import SamplingParams
-        seqs = [(i, it["ids"] + c, len(it["ids"])) for i, it in enumerate(items) for c in it["cands"]]
-        t0 = time.perf_counter()
-        outs = self.llm.generate([{"prompt_token_ids": s} for _, s, _ in seqs], SamplingParams(max_tokens=1, prompt_logprobs=0),
-                                 use_tqdm=False)
-        dt = (time.perf_counter() - t0) / len(items)
-        scores = [[] for _ in items]
-        for (i, s, n), o in zip(seqs, outs):
-            scores[i].append(float(sum(o.prompt_logprobs[j][s[j]].logprob for j in range(n, len(s)))))
-        return [{"scores": sc, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
-                 "seconds": dt, "time": time.time()} for it, sc in zip(items, scores)]
+# %% ../nbs/10_llm.ipynb #d253c3e1
+@patch
+def _score_batch(self: VLLMBackend, items, params):
+    from vllm import SamplingParams
+    seqs = [(i, it["ids"] + c, len(it["ids"])) for i, it in enumerate(items) for c in it["cands"]]
+    t0 = time.perf_counter()
+    outs = self.llm.generate([{"prompt_token_ids": s} for _, s, _ in seqs], SamplingParams(max_tokens=1, prompt_logprobs=0),
+                             use_tqdm=False)
+    dt = (time.perf_counter() - t0) / len(items)
+    scores = [[] for _ in items]
+    for (i, s, n), o in zip(seqs, outs):
+        scores[i].append(float(sum(o.prompt_logprobs[j][s[j]].logprob for j in range(n, len(s)))))
+    return [{"scores": sc, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
+             "seconds": dt, "time": time.time()} for it, sc in zip(items, scores)]
 
-class LlamaCppBackend(Backend):
+# %% ../nbs/10_llm.ipynb #89064840
+@BACKENDS.register("gguf:", example="gguf:<model>")
+class LlamaCppBackend(CachedBackend):
     "A GGUF file through llama-cpp-python (`pip install 'clir-llm[gguf]'`)."
     kind = "gguf"
     supports_logprobs = supports_prefill = True
@@ -872,53 +867,66 @@ class LlamaCppBackend(Backend):
         return [{"text": out["choices"][0]["text"], "tokens_in": len(it["ids"]), "tokens_out": out["usage"]["completion_tokens"],
                  "seconds": time.perf_counter() - t0, "time": time.time()}]
 
-    def _score_batch(self, items, params):
-        import numpy as np
-        (it,) = items
-        t0, llm, scores = time.perf_counter(), self._llm, []
-        llm.reset(); llm.eval(it["ids"])
-        def lp_last():
-            x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-            return x - (np.log(np.exp(x - x.max()).sum()) + x.max())
-        base = lp_last()
-        for c in it["cands"]:
-            llm.n_tokens = len(it["ids"])      # rewind to the end of the prompt (eval drops the KV cache after n_tokens)
-            total, lp = 0.0, base
-            for j, t in enumerate(c):
-                total += float(lp[t])
-                if j + 1 < len(c): llm.eval([t]); lp = lp_last()
-            scores.append(total)
-        return [{"scores": scores, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
-                 "seconds": time.perf_counter() - t0, "time": time.time()}]
+# %% ../nbs/10_llm.ipynb #f3236db6
+@patch
+def _score_batch(self: LlamaCppBackend, items, params):
+    import numpy as np
+    (it,) = items
+    t0, llm, scores = time.perf_counter(), self._llm, []
+    llm.reset(); llm.eval(it["ids"])
+    def lp_last():
+        x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+        return x - (np.log(np.exp(x - x.max()).sum()) + x.max())
+    base = lp_last()
+    for c in it["cands"]:
+        llm.n_tokens = len(it["ids"])      # rewind to the end of the prompt (eval drops the KV cache after n_tokens)
+        total, lp = 0.0, base
+        for j, t in enumerate(c):
+            total += float(lp[t])
+            if j + 1 < len(c): llm.eval([t]); lp = lp_last()
+        scores.append(total)
+    return [{"scores": scores, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
+             "seconds": time.perf_counter() - t0, "time": time.time()}]
 
-    def count_tokens(self, text): return len(self._llm.tokenize(text.encode(), add_bos=False, special=False))
-    def truncate(self, text, max_tokens):
-        ids = self._llm.tokenize(text.encode(), add_bos=False, special=False)
-        return text if len(ids) <= max_tokens else self._llm.detokenize(ids[:max(0, max_tokens)]).decode("utf-8", "ignore")
+@patch
+def count_tokens(self: LlamaCppBackend, text): return len(self._llm.tokenize(text.encode(), add_bos=False, special=False))
+
+@patch
+def truncate(self: LlamaCppBackend, text, max_tokens):
+    ids = self._llm.tokenize(text.encode(), add_bos=False, special=False)
+    return text if len(ids) <= max_tokens else self._llm.detokenize(ids[:max(0, max_tokens)]).decode("utf-8", "ignore")
 
 # %% ../nbs/10_llm.ipynb #2cf326e0
-OFFLINE_MODELS = {
-    "qwen2.5-coder-0.5b-offline": {"label": "Qwen2.5-Coder-0.5B (stand-in)",
-                                   "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"},
-}
-BACKENDS = {"hf": HFBackend, "openai": OpenAIBackend, "vllm": VLLMBackend, "gguf": LlamaCppBackend}
+@patch(cls_method=True)
+def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
+    "`hf:`: a transformers model, or an offline stand-in of `clir_llm.assets`."
+    if (om := offline_model(spec.key())) is not None: return f"{om.label} via transformers (offline GGUF)"
+    return f"transformers model {spec.key().partition(':')[2]}"
 
-def offline_model_path(name: str) -> Path:
-    "The GGUF file of offline model `name` (prepared by `clir_llm.assets`; ClirError with the pip command if missing)."
-    if name not in OFFLINE_MODELS: raise ClirError(f"unknown offline model {name!r}; known: {', '.join(OFFLINE_MODELS)}")
-    from clir_llm import assets
-    return Path(assets.qwen_gguf_path())
+@patch(cls_method=True)
+def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> HFBackend:
+    "`hf:<id or folder>`; an offline stand-in loads from its prepared folder and keeps the cache identity of its GGUF."
+    om = offline_model(spec.key())
+    if om is None: return super(HFBackend, cls).from_spec(spec, cache, **kw)
+    # the GGUF converted once into a plain folder: loads in seconds, identical logits
+    b = cls(str(om.prepare()), cache, revision=om.revision, label=om.label, **kw)
+    b.gguf_file = om.gguf_file  # keeps the cache identity of calls recorded from the GGUF
+    b.model = spec.model        # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
+    return b
 
-def get_backend(spec: str, cache: Cache | None = None, **kw) -> Backend:
-    "A backend from `kind:model` (`hf:`, `openai:`, `vllm:`, `gguf:`); `cache=None` caches nothing."
-    kind, sep, model = str(spec).partition(":")
-    if not sep or not model or kind not in BACKENDS:
-        raise ClirError(f"LLM backend spec must be one of {', '.join(k + ':<model>' for k in BACKENDS)}, got {spec!r}")
-    if kind == "hf" and model in OFFLINE_MODELS:
-        path, info = offline_model_path(model), OFFLINE_MODELS[model]
-        from clir_llm import assets   # the GGUF converted once into a plain folder: loads in seconds, identical logits
-        b = HFBackend(str(assets.qwen_hf_path()), cache, revision=info["sha256"], label=info["label"], **kw)
-        b.gguf_file = path.name  # keeps the cache identity of calls recorded from the GGUF
-        b.model = model          # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
-        return b
-    return BACKENDS[kind](model, cache=cache, **kw)
+@patch(cls_method=True)
+def describe_spec(cls: OpenAIBackend, spec: BackendSpec) -> str:
+    "`openai:`: the model and its price (from the price table)."
+    model, price = spec.model, PRICES["usd_per_million_tokens"].get(spec.model)
+    return f"OpenAI chat API {model}" + (f" (${price['input']}/${price['output']} per M tokens in/out, prices of {PRICES['as_of']})"
+                                       if price else " (no price in the table: cost reported as 0)")
+
+@patch(cls_method=True)
+def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str: return f"vLLM (GPU extra) model {spec.key().partition(':')[2]}"
+@patch(cls_method=True)
+def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llama.cpp model {spec.key().partition(':')[2]}"
+
+# %% ../nbs/10_llm.ipynb #36232026
+def get_backend(spec: str | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
+    "A backend from `kind:model` (`hf:`, `openai:`, `vllm:`, `gguf:`, or any registered kind) or a `BackendSpec`; `cache=None` caches nothing."
+    return BackendSpec.parse(spec).build(cache, **kw)

@@ -620,17 +620,9 @@ def describe_method(method: str, translator: str | None = None, dense_title=None
     return m
 
 def describe_backend(spec: str) -> str:
-    "What an LLM backend spec resolves to (nothing is loaded or contacted)."
-    from clir_llm import llm as L
-    kind, sep, model = str(spec).partition(":")
-    if not sep or not model or kind not in L.BACKENDS:
-        raise ClirError(f"LLM backend spec must be one of {', '.join(k + ':<model>' for k in L.BACKENDS)}, got {spec!r}")
-    if kind == "hf" and model in L.OFFLINE_MODELS: return f"{L.OFFLINE_MODELS[model]['label']} via transformers (offline GGUF)"
-    if kind == "openai":
-        price = L.PRICES["usd_per_million_tokens"].get(model)
-        return f"OpenAI chat API {model}" + (f" (${price['input']}/${price['output']} per M tokens in/out, prices of {L.PRICES['as_of']})"
-                                           if price else " (no price in the table: cost reported as 0)")
-    return {"hf": "transformers", "vllm": "vLLM (GPU extra)", "gguf": "llama.cpp"}[kind] + f" model {model}"
+    "What an LLM backend spec resolves to (nothing is loaded or contacted); the backend's class says it."
+    from clir_llm.llm import BackendSpec
+    return BackendSpec.parse(spec).describe()
 
 def plan(cfg: Config) -> list[str]:
     "Resolve every name in `cfg` without loading anything; return the plan as lines (ClirError on the first unknown name)."

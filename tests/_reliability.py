@@ -32,7 +32,7 @@ def summary_lines() -> list[str]:
     ]
 
 
-# ---------- a deterministic fake LLM behind clir_llm.llm.FakeOpenAIServer
+# ---------- a deterministic fake LLM behind clir_llm.testing.FakeOpenAIServer
 def _h(*parts) -> int:
     return int(hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:12], 16)
 

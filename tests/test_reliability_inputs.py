@@ -182,7 +182,7 @@ def test_read_only_cache_fails_clearly(tmp_path):
     """`clir-llm rerank` against a cache folder that cannot be written: exit 1 naming the cache file and the remedy.
     Read-only is a read-only tmpfs in a private mount namespace where allowed, else a path under /proc (not creatable)."""
     run = _good_run(tmp_path)
-    with __import__("clir_llm.llm", fromlist=["FakeOpenAIServer"]).FakeOpenAIServer(responder=R.fake_answer) as srv:
+    with __import__("clir_llm.testing", fromlist=["FakeOpenAIServer"]).FakeOpenAIServer(responder=R.fake_answer) as srv:
         env = R.env_for(tmp_path / "unused", srv.url)
         args = ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise",
                 "--llm", "openai:fake-ranker", "--out", tmp_path / "out.trec"]

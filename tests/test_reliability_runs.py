@@ -5,7 +5,7 @@ The configuration is the demo pipeline (configs/demo.yaml) at reduced scale (see
 the 4-document 'fixture' collection, pair en-de, BM25-OG / BM25-QT (FreeDict) / mE5-small stand-in / RRF, a listwise
 and a pairwise reranker on OG and DT documents, a document-length study with two lengths, all five notebooks.
 The LLM is `openai:fake-ranker` answering deterministically from a real HTTP server on 127.0.0.1 started by the
-test (`clir_llm.llm.FakeOpenAIServer`), so every model call the pipeline makes is seen, and counted, by the test."""
+test (`clir_llm.testing.FakeOpenAIServer`), so every model call the pipeline makes is seen, and counted, by the test."""
 from __future__ import annotations
 import os, random, shutil, signal, subprocess, time
 from collections import Counter
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import _reliability as R
-from clir_llm.llm import FakeOpenAIServer
+from clir_llm.testing import FakeOpenAIServer
 
 MARKER = "sk-reliability-MARKER-7f3a9c21e5"   # OPENAI_API_KEY for every run here: must end up in no file
 LATENCY = 0.12                              # seconds per fake model call: the reranking phases last long enough to be hit

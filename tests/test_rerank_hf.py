@@ -10,6 +10,7 @@ from clir_llm.templates import prompt_tokens
 
 llm = pytest.importorskip("clir_llm.llm")
 from clir_llm.cache import Cache
+from clir_llm.testing import make_tiny_hf_model
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -24,7 +25,7 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    return {arch: llm.make_tiny_hf_model(root / arch, arch) for arch in ("qwen2", "mt5")}
+    return {arch: make_tiny_hf_model(root / arch, arch) for arch in ("qwen2", "mt5")}
 
 
 class Coll:
