@@ -64,7 +64,7 @@ class ListwiseReranker(Reranker):
         self.max_new_tokens = max_new_tokens or backend.count_tokens(" > ".join(f"[{i}]" for i in range(1, window + 1))) + 2
         if self.max_new_tokens >= context: raise ClirError(f"context {context} leaves no room for the prompt")
         self.batch_queries, self.batch_size, self.progress = batch_queries, batch_size, progress
-        self.as_messages = bool(getattr(backend, "is_chat", False))
+        self.as_messages = bool(backend.is_chat)
         self.params = dict(template=self.template.name, window=window, step=step, max_words=max_words, context=context,
                            max_new_tokens=self.max_new_tokens)
         self.doc_title = doc_title
@@ -89,7 +89,7 @@ class ListwiseReranker(Reranker):
         for ids in order.values():
             for d in collection.get_docs(ids): texts[d.docid], langs[d.docid] = doc_text(d, self.doc_title), _lang(d, collection)
         cuts = {}  # (qid, docid) -> the smallest word cut the document got
-        batch = self.batch_queries and getattr(self.backend, "supports_batching", False)
+        batch = self.batch_queries and self.backend.supports_batching
         bar = tqdm(total=sum(len(window_starts(len(ids), self.window, self.step)) for ids in order.values()),
                    desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
         def rank_windows(jobs):
@@ -148,7 +148,7 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
 
 @patch
 def _generate(self: ListwiseReranker, prompts, qids) -> list[str]:
-    bs = (self.batch_size or len(prompts) or 1) if getattr(self.backend, "supports_batching", False) else 1
+    bs = (self.batch_size or len(prompts) or 1) if self.backend.supports_batching else 1
     out = []
     for i in range(0, len(prompts), bs):
         out += self.backend.generate(prompts[i:i + bs], max_new_tokens=self.max_new_tokens, **_quiet(self.backend.generate))

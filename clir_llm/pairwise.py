@@ -171,7 +171,7 @@ class PairwiseReranker(Reranker):
                  progress: bool = True):
         if method not in SORTS: raise ClirError(f"unknown pairwise method {method!r} (one of {', '.join(SORTS)})")
         if scoring not in ("generation", "likelihood"): raise ClirError(f"scoring must be 'generation' or 'likelihood', got {scoring!r}")
-        if scoring == "likelihood" and not getattr(backend, "supports_logprobs", False):
+        if scoring == "likelihood" and not backend.supports_logprobs:
             raise ClirError(f"backend {backend.name!r} cannot score continuations: use scoring='generation'")
         self.backend, self.method, self.scoring, self.sort_k, self.doc_title = backend, method, scoring, sort_k, doc_title
         self.template = PromptTemplate.load(template)
@@ -235,9 +235,9 @@ def _prompt(self: PairwiseReranker, query: str, a: str, b: str):
     "The PRP prompt in the backend's form, and whether it ends in an answer prefix (prefill)."
     text = self.template["prompt"].format(query=query, a=a, b=b)
     b_ = self.backend
-    encdec, chat = getattr(b_, "is_encoder_decoder", False), getattr(b_, "is_chat", False)
+    encdec, chat = b_.is_encoder_decoder, b_.is_chat
     pre = self.template.get("decoder_prefix" if encdec else "answer_prefix")
-    if (encdec or chat) and pre and getattr(b_, "supports_prefill", False):
+    if (encdec or chat) and pre and b_.supports_prefill:
         return [{"role": "user", "content": text}, {"role": "assistant", "content": pre}], True
     return ([{"role": "user", "content": text}] if chat else text), False
 
@@ -245,7 +245,7 @@ def _prompt(self: PairwiseReranker, query: str, a: str, b: str):
 def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | None]:
     "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None."
     out = []
-    bs = (self.batch_size or len(items) or 1) if getattr(self.backend, "supports_batching", False) else 1
+    bs = (self.batch_size or len(items) or 1) if self.backend.supports_batching else 1
     for i in range(0, len(items), bs):
         chunk = items[i:i + bs]
         built = [self._prompt(queries[j], a, b) for j, (a, b) in enumerate(chunk, i)]

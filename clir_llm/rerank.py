@@ -13,10 +13,11 @@ from pydantic import Field, field_validator, model_validator
 from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
 from .specs import import_plugins, Registry, Spec, add_spec_arguments, spec_from_args, validated
 from .templates import PromptTemplate, prompt_text, squash
+from .llm import Backend
+from .retrieve import DT_SOURCES, docs_view
 
 # %% auto #0
-__all__ = ['RERANKERS', 'Reranker', 'doc_text', 'RerankerSpec', 'get_reranker', 'QrelsOracle', 'load_docs_view', 'check_run',
-           'cli_rerank']
+__all__ = ['RERANKERS', 'Reranker', 'doc_text', 'RerankerSpec', 'get_reranker', 'QrelsOracle', 'check_run', 'cli_rerank']
 
 # %% ../nbs/11_rerank.ipynb #ca17b234
 class Reranker(ABC):
@@ -55,7 +56,7 @@ def _backend_usage(r: Reranker) -> Usage: return r.backend.usage if r.backend is
 def _start(self: Reranker, collection, run, k):
     if k < 1: raise ClirError(f"k must be positive, got {k}")
     missing = [q for q in run if run.get(q) and q not in collection.queries]
-    if missing: raise ClirError(f"run {run.name!r} has queries the collection {getattr(collection, 'name', '?')!r} "
+    if missing: raise ClirError(f"run {run.name!r} has queries the collection {collection.name!r} "
                                 f"does not know: {', '.join(sorted(missing)[:5])}")
     self.diagnostics = {q: {"calls": 0, "prompts": 0, "tokens_in": 0, "tokens_out": 0, "parse_failures": 0,
                             "truncated_docs": {}, "truncated_tokens": {}} for q in run if run.get(q)}
@@ -91,7 +92,7 @@ def save(self: Reranker, run_path) -> Path:
                       {"reranker": self.name, "params": self.params, "usage": self.usage.to_dict(), "per_query": self.diagnostics})
 
 # %% ../nbs/11_rerank.ipynb #ced34532
-def _lang(doc, collection) -> str: return doc.lang or getattr(collection, "doc_lang", "") or "?"
+def _lang(doc, collection) -> str: return doc.lang or collection.doc_lang or "?"
 
 def doc_text(doc, title: bool = True) -> str:
     "The passage a reranker shows: title and text (`Document.full_text`), or the text alone (`title=False`)."
@@ -168,7 +169,7 @@ def get_reranker(spec: RerankerSpec | str, backend=None, progress: bool = True, 
     return cls.from_spec(spec, backend, progress=progress, **options)
 
 # %% ../nbs/11_rerank.ipynb #283b2b89
-class QrelsOracle:
+class QrelsOracle(Backend):
     "A backend that answers listwise and PRP prompts from the qrels of `collection` (whitespace tokens)."
     supports_logprobs, supports_batching, is_chat, is_encoder_decoder = True, True, True, False
     def __init__(self, collection, qrels=None, name: str = "oracle:qrels"):
@@ -212,29 +213,19 @@ class QrelsOracle:
         self.usage.calls += 1
         self.usage.tokens_in += sum(self.count_tokens(p) for p in prompts)
         return [self._answer(p)[0] for p in prompts]
-    def score(self, prompts, candidates: list[str]) -> list[list[float]]:
+    def score(self, prompts, candidates: list[str], **params) -> list[list[float]]:
         "Log-likelihood stand-ins: 0 for the answer the qrels prefer, -1 for the other (`candidates` = A, B)."
         self.usage.calls += 1
         return [self._answer(p)[1][:len(candidates)] for p in prompts]
 
 # %% ../nbs/11_rerank.ipynb #9324fef2
-def load_docs_view(collection, docs: str, translator: str | None = None):
-    "The collection itself (`og`) or its view with documents in the query language (`dt`)."
-    if docs == "og": return collection
-    if docs != "dt": raise ClirError(f"--docs must be og or dt, got {docs!r}")
-    if translator:
-        from clir_llm.translate import get_translator, translate_documents
-        return translate_documents(collection, get_translator(translator))
-    if getattr(collection, "has_translations", False): return collection.translated()
-    raise ClirError(f"collection {getattr(collection, 'name', '?')!r} ships no document translations: give --translator SPEC for DT")
-
 def check_run(path, run: Run, collection, k: int = 100):
     "A run file to rerank names only queries of `collection` and, in each query's top `k`, only its documents; else `file:line: ...`."
     first = {}
     for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         p = line.split()
         if len(p) >= 3: first.setdefault(p[0], i); first.setdefault((p[0], p[2]), i)
-    where = f"collection {getattr(collection, 'name', '?')!r} {getattr(collection, 'pair', '')}".rstrip()
+    where = f"collection {collection.name!r} {collection.pair}"
     for q in run:
         if q not in collection.queries:
             raise FormatError(path, first.get(q), f"query {q!r} is not a query of {where} (its queries: {', '.join(sorted(collection.queries)[:5])}...)")
@@ -253,6 +244,8 @@ def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
     ap.add_argument("--llm", help="backend spec: hf:<id or path>, openai:<model>, vllm:<id>, gguf:<path> (not for a method without a model)")
     ap.add_argument("--docs", default="og", choices=("og", "dt"), help="rerank original documents or their translation")
     ap.add_argument("--translator", help="translator spec for --docs dt when the collection ships no translations")
+    ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
+                    help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
     ap.add_argument("--top-k", type=int, default=100, help="how many documents of each query to rerank")
     add_spec_arguments(ap, RerankerSpec, skip=("method",), group="reranker options")
     ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
@@ -274,7 +267,7 @@ def cli_rerank(argv=None) -> int:
     run = Run.read(a.run)
     og = load_collection(a.collection, a.pair)
     check_run(a.run, run, og, a.top_k)
-    collection = load_docs_view(og, a.docs, a.translator)
+    collection = docs_view(og, a.docs, a.translator, a.dt_source)
     backend = None
     if a.llm:
         from clir_llm.llm import get_backend  # imports torch: only once the inputs are known to be good

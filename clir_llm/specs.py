@@ -42,10 +42,9 @@ class Entry:
     @property
     def is_prefix(self) -> bool: return self.name.endswith(":")
 
-def _origin(obj) -> tuple:
-    "Where `obj` (a class, a function, or an instance: its class) is defined."
-    o = obj if hasattr(obj, "__qualname__") else type(obj)
-    return (getattr(o, "__module__", None), o.__qualname__)
+def _origin(obj) -> str:
+    "The qualified name of `obj` (a class or function; an instance: its class), the same in a notebook and its module."
+    return (obj if hasattr(obj, "__qualname__") else type(obj)).__qualname__
 
 def _summary(obj) -> str:
     doc = inspect.getdoc(obj) or ""
@@ -74,7 +73,7 @@ class Registry:
             key = str(name).strip().lower()
             check_contract(o, self.contract, self.kind, key)
             old = self._items.get(key)
-            if old is not None and _origin(old.obj) != _origin(o):   # the same definition run again (a notebook cell) replaces it
+            if old is not None and _origin(old.obj) != _origin(o):   # the same definition again (a re-run cell, or a notebook and its exported module) replaces it
                 raise ClirError(f"{self.kind} {key!r} is registered twice ({old.obj!r} and {o!r})")
             self._items[key] = Entry(key, o, summary or _summary(o), example or key)
             return o

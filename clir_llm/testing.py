@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['make_tiny_hf_model', 'FakeOpenAIServer']
+__all__ = ['make_tiny_hf_model', 'FakeOpenAIServer', 'TinyCollection', 'tiny_setup']
 
 # %% ../nbs/15_testing.ipynb #823b9c99
 _CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -126,3 +126,30 @@ class FakeOpenAIServer:
     def count(self, prompt: str) -> int:
         "How many requests asked `prompt` (as the last message)."
         with self._lock: return sum(r["prompt"] == prompt for r in self.requests)
+
+# %% ../nbs/15_testing.ipynb #76fc9d48
+import random
+from .core import Document, Query, Qrels, Run
+from .collections import Collection
+
+class TinyCollection(Collection):
+    "In-memory collection: a test double that honours the `Collection` contract."
+    def __init__(self, queries, docs, qrels, doc_lang="de", name="tiny"):
+        self.queries, self._docs, self.qrels, self.doc_lang, self.name = queries, docs, qrels, doc_lang, name
+        self.query_lang, self.key, self.pair = "en", name, f"en-{doc_lang}"
+    def iter_docs(self): return iter(self._docs.values())
+    def get_docs(self, docids): return [self._docs[d] for d in docids]
+    def get_doc(self, docid): return self._docs[docid]
+
+def tiny_setup(n_queries=2, n_docs=30, seed=0):
+    "A `TinyCollection` of random passages with random grades (0-3) and a shuffled first-stage run of them."
+    rng = random.Random(seed)
+    queries = {f"q{i}": Query(f"q{i}", f"topic {i} about subject number {i} and its history", "en") for i in range(n_queries)}
+    docs, qrels, run = {}, Qrels(), {}
+    for i in range(n_queries):
+        ids = [f"q{i}d{j:02d}" for j in range(n_docs)]
+        for d in ids: docs[d] = Document(d, f"passage {d} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(40)), lang="de")
+        qrels[f"q{i}"] = {d: rng.choice([0, 0, 0, 1, 2, 3]) for d in ids}
+        rng.shuffle(ids)
+        run[f"q{i}"] = ids
+    return TinyCollection(queries, docs, qrels), Run.from_ranked(run, name="first")

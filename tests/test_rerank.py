@@ -6,7 +6,8 @@ import pytest
 from clir_llm.core import ClirError, FormatError, Document, Qrels, Query, Run
 from clir_llm.listwise import ListwiseReranker, window_starts
 from clir_llm.pairwise import PairwiseReranker, SORTS, run_sort
-from clir_llm.rerank import QrelsOracle, get_reranker, load_docs_view
+from clir_llm.rerank import QrelsOracle, get_reranker
+from clir_llm.retrieve import docs_view
 from clir_llm.templates import PromptTemplate, parse_permutation, parse_prp
 
 
@@ -303,8 +304,8 @@ def test_doc_title_changes_what_the_prompt_shows(kind):
 def test_og_and_dt_views_on_fixture():
     from clir_llm.collections import load_collection
     og = load_collection("fixture", "en-sw")
-    dt = load_docs_view(og, "dt")
-    assert dt.doc_lang == "en" and load_docs_view(og, "og") is og
+    dt = docs_view(og, "dt")
+    assert dt.doc_lang == "en" and docs_view(og, "og") is og
     run = Run.from_ranked({q: [d.docid for d in og.iter_docs()] for q in og.queries})
     seen = {}
     class Spy(QrelsOracle):
@@ -320,4 +321,4 @@ def test_og_and_dt_views_on_fixture():
     assert " ".join(og_words) in og_text and " ".join(og_words) not in dt_text
     assert " ".join(dt_words) in dt_text and " ".join(dt_words) not in og_text
     with pytest.raises(ClirError, match="ships no document translations"):
-        load_docs_view(load_collection("fixture", "en-de"), "dt")
+        docs_view(load_collection("fixture", "en-de"), "dt")
