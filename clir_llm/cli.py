@@ -20,7 +20,7 @@ COMMANDS = {
     "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise or pairwise)"),
     "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
-    "check":     ("clir_llm.reproduce:cli_check",      "compare a config's results with its regression file"),
+    "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
 }
 
 def _usage() -> str:

@@ -39,7 +39,8 @@ def test_bad_config_is_rejected_before_any_work(tmp_path):
 
 def test_title_options_validated_and_set_for_ciral(tmp_path):
     from clir_llm.core import ClirError
-    from clir_llm.reproduce import load_config, rerank_params
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import rerank_params
     ciral = load_config(ROOT / "configs" / "paper-ciral.yaml")
     assert all(r.doc_title is False for r in ciral.rerankers)        # the authors' rerankers read passage text only
     assert ciral.first_stage.text_only("rrf:bm25-dt+dense:nv-embed-v2") == ("nv-embed-v2",)

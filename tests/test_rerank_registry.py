@@ -97,7 +97,7 @@ def test_spec_defaults_are_the_run_identity_fields():
     s = RerankerSpec(method="pairwise-bubblesort")
     assert s.model_dump() == dict(method="pairwise-bubblesort", prompt=None, window=20, step=10, k=10, passage_tokens=300,
                                   query_tokens=128, scoring="generation", max_words=300, context=4096, doc_title=True)
-    from clir_llm.reproduce import RerankerConfig
+    from clir_llm.config import RerankerConfig
     rc = RerankerConfig(name="x", llm="openai:x", method="listwise", first_stages=["bm25-qt"])
     assert {f: getattr(rc, f) for f in RerankerSpec.model_fields if f != "method"} == RerankerSpec(method="listwise").model_dump(exclude={"method"})
     assert s.describe() == "pairwise-bubblesort (prompt prp, k 10, scoring generation, passage_tokens 300, query_tokens 128, doc_title True)"
