@@ -286,16 +286,22 @@ class CollectionSource:
     pairs: Callable[[], list[str]] | list[str]
     env: str | None = None     # environment variable that names a local copy (data that is not shipped)
     shipped: bool = False      # the data ships inside the package (listing counts its documents)
+    translations: bool | tuple[str, ...] = False   # ships document translations: for every pair, or for these pairs
 
     def pair_list(self) -> list[str]:
         return list(self.pairs() if callable(self.pairs) else self.pairs)
 
+    def ships_translations(self, pair: str) -> bool:
+        "Whether `pair` comes with translated documents (known without loading it: the dry run asks)."
+        return self.translations is True or (isinstance(self.translations, tuple) and pair in self.translations)
+
 COLLECTIONS = Registry("collection")
 
 def register_collection(name: str, loader: Callable[..., Collection], pairs: Callable[[], list[str]] | list[str],
-                        description: str, *, env: str | None = None, shipped: bool = False) -> CollectionSource:
+                        description: str, *, env: str | None = None, shipped: bool = False,
+                        translations: bool | tuple[str, ...] = False) -> CollectionSource:
     "Register `loader(pair, root=None, **kw) -> Collection` under `name` (the string `--collection` accepts)."
-    return COLLECTIONS.register(name, CollectionSource(loader, pairs, env, shipped), summary=description, example=name)
+    return COLLECTIONS.register(name, CollectionSource(loader, pairs, env, shipped, translations), summary=description, example=name)
 
 def collection_pairs(name: str) -> list[str]:
     "The language pairs (`query-doc`) of a registered collection."
@@ -325,7 +331,8 @@ def _shipped(name):
     def loader(pair, root=None, **kw): return load_folder_collection(Path(root) if root else data_dir() / name, pair, name=name, **kw)
     return loader, pairs
 
-register_collection("fixture", *_shipped("fixture"), "tiny hand-made collection for unit tests (en de fi it ru ha so sw yo)", shipped=True)
+register_collection("fixture", *_shipped("fixture"), "tiny hand-made collection for unit tests (en de fi it ru ha so sw yo)", shipped=True,
+                    translations=("en-ha", "en-so", "en-sw", "en-yo"))
 register_collection("demo", *_shipped("demo"), "Debian manual pages: known-item CLIR between human translations (GPL-3+)", shipped=True)
 
 # %% ../nbs/03_collections.ipynb #b19fff79
@@ -424,7 +431,8 @@ def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None)
 
 CIRAL_PAIRS = [f"en-{c}" for c in CIRAL_LANGS]
 register_collection("ciral", lambda pair, root=None, **kw: load_ciral(pair, root=root, **kw), CIRAL_PAIRS,
-                    "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations", env="CIRAL_HOME")
+                    "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations", env="CIRAL_HOME",
+                    translations=True)
 
 # %% ../nbs/03_collections.ipynb #ec851a1f
 CLEF_LANGS = {c: language(c).file_name for c in ("en", "de", "fi", "it", "ru")}   # code -> name in CLEF's paths

@@ -5,26 +5,46 @@
 # %% ../nbs/13a_config.ipynb #1780bbb6
 from __future__ import annotations
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, StrictBool,
+                      ValidationError, field_validator, model_validator)
 from .core import ClirError
 from .languages import parse_pair
+from .llm import BackendSpec
+from .rerank import RerankerSpec
+from .retrieve import DT_SOURCES, FirstStage, parse_method
+from .specs import import_plugins
+from .translate import TranslatorSpec
 
 # %% auto #0
-__all__ = ['FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'Config', 'resolve_config', 'load_config', 'repo_root',
-           'experiment_notebook', 'results_dir']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'Config',
+           'resolve_config', 'load_config', 'repo_root', 'experiment_notebook', 'results_dir']
 
-# %% ../nbs/13a_config.ipynb #23027435
+# %% ../nbs/13a_config.ipynb #f7c68d6c
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+def _field(parse):
+    "A pydantic validator from a spec parser: its ClirError becomes a ValueError that pydantic reports at the field."
+    def check(v):
+        try: return parse(v)
+        except ClirError as e: raise ValueError(str(e)) from None
+    return check
+
+Method = Annotated[FirstStage, BeforeValidator(_field(parse_method)), PlainSerializer(str, return_type=str)]
+MethodName = Annotated[str, AfterValidator(_field(lambda s: str(parse_method(s))))]   # a method as a mapping key
+Translator = Annotated[TranslatorSpec, BeforeValidator(_field(TranslatorSpec.parse)), PlainSerializer(str, return_type=str)]
+Backend = Annotated[BackendSpec, BeforeValidator(_field(BackendSpec.parse)), PlainSerializer(str, return_type=str)]
+
+# %% ../nbs/13a_config.ipynb #23027435
 class FirstStageConfig(_Strict):
-    "Which first-stage runs to make (method strings of `clir-llm retrieve`)."
-    methods: list[str]
-    translator: Optional[str] = None     # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
+    "Which first-stage runs to make (method strings of `clir-llm retrieve`, parsed into `FirstStage` specs)."
+    methods: list[Method]
+    translator: Optional[Translator] = None     # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
     depth: int = Field(100, gt=0)
-    only_pairs: dict[str, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
+    only_pairs: dict[MethodName, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
+    dt_source: Literal[DT_SOURCES] = "auto"   # DT documents (first stage and rerankers): shipped translations, else the translator
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
 
@@ -37,45 +57,50 @@ class FirstStageConfig(_Strict):
                 raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
         return v
 
-    def text_only(self, method: str) -> tuple[str, ...]:
-        "The dense encoders of `method` (a `dense:` or `rrf:` method) that encode documents without their titles."
-        from clir_llm.retrieve import encodes_title
-        m = str(method).strip()
-        parts = m[4:].split("+") if m.lower().startswith("rrf:") else [m]
-        names = [p.strip()[6:].strip() for p in parts if p.strip().lower().startswith("dense:")]
-        return tuple(n for n in names if not encodes_title(self.dense_title, n))
+    @model_validator(mode="after")
+    def _only_known(self):
+        if bad := [m for m in self.only_pairs if m not in map(str, self.methods)]:
+            raise ValueError(f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})")
+        return self
 
-    def runs_on(self, method: str, pair: str) -> bool:
+    def method(self, m) -> FirstStage:
+        "The spec of first stage `m` (a spec or its string) of this configuration."
+        key = str(parse_method(m))
+        for x in self.methods:
+            if str(x) == key: return x
+        raise ClirError(f"first stage {key!r} is not in first_stage.methods ({', '.join(map(str, self.methods))})")
+
+    def text_only(self, method) -> tuple[str, ...]:
+        "The dense encoders of `method` that encode documents without their titles under this `dense_title`."
+        return parse_method(method).text_only(self.dense_title)
+
+    def runs_on(self, method: FirstStage, pair: str) -> bool:
         "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
-        return method not in self.only_pairs or pair in self.only_pairs[method]
+        return str(method) not in self.only_pairs or pair in self.only_pairs[str(method)]
 
 # %% ../nbs/13a_config.ipynb #3923495e
-class RerankerConfig(_Strict):
-    "One reranker row of a table: an LLM backend and how it is used."
+class RerankerConfig(RerankerSpec):
+    """One reranker row of a table: a `RerankerSpec` (method and every option, with their one default) plus the
+    LLM backend and what to rerank."""
     name: str                            # row label, e.g. "RankZephyr"
-    llm: str                             # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full"
-    method: str                          # listwise | pairwise-allpair | pairwise-heapsort | pairwise-bubblesort
-    prompt: Optional[str] = None         # listwise: rankgpt | rankzephyr
-    first_stages: list[str]              # first-stage methods to rerank
+    llm: Optional[Backend] = None        # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full" (None: a reranker without LLM)
+    first_stages: list[Method]           # first-stage methods to rerank
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
     pairs: Optional[list[str]] = None    # the pairs this reranker runs on (default: all pairs of the config)
     top_k: int = Field(100, gt=0)
-    window: int = Field(20, gt=1)
-    step: int = Field(10, gt=0)
-    k: int = Field(10, gt=0)             # pairwise heapsort/bubblesort: top-k to sort
-    passage_tokens: int = Field(300, gt=0)
-    query_tokens: int = Field(128, gt=0)
-    scoring: Literal["generation", "likelihood"] = "generation"
-    max_words: int = Field(300, gt=0)    # listwise: passages cut to this many words
-    context: int = Field(4096, gt=0)     # listwise: prompt + answer must fit this many tokens
     max_queries: Optional[int] = Field(None, gt=0)   # demo: rerank only the first N queries of each pair (sorted qids)
-    doc_title: StrictBool = True         # show document titles (title + text); false: text only, as the authors' rerankers
+
+    @model_validator(mode="after")
+    def _needs_llm(self):
+        if self.llm is None and self.reranker.needs_backend:
+            raise ValueError(f"reranker {self.name!r}: method {self.method!r} needs an LLM backend (llm: ...)")
+        return self
 
 class DocLengthConfig(_Strict):
     "The document-length study: rerankers × first stages × OG/DT at several passage lengths."
     tokens: list[int] = [64, 128, 256]
     rerankers: list[str]                 # names of rerankers defined above
-    first_stages: list[str]
+    first_stages: list[Method]
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
 
 # %% ../nbs/13a_config.ipynb #e3125784
@@ -83,6 +108,7 @@ class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
     name: str
     description: str = ""
+    plugins: list[str] = []              # modules imported before anything is resolved (they register their own methods)
     collection: str
     root: Optional[str] = None           # data folder (CLEF_HOME / CIRAL folder); None = the collection's default
     pairs: list[str]
@@ -111,6 +137,26 @@ class Config(_Strict):
         for p in v: parse_pair(p)
         return v
 
+    @model_validator(mode="after")
+    def _consistent(self):
+        "Every name used in one place is defined in another: pairs, first stages, reranker names."
+        fs, methods = self.first_stage, set(map(str, self.first_stage.methods))
+        for m, pairs in fs.only_pairs.items():
+            if bad := [p for p in pairs if p not in self.pairs]:
+                raise ValueError(f"first_stage.only_pairs[{m!r}]: {', '.join(bad)} not in pairs ({', '.join(self.pairs)})")
+        for r in self.rerankers:
+            if bad := [str(f) for f in r.first_stages if str(f) not in methods]:
+                raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
+            if r.pairs and (bad := [p for p in r.pairs if p not in self.pairs]):
+                raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(self.pairs)})")
+        if self.doc_length:
+            names = {r.name for r in self.rerankers}
+            for n in self.doc_length.rerankers:
+                if n not in names: raise ValueError(f"doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
+            if bad := [str(f) for f in self.doc_length.first_stages if str(f) not in methods]:
+                raise ValueError(f"doc_length.first_stages: {', '.join(map(repr, bad))} not in first_stage.methods")
+        return self
+
     def reranker_pairs(self, rc: "RerankerConfig") -> list[str]:
         "The pairs reranker `rc` runs on."
         return [p for p in self.pairs if rc.pairs is None or p in rc.pairs]
@@ -131,19 +177,15 @@ def load_config(path) -> Config:
     try: data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e: raise ClirError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
+    if isinstance(data.get("plugins"), list):
+        try: import_plugins(data["plugins"])
+        except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: cfg = Config(**data)
     except ValidationError as e:
         msgs = [f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}" + (f" (got {err['input']!r})" if err['type'] != 'missing' else "")
                 for err in e.errors()]
         raise ClirError("invalid configuration\n  " + "\n  ".join(msgs)) from None
     except ClirError as e: raise ClirError(f"{path}: {e}") from None
-    for r in cfg.rerankers:
-        if r.pairs and (bad := [p for p in r.pairs if p not in cfg.pairs]):
-            raise ClirError(f"{path}: reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
-    names = {r.name for r in cfg.rerankers}
-    if cfg.doc_length:
-        for n in cfg.doc_length.rerankers:
-            if n not in names: raise ClirError(f"{path}: doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
     cfg._path = path
     return cfg
 

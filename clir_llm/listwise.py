@@ -44,6 +44,7 @@ def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list]
 # %% ../nbs/11b_listwise.ipynb #9f22fe07
 class ListwiseReranker(Reranker):
     "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
+    family = "listwise"
     prompt_kind, spec_fields = "listwise", ("prompt", "window", "step", "max_words", "context", "doc_title")
     variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
     def __init__(self, backend,

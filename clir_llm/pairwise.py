@@ -154,6 +154,7 @@ def sort_with(sort: str, docids: Sequence, compare: Callable[[object, object, ob
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseReranker(Reranker):
     "PRP reranking (Qin et al. 2024): allpair, heapsort or bubblesort over both-order comparisons."
+    family = "pairwise"
     prompt_kind, spec_fields = "pairwise", ("prompt", "k", "scoring", "passage_tokens", "query_tokens", "doc_title")
     variants = {f"pairwise-{s}": s for s in SORTS}  # method -> sort
     def __init__(self, backend,

@@ -10,20 +10,12 @@ from typing import Optional
 from fastcore.basics import patch
 from .core import ClirError, Run, Usage, stable_hash, usage_path
 from .config import Config, RerankerConfig, load_config, results_dir
+from .retrieve import FirstStage, docs_view, parse_method
 
 # %% auto #0
-__all__ = ['method_label', 'rerank_params', 'Pipeline']
+__all__ = ['rerank_params', 'Pipeline']
 
 # %% ../nbs/13b_pipeline.ipynb #7982aef5
-def method_label(method: str) -> str:
-    "Display name of a first-stage method: BM25-QT, NV-Embed-v2, mE5-small, Hybrid (BM25-DT + M3), ..."
-    m = str(method).strip()
-    if m.lower().startswith("rrf:"): return "Hybrid (" + " + ".join(method_label(p) for p in m[4:].split("+")) + ")"
-    if m.lower().startswith("dense:"):
-        from clir_llm.dense import get_encoder_spec
-        return get_encoder_spec(m[6:]).label.split(" (")[0]
-    return m.upper()
-
 def _view_revision() -> tuple:
     "How translated views are made (`translate.VIEW_REVISION`): part of the name of every run that reads one, so a run made from older translations is never reused."
     from clir_llm.translate import VIEW_REVISION
@@ -71,10 +63,8 @@ def collection(self: Pipeline, pair: str, docs: str = "og"):
     if (pair, docs) not in self._colls:
         from clir_llm.collections import load_collection
         if docs == "og": self._colls[pair, docs] = load_collection(self.cfg.collection, pair, root=self.cfg.root)
-        else:
-            from clir_llm.rerank import load_docs_view
-            og = self.collection(pair, "og")
-            self._colls[pair, docs] = load_docs_view(og, docs, None if og.has_translations else self.cfg.first_stage.translator)
+        else:   # the one DT view of the first stage and the rerankers alike (`retrieve.docs_view`)
+            self._colls[pair, docs] = docs_view(self.collection(pair, "og"), docs, self.translator(), self.cfg.first_stage.dt_source)
     return self._colls[pair, docs]
 
 # %% ../nbs/13b_pipeline.ipynb #dbb31e2a
@@ -83,46 +73,43 @@ def _path(self: Pipeline, pair: str, label: str, ident) -> Path:
     return self.out / "runs" / pair / f"{_slug(label)}.{stable_hash(ident, n=10)}.trec"
 
 @patch
-def first_stage_path(self: Pipeline, pair: str, method: str) -> Path:
+def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Path:
     "The file of the first-stage run of `method` on `pair` (named by everything that determines the run)."
-    fs, coll = self.cfg.first_stage, self.collection(pair)
-    dense_len = fs.dense_doc_max_length if "dense:" in method else None
-    text_only = fs.text_only(method)   # in the identity only when some encoder drops titles (earlier files keep their names)
-    translated = "qt" in method or "dt" in method
-    return self._path(pair, method, (method, fs.translator if translated else None, fs.depth, coll.key)
+    m, fs, coll = parse_method(method), self.cfg.first_stage, self.collection(pair)
+    dense_len = fs.dense_doc_max_length if m.encoders else None
+    text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
+    return self._path(pair, str(m), (str(m), str(fs.translator) if m.translated and fs.translator else None, fs.depth, coll.key)
                       + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((_view_revision(),) if translated else ()))
+                      + ((_view_revision(),) if m.translated else ()))
 
 @patch
-def first_stage(self: Pipeline, pair: str, method: str) -> Optional[Run]:
+def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
     "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
-    fs = self.cfg.first_stage
-    if not fs.runs_on(method, pair):
-        self.skipped[method, pair] = f"{method_label(method)} is not run on {pair} (only_pairs in {self.cfg.name})"
+    m, fs = parse_method(method), self.cfg.first_stage
+    if not fs.runs_on(m, pair):
+        self.skipped[str(m), pair] = f"{m.label()} is not run on {pair} (only_pairs in {self.cfg.name})"
         return None
-    coll = self.collection(pair)
-    dense_len = fs.dense_doc_max_length if "dense:" in method else None
-    path = self.first_stage_path(pair, method)
-    if path.exists(): return self._kept(pair, Run.read(path, name=method), path)
-    from clir_llm.retrieve import get_retriever
-    retr = get_retriever(method, translator=self.translator() if fs.translator else None, cache=self.cache, doc_max_length=dense_len,
-                         dense_title=fs.dense_title)
+    path = self.first_stage_path(pair, m)
+    if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
+    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source,
+                   doc_max_length=fs.dense_doc_max_length if m.encoders else None)
     t0 = time.time()
-    run = retr.retrieve(coll, k=fs.depth)
-    run.name = method
-    usage = Usage().add(retr.usage) if hasattr(retr, "usage") else Usage()
+    run = retr.retrieve(self.collection(pair), k=fs.depth)
+    run.name = str(m)
+    usage = Usage().add(retr.usage)
     usage.seconds = max(usage.seconds, time.time() - t0)
-    usage.save(usage_path(path)); run.write(path, tag=_slug(method))   # the run file last: it marks completion
+    usage.save(usage_path(path)); run.write(path, tag=_slug(str(m)))   # the run file last: it marks completion
     return self._kept(pair, run, path)
 
 # %% ../nbs/13b_pipeline.ipynb #f9836fff
 @patch
-def backend(self: Pipeline, spec: str):
-    "One backend object per spec (its usage is read as a difference around each rerank)."
-    if spec not in self._backends:
+def backend(self: Pipeline, spec):
+    "One backend object per spec (its usage is read as a difference around each rerank); None for no spec."
+    if spec is None: return None
+    if str(spec) not in self._backends:
         from clir_llm.llm import get_backend
-        self._backends[spec] = get_backend(spec, cache=self.cache)
-    return self._backends[spec]
+        self._backends[str(spec)] = get_backend(spec, cache=self.cache)
+    return self._backends[str(spec)]
 
 @patch
 def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[str]:
@@ -131,8 +118,10 @@ def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[s
     return qids[:rc.max_queries] if rc is not None and rc.max_queries else qids
 
 @patch
-def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: str, docs: str, passage_tokens: int | None = None) -> Optional[Run]:
+def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStage | str, docs: str,
+           passage_tokens: int | None = None) -> Optional[Run]:
     "The first stage's run on `pair` reranked by `rc` on `docs` documents (optionally at another passage length)."
+    first_stage = parse_method(first_stage)
     base = self.first_stage(pair, first_stage)
     if base is None: return None
     qids = self.query_subset(pair, rc)
@@ -142,10 +131,9 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: str, docs
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
                       + ((_view_revision(),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
-    from clir_llm.rerank import RerankerSpec, get_reranker
-    spec = RerankerSpec(**{f: getattr(rc, f) for f in RerankerSpec.model_fields}
-                        | {"passage_tokens": params["passage_tokens"], "max_words": params["max_words"]})
-    rr = get_reranker(spec, self.backend(rc.llm), progress=self.progress)
+    from clir_llm.rerank import get_reranker
+    cut = {"passage_tokens": passage_tokens, "max_words": passage_tokens} if passage_tokens else {}
+    rr = get_reranker(rc, self.backend(rc.llm), progress=self.progress, **cut)
     run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
     rr.save(path); run.write(path, tag=_slug(label))
@@ -170,7 +158,7 @@ def scores(self: Pipeline, pair: str, run: Run, measure: str | None = None, qids
     return df.iloc[:, 0]
 
 @patch
-def oracle(self: Pipeline, pair: str, first_stage: str, top_k: int, qids: list[str] | None = None) -> Optional[Run]:
+def oracle(self: Pipeline, pair: str, first_stage: FirstStage | str, top_k: int, qids: list[str] | None = None) -> Optional[Run]:
     "The best possible reranking of the first stage's top `top_k` (by qrels grade): the ceiling of any reranker."
     base = self.first_stage(pair, first_stage)
     if base is None: return None

@@ -8,93 +8,49 @@ from .core import ClirError
 from .config import Config, experiment_notebook
 
 # %% auto #0
-__all__ = ['describe_collection', 'describe_translator', 'describe_method', 'describe_backend', 'plan']
+__all__ = ['describe_collection', 'plan']
 
 # %% ../nbs/13f_plan.ipynb #b9ea4a95
 def describe_collection(name: str, pair: str | None = None) -> str:
     "The registry's description of collection `name`; with `pair`, a ClirError when the collection lacks it."
-    from clir_llm import collections as C
-    info = C._info(name)
-    if pair is not None:
-        pairs = C.collection_pairs(name)
-        if pair not in pairs: raise ClirError(f"collection {name!r} has no pair {pair!r}; its pairs are: {', '.join(pairs)}")
-    return info["description"]
-
-def describe_translator(spec: str) -> str:
-    "What a translator spec resolves to (nothing is loaded)."
-    from clir_llm import translate as T
-    kind, _, arg = str(spec).partition(":")
-    if kind == "nllb": return f"NLLB-200 {arg or 'facebook/nllb-200-1.3B'}: sentence-level, greedy, 128 input tokens per sentence"
-    if kind == "dict" and arg in ("", "freedict"): return f"FreeDict word-by-word, pairs {', '.join(sorted(T.FREEDICT_PAIRS))}"
-    T.get_translator(spec)  # raises the translator module's own error for an unknown spec
-    return spec
-
-# %% ../nbs/13f_plan.ipynb #3567c1b9
-def describe_method(method: str, translator: str | None = None, dense_title=None) -> str:
-    "What a first-stage method string resolves to: BM25 variant and analyzer, dense registry entry, fusion parts."
-    m = str(method).strip()
-    if m.lower().startswith("rrf:"):
-        parts = [p for p in m[4:].split("+") if p.strip()]
-        if len(parts) < 2: raise ClirError(f"rrf needs two or more methods joined by '+', got {method!r}")
-        return "reciprocal rank fusion (k=60) of " + "; ".join(describe_method(p, translator, dense_title) for p in parts)
-    if m.lower().startswith("dense:"):
-        from clir_llm.dense import get_encoder_spec
-        from clir_llm.retrieve import encodes_title
-        s = get_encoder_spec(m[6:])
-        title = encodes_title(dense_title, m[6:])
-        extra = f", base {s.base_model}" if s.base_model else ""
-        return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
-                f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
-                "exact FAISS inner product")
-    if m.lower() in ("bm25-og", "bm25-qt", "bm25-dt"):
-        if m.lower() != "bm25-og" and not translator and "dt" not in m.lower():
-            raise ClirError(f"{m} needs first_stage.translator")
-        what = {"bm25-og": "original queries and documents", "bm25-qt": "queries translated into the document language",
-                "bm25-dt": "documents translated into the query language"}[m.lower()]
-        return f"Lucene BM25 (k1=0.9, b=0.4; pyserini) on {what}, analyzer of the indexed language"
-    from clir_llm.retrieve import get_retriever
-    get_retriever(m)  # raises the first-stage module's error naming the known methods
-    return m
-
-# %% ../nbs/13f_plan.ipynb #68b901f5
-def describe_backend(spec: str) -> str:
-    "What an LLM backend spec resolves to (nothing is loaded or contacted)."
-    from clir_llm import llm as L
-    kind, sep, model = str(spec).partition(":")
-    if not sep or not model or kind not in L.BACKENDS:
-        raise ClirError(f"LLM backend spec must be one of {', '.join(k + ':<model>' for k in L.BACKENDS)}, got {spec!r}")
-    if kind == "hf" and model in L.OFFLINE_MODELS: return f"{L.OFFLINE_MODELS[model]['label']} via transformers (offline GGUF)"
-    if kind == "openai":
-        price = L.PRICES["usd_per_million_tokens"].get(model)
-        return f"OpenAI chat API {model}" + (f" (${price['input']}/${price['output']} per M tokens in/out, prices of {L.PRICES['as_of']})"
-                                           if price else " (no price in the table: cost reported as 0)")
-    return {"hf": "transformers", "vllm": "vLLM (GPU extra)", "gguf": "llama.cpp"}[kind] + f" model {model}"
+    from clir_llm.collections import COLLECTIONS, collection_pairs
+    entry = COLLECTIONS.lookup(name)[0]
+    if pair is not None and pair not in (pairs := collection_pairs(name)):
+        raise ClirError(f"collection {name!r} has no pair {pair!r}; its pairs are: {', '.join(pairs)}")
+    return entry.summary
 
 # %% ../nbs/13f_plan.ipynb #6950f643
+def _dt_text(cfg: Config) -> str:
+    "Which document text DT runs read (first stage and rerankers alike), by `retrieve.docs_view`'s precedence."
+    from clir_llm.collections import COLLECTIONS
+    fs, source = cfg.first_stage, COLLECTIONS[cfg.collection]
+    shipped = [p for p in cfg.pairs if source.ships_translations(p)]
+    if fs.dt_source == "shipped" or (fs.dt_source == "auto" and len(shipped) == len(cfg.pairs)):
+        return "the translations shipped with the collection"
+    own = f"documents translated by {fs.translator}" if fs.translator else "none (no translator configured: DT runs fail)"
+    return own if fs.dt_source == "translator" or not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
+
 def plan(cfg: Config) -> list[str]:
     "Resolve every name in `cfg` without loading anything; return the plan as lines (ClirError on the first unknown name)."
     lines = [f"config {cfg.name}: {cfg.description}".rstrip(": "), f"collection {cfg.collection}: {describe_collection(cfg.collection)}"]
     for p in cfg.pairs: describe_collection(cfg.collection, p)
     lines.append(f"pairs: {', '.join(cfg.pairs)}; measure {cfg.measure} (+ {', '.join(cfg.extra_measures)})")
     fs = cfg.first_stage
-    if fs.translator: lines.append(f"translator {fs.translator}: {describe_translator(fs.translator)}")
+    if fs.translator: lines.append(f"translator {fs.translator}: {fs.translator.describe()}")
     if fs.dense_doc_max_length: lines.append(f"dense encoders: documents cut at {fs.dense_doc_max_length} tokens (instead of the registry's length)")
     for m in fs.methods:
-        where = f" (pairs {', '.join(fs.only_pairs[m])})" if m in fs.only_pairs else ""
-        lines.append(f"first stage {m}{where}: {describe_method(m, fs.translator, fs.dense_title)}; top {fs.depth}")
-    for m in fs.only_pairs:
-        if m not in fs.methods: raise ClirError(f"first_stage.only_pairs names {m!r}, which is not in first_stage.methods")
-    calls = 0
+        where = f" (pairs {', '.join(fs.only_pairs[str(m)])})" if str(m) in fs.only_pairs else ""
+        lines.append(f"first stage {m}{where}: {m.describe(fs.translator, fs.dense_title)}; top {fs.depth}")
     for r in cfg.rerankers:
-        for f in r.first_stages:
-            if f not in fs.methods: raise ClirError(f"reranker {r.name!r}: first stage {f!r} is not in first_stage.methods")
-        pairs = cfg.reranker_pairs(r)
-        lines.append(f"reranker {r.name}: {r.method} with {r.llm} = {describe_backend(r.llm)}; first stages {', '.join(r.first_stages)}; "
-                     f"docs {'/'.join(r.docs)} ({'title + text' if r.doc_title else 'text only'}); top {r.top_k}; pairs {', '.join(pairs)}"
-                     + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
+        llm = f" with {r.llm} = {r.llm.describe()}" if r.llm else ""
+        lines.append(f"reranker {r.name}: {r.method}{llm}; first stages {', '.join(map(str, r.first_stages))}; "
+                     f"docs {'/'.join(r.docs)} ({'title + text' if r.doc_title else 'text only'}); top {r.top_k}; "
+                     f"pairs {', '.join(cfg.reranker_pairs(r))}" + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
+    if any(m.translated for m in fs.methods) or any("dt" in r.docs for r in cfg.rerankers):
+        lines.append(f"DT documents (first stage and rerankers): {_dt_text(cfg)}")
     if cfg.doc_length:
         lines.append(f"document length study: {cfg.doc_length.tokens} tokens × {', '.join(cfg.doc_length.rerankers)} × "
-                     f"{', '.join(cfg.doc_length.first_stages)} × {'/'.join(cfg.doc_length.docs)}")
+                     f"{', '.join(map(str, cfg.doc_length.first_stages))} × {'/'.join(cfg.doc_length.docs)}")
     for e in cfg.experiments: experiment_notebook(e)
     lines.append(f"experiments: {' → '.join(cfg.experiments)}")
     return lines

@@ -25,6 +25,7 @@ class Reranker(ABC):
     needs_backend: bool = True          # False: runs without an LLM backend (`--llm` may be left out)
     prompt_kind: str | None = None      # the kind of prompt template `prompt` must name (listwise, pairwise); None: no prompt
     spec_fields: tuple[str, ...] = ()   # the `RerankerSpec` fields it reads (what the dry run shows)
+    family: str | None = None           # the table it belongs to (listwise, pairwise); None: a table of its own, named by its method
     name: str = "reranker"
     backend = None
     params: dict = {}
@@ -130,6 +131,11 @@ class RerankerSpec(Spec):
     def reranker(self) -> type[Reranker]:
         "The registered class of `method`."
         return RERANKERS.lookup(self.method)[0].obj
+
+    @property
+    def family(self) -> str:
+        "The table this reranker's rows go to: its class's family (listwise, pairwise), else its method name."
+        return self.reranker.family or self.method
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -20,15 +20,14 @@ class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def key(self) -> str:
-        "The identity of what this spec computes (run names, cache keys)."
-        return str(self)
+        "The identity of what this spec computes (run names, cache keys); subclasses give their canonical string."
+        return type(self).__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in self.model_dump().items()) + ")"
 
     def describe(self) -> str:
         "One line for the dry-run plan."
-        return str(self)
+        return self.key()
 
-    def __str__(self) -> str:
-        return type(self).__name__ + "(" + ", ".join(f"{k}={v!r}" for k, v in self.model_dump().items()) + ")"
+    def __str__(self) -> str: return self.key()   # a spec written anywhere (a run name, a config) is its key
 
 # %% ../nbs/00a_specs.ipynb #9f914c31
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
 from __future__ import annotations
 from pathlib import Path
 from .core import ClirError, atomic_write
-from .pipeline import Pipeline, method_label
+from .pipeline import Pipeline
+from .retrieve import BM25Method
 
 # %% auto #0
 __all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'first_stage_table', 'rerank_table', 'cost_summary', 'doc_length_table',
@@ -20,14 +21,14 @@ def first_stage_table(pipe: Pipeline, measure: str | None = None):
     for m in pipe.cfg.first_stage.methods:
         for pair in pipe.cfg.pairs:
             run = pipe.first_stage(pair, m)
-            if run is not None: cells.append(Cell(method_label(m), pair, pipe.scores(pair, run, measure)))
+            if run is not None: cells.append(Cell(m.label(), pair, pipe.scores(pair, run, measure)))
     return ResultTable(cells, measure=measure or pipe.cfg.measure)
 
 # %% ../nbs/13c_tables.ipynb #523a492d
 def _rerank_rows(pipe: Pipeline, kind: str):
     "(reranker config, first stage, docs) triples of one kind, in config order."
     for rc in pipe.cfg.rerankers:
-        if rc.method.startswith(kind):
+        if rc.family == kind:
             for fs in rc.first_stages:
                 yield rc, fs
 
@@ -40,7 +41,7 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
     cells, cost, seen = [], [], set()
     for rc, fs in _rerank_rows(pipe, kind):
         n = f" (first {rc.max_queries} queries)" if rc.max_queries else ""
-        base_row = method_label(fs) + n
+        base_row = fs.label() + n
         for pair in pipe.cfg.reranker_pairs(rc):
             qids = pipe.query_subset(pair, rc)
             base = pipe.first_stage(pair, fs)
@@ -53,12 +54,12 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
                     cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, pipe.scores(pair, orc, measure, qids)))
             for docs in rc.docs:
                 run = pipe.rerank(pair, rc, fs, docs)
-                row = f"{method_label(fs)} » {rc.name} {docs.upper()}"
+                row = f"{fs.label()} » {rc.name} {docs.upper()}"
                 scores = pipe.scores(pair, run, measure, qids)
                 cells.append(Cell(row, pair, scores, baseline=base_row))
                 u = pipe.usage(pair, run); nq = max(1, len(run)); c = u.counters
                 # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
-                cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=method_label(fs), docs=docs.upper(),
+                cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=fs.label(), docs=docs.upper(),
                                  score=float(scores.mean()),
                                  calls_per_query=c.get("calls", 0) / nq, prompts_per_query=c.get("prompts", 0) / nq,
                                  tokens_in_per_query=c.get("tokens_in", 0) / nq, tokens_out_per_query=c.get("tokens_out", 0) / nq,
@@ -90,7 +91,7 @@ def doc_length_table(pipe: Pipeline, measure: str | None = None):
         rc = pipe.cfg.reranker(name)
         for fs in dl.first_stages:
             for docs in dl.docs:
-                label = f"{name} / {method_label(fs).split('-')[0] if fs.startswith('bm25') else method_label(fs)}-{docs.upper()}"
+                label = f"{name} / {'BM25' if isinstance(fs, BM25Method) else fs.label()}-{docs.upper()}"
                 for t in dl.tokens:
                     vals = []
                     for pair in pipe.cfg.reranker_pairs(rc):

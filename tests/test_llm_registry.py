@@ -2,7 +2,9 @@
 import pytest
 from clir_llm.core import ClirError
 from clir_llm.llm import BACKENDS, Backend, BackendSpec, LLMError, get_backend
-from clir_llm.reproduce import describe_backend
+
+
+def describe_backend(s): return BackendSpec.parse(s).describe()
 
 
 class EchoBackend(Backend):
@@ -65,3 +67,16 @@ def test_flags_are_plain_class_attributes():
     for e in BACKENDS.entries():
         for flag in ("supports_logprobs", "supports_batching", "is_chat", "is_encoder_decoder", "supports_prefill"):
             assert isinstance(getattr(e.obj, flag), bool), (e.name, flag)
+
+
+def test_a_new_kind_appears_in_the_dry_run_plan(echo, tmp_path):
+    "Issue 13: a backend kind registered at run time is described by the dry run (the old plan raised KeyError)."
+    import yaml
+    from clir_llm.config import load_config
+    from clir_llm.plan import plan
+    cfg = dict(name="t", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               first_stage=dict(methods=["bm25-og"]),
+               rerankers=[dict(name="Echo", llm="echo:x", method="listwise", first_stages=["bm25-og"])])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    lines = plan(load_config(tmp_path / "c.yaml"))
+    assert any(l.startswith("reranker Echo: listwise with echo:x = EchoBackend model x") for l in lines), lines
