@@ -4,11 +4,11 @@
 
 # %% ../nbs/14_cli.ipynb #201bd9fe
 from __future__ import annotations
-import argparse, importlib, sys
+import argparse, importlib, os, sys
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main']
+__all__ = ['COMMANDS', 'main', 'registries', 'cli_methods']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
@@ -21,6 +21,7 @@ COMMANDS = {
     "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
+    "methods":   ("clir_llm.cli:cli_methods",           "every registered method, model and collection, as the strings the CLI and configs accept"),
 }
 
 def _usage() -> str:
@@ -48,5 +49,43 @@ def main(argv=None) -> int:
         return int(func(rest) or 0)
     except ClirError as e:
         print(f"clir-llm {name}: error: {e}", file=sys.stderr); return 1
+    except BrokenPipeError:   # output piped into `head` and closed early: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 0
     except KeyboardInterrupt:
         print(f"clir-llm {name}: interrupted; finished work is cached and a re-run resumes from there", file=sys.stderr); return 130
+
+# %% ../nbs/14_cli.ipynb #d992b830
+def registries() -> dict[str, list[tuple[str, str]]]:
+    "Each kind (with where its strings go) -> [(accepted string, one-line summary)], read from the registries."
+    from clir_llm.assets import OFFLINE_MODELS
+    from clir_llm.collections import COLLECTIONS
+    from clir_llm.dense import ENCODERS
+    from clir_llm.llm import BACKENDS
+    from clir_llm.rerank import RERANKERS
+    from clir_llm.retrieve import FIRST_STAGES
+    from clir_llm.translate import TRANSLATORS
+    first = [(f"dense:{n}", s.label) if e.name == "dense:" else (e.example, e.summary)
+             for e in FIRST_STAGES.entries() for n, s in (ENCODERS.items() if e.name == "dense:" else [(None, None)])]
+    llms = [(e.example, e.summary) for e in BACKENDS.entries()] + [(n, m.label) for n, m in OFFLINE_MODELS.items() if not n.startswith("dense:")]
+    return {"collections (--collection; config: collection)": [(e.example, e.summary) for e in COLLECTIONS.entries()],
+            "first stages (retrieve --method; config: first_stage.methods)": first,
+            "translators (--translator; config: first_stage.translator)": [(e.example, e.summary) for e in TRANSLATORS.entries()],
+            "rerankers (rerank --method; config: rerankers[].method)": [(e.example, e.summary) for e in RERANKERS.entries()],
+            "LLM backends (rerank --llm; config: rerankers[].llm)": llms}
+
+def cli_methods(argv=None) -> int:
+    "`clir-llm methods [--plugin MODULE]`: every registry, one accepted string and its summary per line."
+    ap = argparse.ArgumentParser(prog="clir-llm methods", description="List what the package can run, as accepted strings.")
+    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods)")
+    a = ap.parse_args(argv)
+    from clir_llm.specs import import_plugins
+    import_plugins(a.plugin)
+    for kind, rows in registries().items():
+        print(kind)
+        w = max(len(s) for s, _ in rows)
+        for s, summary in rows: print(f"  {s:<{w}}  {summary}")
+    return 0
+
+# %% ../nbs/14_cli.ipynb #f90d08ee
+if __name__ == "__main__" and not hasattr(sys, "ps1") and "ipykernel" not in sys.modules:   # python -m clir_llm.cli
+    sys.exit(main())
