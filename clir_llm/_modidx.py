@@ -199,6 +199,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.core._lines': ('core.html#_lines', 'clir_llm/core.py'),
                                'clir_llm.core._rank_key': ('core.html#_rank_key', 'clir_llm/core.py'),
                                'clir_llm.core.atomic_write': ('core.html#atomic_write', 'clir_llm/core.py'),
+                               'clir_llm.core.cut': ('core.html#cut', 'clir_llm/core.py'),
                                'clir_llm.core.stable_hash': ('core.html#stable_hash', 'clir_llm/core.py'),
                                'clir_llm.core.usage_path': ('core.html#usage_path', 'clir_llm/core.py'),
                                'clir_llm.core.write_json': ('core.html#write_json', 'clir_llm/core.py')},
