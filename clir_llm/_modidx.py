@@ -45,6 +45,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.bm25._damage': ('bm25.html#_damage', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._env': ('bm25.html#_env', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._java_version': ('bm25.html#_java_version', 'clir_llm/bm25.py'),
+                               'clir_llm.bm25._lucene_check': ('bm25.html#_lucene_check', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._manifest': ('bm25.html#_manifest', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._pid_alive': ('bm25.html#_pid_alive', 'clir_llm/bm25.py'),
                                'clir_llm.bm25._pyserini_version': ('bm25.html#_pyserini_version', 'clir_llm/bm25.py'),

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Iterable
 from filelock import FileLock
 from tqdm.auto import tqdm
-from .core import ClirError, Retriever, Run, Usage, stable_hash
+from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
 from .cache import Cache, default_cache_dir
 from .languages import language
 
 # %% auto #0
-__all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'java_home', 'anserini_jar', 'jvm_options', 'lucene', 'analyzer_name',
-           'pretokenize', 'index_dir', 'build_index', 'BM25']
+__all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',
+           'analyzer_name', 'pretokenize', 'index_dir', 'build_index', 'BM25']
 
 # %% ../nbs/07_bm25.ipynb #66e88600
 MIN_JAVA = 21
@@ -149,6 +149,7 @@ def _manifest(index: Path) -> dict:
         out[p.name] = [p.stat().st_size, h.hexdigest()]
     return out
 
+NO_MANIFEST = "no manifest (built by an older clir-llm)"
 _VERIFIED: dict[str, tuple] = {}   # index folder -> (name, size, mtime) of its files when last verified in this process
 
 def _damage(index: Path) -> str | None:
@@ -156,7 +157,7 @@ def _damage(index: Path) -> str | None:
     try: meta = json.loads((index / "meta.json").read_text())
     except (OSError, ValueError) as e: return f"meta.json unreadable ({e})"
     files = meta.get("files")
-    if files is None: return "no manifest (built by an older clir-llm)"
+    if files is None: return NO_MANIFEST
     stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in index.iterdir() if p.is_file()))
     if _VERIFIED.get(str(index)) == stamp: return None
     for name, (size, digest) in files.items():
@@ -169,10 +170,33 @@ def _damage(index: Path) -> str | None:
     _VERIFIED[str(index)] = stamp
     return None
 
+def _lucene_check(index: Path) -> str | None:
+    "Lucene's own check of every file's footer checksum (CRC32 of its content); what fails first, or None. Needs the JVM."
+    import jnius
+    A = jnius.autoclass
+    d = A("org.apache.lucene.store.FSDirectory").open(A("java.io.File")(str(index)).toPath())
+    try:
+        for name in d.listAll():
+            if name in ("meta.json", "write.lock"): continue
+            try:
+                f = d.openInput(name, A("org.apache.lucene.store.IOContext").READONCE)
+                try: A("org.apache.lucene.codecs.CodecUtil").checksumEntireFile(f)
+                finally: f.close()
+            except Exception as e: return f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"[:200]
+    finally: d.close()
+    return None
+
 def _usable(final: Path, warn: bool = False) -> bool:
-    "True if the index at `final` is built and intact; with `warn`, a damaged one gets a one-line warning (it is then rebuilt)."
+    """True if the index at `final` is built and intact; with `warn` (under the build lock, JVM started), an index of an
+    older clir-llm without a manifest is checked with Lucene's checksums and given one, and a damaged index gets a
+    one-line warning (it is then rebuilt)."""
     if not (final / "meta.json").exists(): return False
     why = _damage(final)
+    if why == NO_MANIFEST and warn:
+        why = _lucene_check(final)
+        if why is None:
+            meta = json.loads((final / "meta.json").read_text())
+            atomic_write(final / "meta.json", json.dumps({**meta, "files": _manifest(final)}, indent=1))
     if why and warn: print(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it", file=sys.stderr)
     return why is None
 
