@@ -83,6 +83,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'clir_llm.cache._advice': ('cache.html#_advice', 'clir_llm/cache.py'),
                                 'clir_llm.cache._decode': ('cache.html#_decode', 'clir_llm/cache.py'),
                                 'clir_llm.cache._encode': ('cache.html#_encode', 'clir_llm/cache.py'),
+                                'clir_llm.cache._no_space': ('cache.html#_no_space', 'clir_llm/cache.py'),
                                 'clir_llm.cache._retry': ('cache.html#_retry', 'clir_llm/cache.py'),
                                 'clir_llm.cache._secrets': ('cache.html#_secrets', 'clir_llm/cache.py'),
                                 'clir_llm.cache.check_no_secret': ('cache.html#check_no_secret', 'clir_llm/cache.py'),

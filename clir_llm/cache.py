@@ -12,8 +12,8 @@ from tqdm.auto import tqdm
 from .core import ClirError, stable_hash
 
 # %% auto #0
-__all__ = ['SECRET_ENV_VARS', 'MODES', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir', 'check_no_secret',
-           'Cache', 'Namespace']
+__all__ = ['SECRET_ENV_VARS', 'MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir',
+           'check_no_secret', 'Cache', 'Namespace']
 
 # %% ../nbs/02_cache.ipynb #aff2c98a
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
@@ -51,11 +51,17 @@ def _decode(blob: bytes, codec: str):
     meta = json.loads(codec)
     return np.frombuffer(blob, dtype=meta["npy"]).reshape(meta["shape"]).copy()
 
+NO_SPACE = "is the disk full? free some space, or set CLIR_LLM_CACHE to another folder"
+
+def _no_space(e: Exception) -> bool:
+    "SQLite's words for a write the disk refused (full: SQLITE_FULL; over a size limit or failing: disk I/O error)."
+    return "full" in str(e) or "I/O error" in str(e)
+
 def _advice(path, e: Exception) -> str:
     "What to do about an SQLite error on the cache file `path`: a corrupt file is deleted or moved away, a folder fixed."
     if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e):
         return f"cache {path} is corrupt ({e}): delete it or move it away (what it held is computed again)"
-    if "full" in str(e): return f"cannot write cache {path}: {e} (free some space, or set CLIR_LLM_CACHE to another folder)"
+    if _no_space(e): return f"cannot write cache {path}: {e} ({NO_SPACE})"
     return f"cannot open cache {path}: {e} (set CLIR_LLM_CACHE to a writable folder)"
 
 BUSY_RETRY_SECONDS = 300
@@ -189,7 +195,7 @@ class Namespace:
             path = self.cache.root / (self.stage + ".sqlite")
             msg = _advice(path, e)
             raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
-                " (free some space, or set CLIR_LLM_CACHE to another folder)" if "full" in str(e) else "")) from None
+                f" ({NO_SPACE})" if _no_space(e) else "")) from None
 
     def get(self, item, default=None):
         "The cached value of `item`, or `default`."
