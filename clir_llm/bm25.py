@@ -4,18 +4,18 @@
 
 # %% ../nbs/07_bm25.ipynb #b878ab3d
 from __future__ import annotations
-import contextlib, glob, json, os, re, shutil, tempfile, time
+import contextlib, glob, hashlib, json, os, re, shutil, sys, tempfile, time
 from pathlib import Path
 from typing import Iterable
 from filelock import FileLock
 from tqdm.auto import tqdm
-from .core import ClirError, Retriever, Run, Usage, stable_hash
-from .cache import Cache
+from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
+from .cache import Cache, default_cache_dir
 from .languages import language
 
 # %% auto #0
-__all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'java_home', 'anserini_jar', 'lucene', 'analyzer_name', 'pretokenize',
-           'index_dir', 'build_index', 'BM25']
+__all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',
+           'analyzer_name', 'pretokenize', 'index_dir', 'build_index', 'BM25']
 
 # %% ../nbs/07_bm25.ipynb #66e88600
 MIN_JAVA = 21
@@ -66,15 +66,22 @@ def _quiet_search_log(jnius):
 MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut
 
 
-def lucene():
-    "Start the JVM (once per process) and return the `pyserini.search.lucene` module."
+def jvm_options(cache_root=None) -> list[str]:
+    "Our JVM options: signals left to Python (`-Xrs`), and a crash file, if any, under `<cache>/jvm/`."
+    crash_dir = Path(cache_root or default_cache_dir()) / "jvm"
+    crash_dir.mkdir(parents=True, exist_ok=True)
+    return ["-Xrs", f"-XX:ErrorFile={crash_dir / 'hs_err_pid%p.log'}"]
+
+def lucene(cache: Cache | None = None):
+    "Start the JVM (once per process; crash files under `cache`'s root) and return the `pyserini.search.lucene` module."
     global _LUCENE
     if _LUCENE is not None: return _LUCENE
     import jnius_config
     if not jnius_config.vm_running:
         home = java_home()
         jnius_config.add_classpath(str(anserini_jar()))
-        jnius_config.set_options(*[o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o])
+        keep = [o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o and not o.startswith("-XX:ErrorFile")]
+        jnius_config.set_options(*keep, *[o for o in jvm_options(cache.root if cache else None) if o not in keep])
         with _env(JAVA_HOME=home): import jnius  # pyjnius starts the JVM here
     import jnius
     version = str(jnius.autoclass("java.lang.System").getProperty("java.version"))
@@ -131,16 +138,99 @@ def _write_jsonl(collection, folder: Path, docs_per_file: int, progress: bool) -
         if f: f.close()
     return n
 
+def _manifest(index: Path) -> dict:
+    "`{file name: [size, sha256]}` of the Lucene files of an index (written into its meta.json when it is built)."
+    out = {}
+    for p in sorted(index.iterdir()):
+        if p.name in ("meta.json", "write.lock") or not p.is_file(): continue
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+        out[p.name] = [p.stat().st_size, h.hexdigest()]
+    return out
+
+NO_MANIFEST = "no manifest (built by an older clir-llm)"
+_VERIFIED: dict[str, tuple] = {}   # index folder -> (name, size, mtime) of its files when last verified in this process
+
+def _damage(index: Path) -> str | None:
+    "What is wrong with a built index (a file missing, of another size or content than its manifest says), or None."
+    try: meta = json.loads((index / "meta.json").read_text())
+    except (OSError, ValueError) as e: return f"meta.json unreadable ({e})"
+    files = meta.get("files")
+    if files is None: return NO_MANIFEST
+    stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in index.iterdir() if p.is_file()))
+    if _VERIFIED.get(str(index)) == stamp: return None
+    for name, (size, digest) in files.items():
+        p = index / name
+        if not p.is_file(): return f"{name} is missing"
+        if p.stat().st_size != size: return f"{name} has {p.stat().st_size} bytes, not {size}"
+    got = _manifest(index)
+    bad = [n for n, (_, d) in files.items() if got.get(n, [0, ""])[1] != d]
+    if bad: return f"{bad[0]} does not match its checksum"
+    _VERIFIED[str(index)] = stamp
+    return None
+
+def _lucene_check(index: Path) -> str | None:
+    "Lucene's own check of every file's footer checksum (CRC32 of its content); what fails first, or None. Needs the JVM."
+    import jnius
+    A = jnius.autoclass
+    d = A("org.apache.lucene.store.FSDirectory").open(A("java.io.File")(str(index)).toPath())
+    try:
+        for name in d.listAll():
+            if name in ("meta.json", "write.lock"): continue
+            try:
+                f = d.openInput(name, A("org.apache.lucene.store.IOContext").READONCE)
+                try: A("org.apache.lucene.codecs.CodecUtil").checksumEntireFile(f)
+                finally: f.close()
+            except Exception as e: return f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"[:200]
+    finally: d.close()
+    return None
+
+def _usable(final: Path, warn: bool = False) -> bool:
+    """True if the index at `final` is built and intact; with `warn` (under the build lock, JVM started), an index of an
+    older clir-llm without a manifest is checked with Lucene's checksums and given one, and a damaged index gets a
+    one-line warning (it is then rebuilt)."""
+    if not (final / "meta.json").exists(): return False
+    why = _damage(final)
+    if why == NO_MANIFEST and warn:
+        why = _lucene_check(final)
+        if why is None:
+            meta = json.loads((final / "meta.json").read_text())
+            atomic_write(final / "meta.json", json.dumps({**meta, "files": _manifest(final)}, indent=1))
+    if why and warn: print(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it", file=sys.stderr)
+    return why is None
+
+def _pid_alive(pid: int) -> bool:
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: return True
+    return True
+
+def _remove_stale_work(final: Path):
+    """Remove work folders left by killed builds: those of `final` (we hold its lock, so no one else is building it)
+    and those of other indexes whose process (the pid in the folder's name) is gone."""
+    for p in final.parent.glob(".*"):
+        if not p.is_dir(): continue
+        parts = p.name[1:].split(".")
+        mine = parts[0] == final.name
+        dead = len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1]))
+        if mine or dead: shutil.rmtree(p, ignore_errors=True)
+
 def build_index(collection, cache: Cache | None = None, threads: int | None = None,
                 docs_per_file: int = 50_000, progress: bool = True) -> Path:
-    "Build (or reuse) the Lucene index of `collection`'s documents with the analyzer of `collection.doc_lang`."
+    """Build (or reuse) the Lucene index of `collection`'s documents with the analyzer of `collection.doc_lang`.
+    A cached index is verified against its manifest first; a damaged one is rebuilt, with a one-line warning."""
     final = index_dir(collection, cache)
-    if (final / "meta.json").exists(): return final
-    L = lucene()
+    if _usable(final): return final
+    L = lucene(cache)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        if (final / "meta.json").exists(): return final
-        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        if _usable(final, warn=True): return final
+        _remove_stale_work(final)
+        if final.exists():  # damaged: out of the way first (a rename is atomic; a reader never sees half a folder)
+            aside = final.parent / f".{final.name}.{os.getpid()}.damaged"
+            os.replace(final, aside); shutil.rmtree(aside, ignore_errors=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", dir=final.parent))
         try:
             t0 = time.time()
             (work / "input").mkdir()
@@ -160,7 +250,8 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
                                 f"see the Anserini log above")
             (work / "index" / "meta.json").write_text(json.dumps({
                 "collection": collection.name, "pair": collection.pair, "key": collection.key, "doc_lang": lang.code,
-                "analyzer": analyzer_name(lang.code), "num_docs": n, "seconds": round(time.time() - t0, 2)}, indent=1))
+                "analyzer": analyzer_name(lang.code), "num_docs": n, "seconds": round(time.time() - t0, 2),
+                "files": _manifest(work / "index")}, indent=1))
             os.replace(work / "index", final)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -177,7 +268,7 @@ class BM25(Retriever):
 
     def searcher(self, collection):
         "A `LuceneSearcher` on `collection`'s index (built if needed), set to BM25(k1, b) and the right analyzer."
-        L = lucene()
+        L = lucene(self.cache)
         s = L.LuceneSearcher(str(build_index(collection, self.cache, progress=self.progress)))
         s.set_bm25(float(self.k1), float(self.b))
         lang = language(collection.doc_lang)
@@ -209,7 +300,7 @@ class BM25(Retriever):
 
     def _batch(self, collection, texts: dict, k: int) -> dict:
         "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
-        lucene()
+        lucene(self.cache)
         import jnius
         index = build_index(collection, self.cache, progress=self.progress)
         lang = language(collection.doc_lang)

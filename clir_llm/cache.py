@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_cache.ipynb #927429b6
 from __future__ import annotations
-import json, os, sqlite3, threading, time
+import json, os, sqlite3, threading, time, urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
@@ -12,7 +12,8 @@ from tqdm.auto import tqdm
 from .core import ClirError, stable_hash
 
 # %% auto #0
-__all__ = ['SECRET_ENV_VARS', 'MODES', 'CacheMiss', 'CacheError', 'default_cache_dir', 'check_no_secret', 'Cache', 'Namespace']
+__all__ = ['SECRET_ENV_VARS', 'MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir',
+           'check_no_secret', 'Cache', 'Namespace']
 
 # %% ../nbs/02_cache.ipynb #aff2c98a
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
@@ -50,6 +51,31 @@ def _decode(blob: bytes, codec: str):
     meta = json.loads(codec)
     return np.frombuffer(blob, dtype=meta["npy"]).reshape(meta["shape"]).copy()
 
+NO_SPACE = "is the disk full? free some space, or set CLIR_LLM_CACHE to another folder"
+
+def _no_space(e: Exception) -> bool:
+    "SQLite's words for a write the disk refused (full: SQLITE_FULL; over a size limit or failing: disk I/O error)."
+    return "full" in str(e) or "I/O error" in str(e)
+
+def _advice(path, e: Exception) -> str:
+    "What to do about an SQLite error on the cache file `path`: a corrupt file is deleted or moved away, a folder fixed."
+    if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e):
+        return f"cache {path} is corrupt ({e}): delete it or move it away (what it held is computed again)"
+    if _no_space(e): return f"cannot write cache {path}: {e} ({NO_SPACE})"
+    return f"cannot open cache {path}: {e} (set CLIR_LLM_CACHE to a writable folder)"
+
+BUSY_RETRY_SECONDS = 300
+
+def _retry(fn):
+    """`fn()`, tried again while SQLite reports the database locked or busy (another process holds the write lock, or
+    is recovering the write-ahead log, cases the busy timeout does not always wait for), for up to 5 minutes."""
+    t0, wait = time.monotonic(), 0.01
+    while True:
+        try: return fn()
+        except sqlite3.OperationalError as e:
+            if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() - t0 > BUSY_RETRY_SECONDS: raise
+            time.sleep(wait); wait = min(wait * 2, 0.5)
+
 class Cache:
     "A content-addressed store under `root` (one SQLite file per stage)."
     def __init__(self, root=None, mode: str = "readwrite"):
@@ -58,20 +84,44 @@ class Cache:
         self._local = threading.local()
         self._lock = threading.Lock()
 
-    def _db(self, stage: str) -> sqlite3.Connection:
+    def _db(self, stage: str) -> sqlite3.Connection | None:
+        "The connection of this thread to `stage`'s file (None in a read-only mode when the file does not exist)."
         conns = self._local.__dict__.setdefault("conns", {})
         if stage not in conns:
             path = self.root / f"{stage}.sqlite"
+            conns[stage] = self._open_ro(path) if self.mode in ("readonly", "replay") else self._open_rw(path)
+        return conns[stage]
+
+    def _open_rw(self, path: Path) -> sqlite3.Connection:
+        def open_():
+            con = sqlite3.connect(path, timeout=60, isolation_level=None)
             try:
-                self.root.mkdir(parents=True, exist_ok=True)
-                con = sqlite3.connect(path, timeout=60, isolation_level=None)
-                con.execute("PRAGMA journal_mode=WAL"); con.execute("PRAGMA synchronous=NORMAL")
+                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal": con.execute("PRAGMA journal_mode=WAL")
+                con.execute("PRAGMA synchronous=NORMAL")
                 con.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, "
                             "codec TEXT NOT NULL, meta TEXT, created REAL NOT NULL)")
-            except (sqlite3.Error, OSError) as e:
-                raise CacheError(f"cannot open cache {path}: {e} (set CLIR_LLM_CACHE to a writable folder)") from None
-            conns[stage] = con
-        return conns[stage]
+            except BaseException: con.close(); raise
+            return con
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return _retry(open_)
+        except (sqlite3.Error, OSError) as e:
+            raise CacheError(_advice(path, e)) from None
+
+    def _open_ro(self, path: Path) -> sqlite3.Connection | None:
+        "Open read-only, writing nothing: `mode=ro`, else (read-only media, where SQLite cannot make its `-shm` file) `immutable=1`."
+        if not path.exists(): return None
+        uri = "file:" + urllib.parse.quote(str(path.resolve()))
+        err = None
+        for flags in ("mode=ro", "immutable=1"):
+            try:
+                con = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=60, isolation_level=None)
+                _retry(lambda: con.execute("SELECT COUNT(*) FROM entries WHERE 0").fetchone())
+                return con
+            except sqlite3.DatabaseError as e:
+                err = e
+                if not isinstance(e, sqlite3.OperationalError) or "no such table" in str(e): break  # corrupt: no second try
+        raise CacheError(_advice(path, err)) from None
 
     def namespace(self, stage: str, **identity) -> "Namespace":
         "A namespace of `stage` whose keys include `identity` (model, revision, parameters)."
@@ -81,7 +131,8 @@ class Cache:
         "Entries per stage file."
         out = {}
         for p in sorted(self.root.glob("*.sqlite")):
-            out[p.stem] = self._db(p.stem).execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+            db = self._db(p.stem)
+            if db is not None: out[p.stem] = db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
         return out
 
     def __repr__(self): return f"Cache({str(self.root)!r}, mode={self.mode!r})"
@@ -104,14 +155,20 @@ class Namespace:
         if self.cache.mode == "off" or not items: return {}
         keys = [self.key(it) for it in items]
         found, db = {}, self.cache._db(self.stage)
+        if db is None: return {}
         uniq = list(dict.fromkeys(keys))
+        path = self.cache.root / (self.stage + ".sqlite")
         try:
             for i in range(0, len(uniq), 500):
                 chunk = uniq[i:i + 500]
-                rows = db.execute(f"SELECT key, value, codec FROM entries WHERE key IN ({','.join('?' * len(chunk))})", chunk)
-                for k, v, c in rows: found[k] = _decode(v, c)
+                rows = _retry(lambda: db.execute(f"SELECT key, value, codec FROM entries WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall())
+                for k, v, c in rows:
+                    try: found[k] = _decode(v, c)
+                    except (ValueError, TypeError, KeyError) as e:  # bad JSON or UTF-8, or array bytes that do not fit their shape
+                        raise CacheError(f"cache {path} is corrupt (entry {k[:12]}: {type(e).__name__}: {str(e)[:80]}): "
+                                         f"delete it or move it away (what it held is computed again)") from None
         except sqlite3.DatabaseError as e:
-            raise CacheError(f"cache {self.cache.root / (self.stage + '.sqlite')} is unreadable: {e}") from None
+            raise CacheError(_advice(path, e)) from None
         return {i: found[k] for i, k in enumerate(keys) if k in found}
 
     def put_many(self, pairs: Iterable[tuple[Any, Any]], meta: dict | None = None):
@@ -123,14 +180,22 @@ class Namespace:
             rows.append((self.key(item), blob, codec, json.dumps(meta) if meta else None, time.time()))
         if not rows: return
         db = self.cache._db(self.stage)
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
-            db.execute("COMMIT")
+        def write():
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    try: db.execute("ROLLBACK")
+                    except sqlite3.Error: pass
+                raise
+        try: _retry(write)
         except (sqlite3.Error, OSError) as e:
-            try: db.execute("ROLLBACK")
-            except sqlite3.Error: pass
-            raise CacheError(f"cannot write cache {self.cache.root / (self.stage + '.sqlite')}: {e}") from None
+            path = self.cache.root / (self.stage + ".sqlite")
+            msg = _advice(path, e)
+            raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
+                f" ({NO_SPACE})" if _no_space(e) else "")) from None
 
     def get(self, item, default=None):
         "The cached value of `item`, or `default`."

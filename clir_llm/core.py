@@ -5,14 +5,14 @@
 # %% ../nbs/00_core.ipynb #e928e43a
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import json, os, math, tempfile, hashlib, time
+import codecs, json, os, math, tempfile, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
-__all__ = ['ClirError', 'FormatError', 'atomic_write', 'write_json', 'Query', 'Document', 'Qrels', 'Run', 'Usage', 'usage_path',
-           'stable_hash', 'Retriever']
+__all__ = ['GRADE_MIN', 'GRADE_MAX', 'ClirError', 'FormatError', 'atomic_write', 'write_json', 'Query', 'Document', 'cut',
+           'Qrels', 'Run', 'Usage', 'usage_path', 'stable_hash', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #adde35ea
 class ClirError(Exception):
@@ -69,17 +69,31 @@ class Document:
         return f"{self.title}\n{self.text}" if self.title else self.text
 
 # %% ../nbs/00_core.ipynb #5b90b9e7
+def cut(text: str, n: int = 80) -> str:
+    "`repr(text)`, cut after `n` characters (a long offending line in an error message shows its start and its length)."
+    return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
+
 def _lines(path) -> Iterator[tuple[int, str]]:
-    "Yield `(line number, stripped line)` for the non-blank lines of a UTF-8 text file; bad bytes are a `FormatError`."
+    """Yield `(line number, stripped line)` for the non-blank lines of a UTF-8 text file; bad bytes are a `FormatError`.
+    A byte-order mark at the start is skipped, and LF, CRLF and CR-only line ends are all line ends."""
     path = Path(path)
     if not path.exists(): raise ClirError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            try: line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise FormatError(path, i, f"not UTF-8 (byte {raw[e.start:e.start+1]!r} at column {e.start+1})") from None
-            line = line.strip()
-            if line: yield i, line
+    if path.is_dir(): raise ClirError(f"{path}: is a folder, not a file")
+    try: f = open(path, "rb")
+    except OSError as e: raise ClirError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        i = 0
+        for raw in f:
+            if i == 0 and raw.startswith(codecs.BOM_UTF8): raw = raw[len(codecs.BOM_UTF8):]
+            for part in raw.rstrip(b"\r\n").split(b"\r"):   # a CR inside a line is a line end too (old Mac files)
+                i += 1
+                try: line = part.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise FormatError(path, i, f"not UTF-8 (byte {part[e.start:e.start+1]!r} at column {e.start+1})") from None
+                line = line.strip()
+                if line: yield i, line
+
+GRADE_MIN, GRADE_MAX = -2**31, 2**31 - 1
 
 class Qrels(dict):
     "Relevance judgements `{qid: {docid: grade}}`; a dict of dicts that ir-measures accepts as is."
@@ -90,7 +104,7 @@ class Qrels(dict):
         for i, line in _lines(path):
             parts = line.split()
             if len(parts) != 4:
-                raise FormatError(path, i, f"expected 4 columns 'qid iter docid grade', got {len(parts)}: {line!r}")
+                raise FormatError(path, i, f"expected 4 columns 'qid iter docid grade', got {len(parts)}: {cut(line)}")
             qid, _, docid, grade = parts
             try: g = int(grade)
             except ValueError:
@@ -98,7 +112,9 @@ class Qrels(dict):
                     g = float(grade)
                     if not g.is_integer(): raise ValueError
                     g = int(g)
-                except ValueError: raise FormatError(path, i, f"grade must be an integer, got {grade!r}") from None
+                except ValueError: raise FormatError(path, i, f"grade must be an integer, got {cut(grade, 30)}") from None
+            if not GRADE_MIN <= g <= GRADE_MAX:  # trec_eval keeps grades in a C int: a larger one would wrap around silently
+                raise FormatError(path, i, f"grade {cut(grade, 30)} is out of range (trec_eval grades are 32-bit integers)")
             if (qid, docid) in seen:
                 raise FormatError(path, i, f"document {docid!r} judged twice for query {qid!r} (first on line {seen[qid, docid]})")
             seen[qid, docid] = i
@@ -162,13 +178,13 @@ class Run(dict):
         for i, line in _lines(path):
             parts = line.split()
             if len(parts) != 6:
-                raise FormatError(path, i, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}: {line!r}")
+                raise FormatError(path, i, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}: {cut(line)}")
             qid, _, docid, rank, score, tag = parts
             try: int(rank)
-            except ValueError: raise FormatError(path, i, f"rank must be an integer, got {rank!r}") from None
+            except ValueError: raise FormatError(path, i, f"rank must be an integer, got {cut(rank, 30)}") from None
             try: s = float(score)
-            except ValueError: raise FormatError(path, i, f"score must be a number, got {score!r}") from None
-            if not math.isfinite(s): raise FormatError(path, i, f"score must be finite, got {score!r}")
+            except ValueError: raise FormatError(path, i, f"score must be a number, got {cut(score, 30)}") from None
+            if not math.isfinite(s): raise FormatError(path, i, f"score must be finite, got {cut(score, 30)}")
             if (qid, docid) in seen:
                 raise FormatError(path, i, f"document {docid!r} appears twice for query {qid!r} (first on line {seen[qid, docid]})")
             seen[qid, docid] = i

@@ -4,14 +4,15 @@
 
 # %% ../nbs/12_evaluate.ipynb #d70698fd
 from __future__ import annotations
-import math
+import contextlib, math, os, subprocess, sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import ir_measures
 from scipy import stats
-from .core import ClirError, Qrels, Run
+from .core import ClirError, Qrels, Run, cut
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'parse_measures', 'measure_name', 'per_query', 'evaluate', 'paired_ttest', 'holm',
@@ -21,16 +22,57 @@ __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'parse_measures', 'measure_name', 'per
 ALIASES = {"MAP": "AP", "map": "AP", "MRR": "RR", "mrr": "RR"}
 DEFAULT_MEASURES = ("MAP", "nDCG@20", "R@100", "MRR@10", "Judged@20")
 
+def _cutoff_error(m) -> str | None:
+    "Why the cutoff of measure `m` is invalid (a rank cutoff must be an integer >= 1; IPrec's is a recall in [0, 1]), or None."
+    c = getattr(m, "params", {}).get("cutoff")
+    if c is None: return None
+    if str(m).startswith("IPrec"): return None if 0 <= c <= 1 else "its recall level must be between 0 and 1"
+    return None if isinstance(c, int) and not isinstance(c, bool) and c >= 1 else "its cutoff must be an integer >= 1"
+
+_PROBED: dict[str, str | None] = {}
+
+def _first_line(e: Exception) -> str:
+    "A provider's error in one line (an external command's failure by its name and status, not its temporary files)."
+    if isinstance(e, subprocess.CalledProcessError):
+        return f"its provider's command {Path(str(e.cmd[0])).name!r} failed with status {e.returncode}"
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+def _probe(m) -> str | None:
+    "None if ir-measures computes `m` on a tiny run, else the first line of its error (memoised per measure)."
+    key = str(m)
+    if key not in _PROBED:
+        qrels, run = {"q1": {"d1": 1, "d2": 0}}, {"q1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}}
+        try:
+            with _quiet_stderr(): list(ir_measures.iter_calc([m], qrels, run))
+            _PROBED[key] = None
+        except Exception as e:  # noqa: BLE001 - any failure of a provider means the measure cannot be used
+            _PROBED[key] = _first_line(e)
+    return _PROBED[key]
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    "Silence file descriptor 2 (ir-measures' external providers, e.g. gdeval's perl, print their own errors there)."
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try: yield
+    finally: os.dup2(saved, 2); os.close(saved); os.close(devnull)
+
 def parse_measures(measures: str | Iterable) -> list:
-    "Parse `'MAP nDCG@20'` or a list of names/measure objects into ir-measures measures (in the given order)."
+    """Parse `'MAP nDCG@20'` or a list of names/measure objects into ir-measures measures (in the given order), and
+    check each completely: known, valid cutoff, and computable by the installed ir-measures providers."""
     if isinstance(measures, str): measures = measures.replace(",", " ").split()
     out = []
     for m in measures:
-        if not isinstance(m, str): out.append(m); continue
-        base, _, cut = m.partition("@")
-        name = ALIASES.get(base, base) + (f"@{cut}" if cut else "")
-        try: out.append(ir_measures.parse_measure(name))
-        except Exception: raise ClirError(f"unknown measure {m!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20)") from None
+        given = m if isinstance(m, str) else str(m)
+        if isinstance(m, str):
+            base, _, cut = m.partition("@")
+            name = ALIASES.get(base, base) + (f"@{cut}" if cut else "")
+            try: m = ir_measures.parse_measure(name)
+            except Exception: raise ClirError(f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20)") from None
+        if (why := _cutoff_error(m)): raise ClirError(f"measure {given!r}: {why}")
+        if (why := _probe(m)): raise ClirError(f"measure {given!r} cannot be computed by ir-measures here: {why}")
+        out.append(m)
     if not out: raise ClirError("no measures given")
     return out
 
@@ -48,9 +90,12 @@ def per_query(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str
     judged_run = {q: docs for q, docs in run.items() if q in qrels and docs}
     rows = {q: {} for q in qrels} if missing == "zero" else {q: {} for q in judged_run}
     if judged_run:
-        for r in ir_measures.iter_calc(ms, qrels, judged_run):
-            if r.query_id in rows:  # ir-measures may also report judged topics absent from the run; `rows` decides
-                rows[r.query_id][measure_name(r.measure)] = float(r.value)
+        try:
+            for r in ir_measures.iter_calc(ms, qrels, judged_run):
+                if r.query_id in rows:  # ir-measures may also report judged topics absent from the run; `rows` decides
+                    rows[r.query_id][measure_name(r.measure)] = float(r.value)
+        except Exception as e:  # noqa: BLE001 - a provider failing on this input: one line, not its traceback
+            raise ClirError(f"ir-measures failed on {', '.join(map(str, ms))}: {_first_line(e)}") from None
     df = pd.DataFrame.from_dict(rows, orient="index", columns=names).fillna(0.0)
     df.index.name = "qid"
     df.attrs["unjudged_queries"] = len([q for q in run if q not in qrels])
@@ -169,8 +214,16 @@ def cli_evaluate(argv=None) -> int:
         qrels = load_collection(a.collection, a.pair).qrels
     run = Run.read(a.run)
     df = per_query(run, qrels, a.measures, a.missing)
-    if a.per_query:
-        for q, row in df.iterrows():
-            for m, v in row.items(): print(f"{m}\t{q}\t{v:.4f}")
-    for m in df.columns: print(f"{m}\t{df[m].mean() if len(df) else 0.0:.4f}")
+    if not any(q in qrels for q in run):
+        print(f"clir-llm evaluate: warning: no query of the run ({len(run)} queries, e.g. {cut(min(run), 30)}) is judged in the "
+              f"qrels ({len(qrels)} queries, e.g. {cut(min(qrels), 30)}): every score is 0", file=sys.stderr)
+    try:
+        if a.per_query:
+            for q, row in df.iterrows():
+                for m, v in row.items(): print(f"{m}\t{q}\t{v:.4f}")
+        for m in df.columns: print(f"{m}\t{df[m].mean() if len(df) else 0.0:.4f}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `clir-llm evaluate --per-query | head`: the reader has enough; stop quietly, as `cat` would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not fail again
+        return 141  # 128 + SIGPIPE, the status of a tool stopped by a closed pipe
     return 0
