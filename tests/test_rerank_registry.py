@@ -112,3 +112,26 @@ def test_cli_options_come_from_the_spec():
     from clir_llm.specs import spec_from_args
     s = spec_from_args(RerankerSpec, a)
     assert (s.k, s.doc_title, s.passage_tokens, s.scoring, s.window) == (3, False, 64, "likelihood", 20)
+
+
+def test_plugin_reranker_runs_from_a_yaml_config(tmp_path, monkeypatch):
+    "Issue 13: a reranker in a module of its own, named in a config's `plugins:`, runs in the pipeline and its table."
+    import yaml
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import Pipeline
+    from clir_llm.tables import rerank_table
+    (tmp_path / "yaml_reranker_plugin.py").write_text(textwrap.dedent(PLUGIN.format(name="reverse-yaml")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = dict(name="plug", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               plugins=["yaml_reranker_plugin"], first_stage=dict(methods=["bm25-og"]),
+               rerankers=[dict(name="Reverse", method="reverse-yaml", first_stages=["bm25-og"], docs=["og"], top_k=3)])
+    (tmp_path / "plug.yaml").write_text(yaml.safe_dump(cfg))
+    pipe = Pipeline(load_config(tmp_path / "plug.yaml"), tmp_path / "out", progress=False)
+    base = pipe.first_stage("en-de", "bm25-og")
+    out = pipe.rerank("en-de", pipe.cfg.rerankers[0], "bm25-og", "og")
+    assert all(out.docids(q) == base.docids(q)[:3][::-1] + base.docids(q)[3:] for q in base)
+    table, _ = rerank_table(pipe, "reverse-yaml")
+    assert "BM25-OG » Reverse OG" in table.means.index
+    p = subprocess.run([sys.executable, "-m", "clir_llm.cli", "reproduce", tmp_path / "plug.yaml", "--dry-run"], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])})
+    assert p.returncode == 0 and "reranker Reverse: reverse-yaml;" in p.stdout, p.stderr
