@@ -8,6 +8,7 @@ import argparse, importlib, inspect, typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
+from fastcore.basics import patch
 from pydantic import BaseModel, ConfigDict, ValidationError
 from .core import ClirError
 
@@ -82,7 +83,15 @@ class Registry:
         if self._loaded: return
         self._loaded = True
         for m in self.plugins: importlib.import_module(m)
-        for ep in entry_points(group=f"clir_llm.{self.kind.replace(' ', '_')}"): ep.load()
+        for ep in entry_points(group=self.group): ep.load()
+
+    @property
+    def group(self) -> str:
+        "The entry-point group an installed package registers members under: `clir_llm.<kind>` (`clir_llm.reranker`)."
+        return "clir_llm." + self.kind.replace(" ", "_").replace("-", "_")
+
+    def _unknown(self, s) -> ClirError:
+        return ClirError(f"unknown {self.kind} {s!r}; accepted: {', '.join(e.example for e in self.entries())}")
 
     def entries(self) -> list[Entry]:
         "Every member, in registration order."
@@ -99,29 +108,31 @@ class Registry:
     def values(self) -> list: return [e.obj for e in self.entries()]
     def __getitem__(self, name: str):
         "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
-        if (obj := self.get(name)) is None:
-            raise ClirError(f"unknown {self.kind} {name!r}; accepted: {', '.join(e.example for e in self.entries())}")
+        if (obj := self.get(name)) is None: raise self._unknown(name)
         return obj
     def __contains__(self, s) -> bool: return self.find(s) is not None
     def __iter__(self): return iter(self.names())
 
-    def find(self, s: str) -> tuple[Entry, str] | None:
-        "The entry for spec string `s` and the argument after a prefix (exact names first), or None."
-        self._load()
-        key = str(s).strip()
-        if (e := self._items.get(key.lower())) is not None and not e.is_prefix: return e, ""
-        prefixes = sorted((e for e in self._items.values() if e.is_prefix), key=lambda e: -len(e.name))
-        for e in prefixes:
-            if key.lower().startswith(e.name): return e, key[len(e.name):].strip()
-        return None
-
-    def lookup(self, s: str) -> tuple[Entry, str]:
-        "Like `find`, but an unknown string is a `ClirError` that lists the accepted strings."
-        if (hit := self.find(s)) is None:
-            raise ClirError(f"unknown {self.kind} {s!r}; accepted: {', '.join(e.example for e in self.entries())}")
-        return hit
-
     def __repr__(self): return f"Registry({self.kind!r}, {self.names()})"
+
+# %% ../nbs/00a_specs.ipynb #8b8c791a
+@patch
+def find(self: Registry, s: str) -> tuple[Entry, str] | None:
+    "The entry for spec string `s` and the argument after a prefix (exact names first), or None."
+    self._load()
+    key = str(s).strip()
+    if (e := self._items.get(key.lower())) is not None and not e.is_prefix: return e, ""
+    prefixes = sorted((e for e in self._items.values() if e.is_prefix), key=lambda e: -len(e.name))
+    for e in prefixes:
+        if key.lower().startswith(e.name): return e, key[len(e.name):].strip()
+    return None
+
+@patch
+def lookup(self: Registry, s: str) -> tuple[Entry, str]:
+    "Like `find`, but an unknown string is a `ClirError` that lists the accepted strings."
+    if (hit := self.find(s)) is None: raise self._unknown(s)
+    return hit
+
 
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
