@@ -345,6 +345,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                  'clir_llm/languages.py'),
                                     'clir_llm.languages.UnknownLanguageError.__str__': ( 'languages.html#unknownlanguageerror.__str__',
                                                                                          'clir_llm/languages.py'),
+                                    'clir_llm.languages._nllb_table': ('languages.html#_nllb_table', 'clir_llm/languages.py'),
+                                    'clir_llm.languages._table_rows': ('languages.html#_table_rows', 'clir_llm/languages.py'),
                                     'clir_llm.languages.language': ('languages.html#language', 'clir_llm/languages.py'),
                                     'clir_llm.languages.parse_pair': ('languages.html#parse_pair', 'clir_llm/languages.py')},
             'clir_llm.listwise': { 'clir_llm.listwise.ListwiseReranker': ('listwise.html#listwisereranker', 'clir_llm/listwise.py'),
