@@ -122,7 +122,7 @@ class RerankerSpec(Spec):
     window: int = Field(20, gt=1, description="listwise: passages per window")
     step: int = Field(10, gt=0, description="listwise: how far the window moves up")
     k: int = Field(10, gt=0, description="pairwise: how many top documents to sort", json_schema_extra={"flag": "--sort-k"})
-    passage_tokens: int = Field(300, gt=0, description="pairwise: passage cut (backend tokens)")
+    passage_tokens: int = Field(300, gt=0, description="pairwise (and listwise with cut=tokens): passage cut (backend tokens)")
     query_tokens: int = Field(128, gt=0, description="pairwise: query cut (backend tokens)")
     scoring: Literal["generation", "likelihood"] = Field("generation", description="pairwise: read the generated answer, or compare the likelihoods of A and B")
     max_words: int = Field(300, gt=0, description="listwise: passages cut to this many words")
