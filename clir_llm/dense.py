@@ -67,6 +67,7 @@ class EncoderSpec:
         if self.base_model: out += f", base {'revision ' + self.base_revision if self.base_revision else 'revision not pinned'}"
         return out
 
+# %% ../nbs/08_dense.ipynb #50c34f33
 NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
 
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings

@@ -98,16 +98,6 @@ class ListwiseReranker(Reranker):
                     + ("" if last_window == "full" else f"[last-{last_window}]") + ("" if cut == "words" else f"[tokens{passage_tokens}]")
         self.usage, self.diagnostics = Usage(), {}
 
-    @classmethod
-    def default_prompt(cls, method: str) -> str: return cls.variants.get(method, "rankzephyr")
-
-    @classmethod
-    def from_spec(cls, spec, backend=None, progress: bool = True, **options) -> "ListwiseReranker":
-        "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title, last_window, cut)."
-        return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
-                   max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, last_window=spec.last_window,
-                   cut=spec.cut, passage_tokens=spec.passage_tokens, progress=progress, **options)
-
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
         self._start(collection, run, k)
@@ -126,6 +116,19 @@ class ListwiseReranker(Reranker):
             shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
             self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
         return self._finish(run, order, k)
+
+
+
+# %% ../nbs/11b_listwise.ipynb #316598b0
+@patch(cls_method=True)
+def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.variants.get(method, "rankzephyr")
+
+@patch(cls_method=True)
+def from_spec(cls: ListwiseReranker, spec, backend=None, progress: bool = True, **options) -> "ListwiseReranker":
+    "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title, last_window, cut)."
+    return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
+               max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, last_window=spec.last_window,
+               cut=spec.cut, passage_tokens=spec.passage_tokens, progress=progress, **options)
 
 # %% ../nbs/11b_listwise.ipynb #0122550d
 @patch

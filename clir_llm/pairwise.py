@@ -197,19 +197,6 @@ class PairwiseReranker(Reranker):
                     + ("" if heapsort_ties == "first-stage" else f"[ties-{heapsort_ties}]")
         self.usage, self.diagnostics = Usage(), {}
 
-    @classmethod
-    def default_prompt(cls, method: str) -> str: return "prp"
-
-    @classmethod
-    def switches_for(cls, method: str) -> tuple[str, ...]: return cls.switches if method == "pairwise-heapsort" else ()
-
-    @classmethod
-    def from_spec(cls, spec, backend=None, progress: bool = True, **options) -> "PairwiseReranker":
-        "The pairwise reranker of a `RerankerSpec` (its sort, prompt, k, scoring, query and passage cuts, doc_title, heapsort_ties)."
-        return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, scoring=spec.scoring, template=spec.prompt or "prp",
-                   query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens, doc_title=spec.doc_title,
-                   heapsort_ties=spec.heapsort_ties, progress=progress, **options)
-
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
         self._start(collection, run, k)
@@ -230,6 +217,22 @@ class PairwiseReranker(Reranker):
         bar.close()
         for q, j in judges.items(): self.diagnostics[q].update(j.stats)
         return self._finish(run, heads, k)
+
+
+
+# %% ../nbs/11c_pairwise.ipynb #af13db41
+@patch(cls_method=True)
+def default_prompt(cls: PairwiseReranker, method: str) -> str: return "prp"
+
+@patch(cls_method=True)
+def switches_for(cls: PairwiseReranker, method: str) -> tuple[str, ...]: return cls.switches if method == "pairwise-heapsort" else ()
+
+@patch(cls_method=True)
+def from_spec(cls: PairwiseReranker, spec, backend=None, progress: bool = True, **options) -> "PairwiseReranker":
+    "The pairwise reranker of a `RerankerSpec` (its sort, prompt, k, scoring, query and passage cuts, doc_title, heapsort_ties)."
+    return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, scoring=spec.scoring, template=spec.prompt or "prp",
+               query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens, doc_title=spec.doc_title,
+               heapsort_ties=spec.heapsort_ties, progress=progress, **options)
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7
 @patch
