@@ -16,10 +16,17 @@ from .cache import Cache
 from .specs import Registry
 
 # %% auto #0
-__all__ = ['NV_INSTRUCTION', 'ENCODERS', 'POOLINGS', 'EncoderSpec', 'get_encoder_spec', 'doc_input', 'query_input', 'cls_pool',
-           'mean_pool', 'last_pool', 'Encoder', 'tiny_random_model', 'Dense']
+__all__ = ['NV_INSTRUCTION', 'ENCODERS', 'POOLINGS', 'Quirk', 'EncoderSpec', 'get_encoder_spec', 'encoder_quirks', 'doc_input',
+           'query_input', 'cls_pool', 'mean_pool', 'last_pool', 'Encoder', 'tiny_random_model', 'Dense']
 
 # %% ../nbs/08_dense.ipynb #f1b7072c
+@dataclass(frozen=True)
+class Quirk:
+    "One named way the authors' scripts differ from the method as described: the `EncoderSpec` fields it changes."
+    name: str                    # e.g. e5-no-prefix (in run names)
+    changes: tuple               # (field, value) pairs
+    note: str = ""               # what the authors did, and where
+
 @dataclass(frozen=True)
 class EncoderSpec:
     "How one bi-encoder turns a query or a document into a vector."
@@ -36,15 +43,31 @@ class EncoderSpec:
     dims: int | None = None      # keep the first `dims` dimensions of the pooled vector (before normalising)
     base_model: str | None = None  # LoRA adapters (RepLlama): the model the adapter is applied to
     trust_remote_code: bool = False
-    revision: str | None = None
+    revision: str | None = None  # Hub commit of `model` (None: not pinned, the default branch)
     half: str = "float16"        # dtype on GPU: float16 | bfloat16
     stand_in: bool = False       # an offline stand-in, not one of the paper's models
-    quirks: tuple = ()           # (field, value) pairs that reproduce the authors' behaviour (paper_quirks=True)
+    quirks: tuple = ()           # `Quirk`s: the authors' behaviour, off unless named (or paper_quirks=True)
+    base_revision: str | None = None  # Hub commit of `base_model` (LoRA adapters)
+    quirks_on: tuple = ()        # the names of the quirks switched on (set by `with_quirks`)
 
-    def with_quirks(self) -> "EncoderSpec":
-        "This spec with the authors' behaviour switched on."
-        return dataclasses.replace(self, **dict(self.quirks)) if self.quirks else self
+    def with_quirks(self, names=None) -> "EncoderSpec":
+        "This spec with the authors' quirks `names` (a name or names; None: all of them) switched on."
+        known = {q.name: q for q in self.quirks}
+        names = list(known) if names is None else [names] if isinstance(names, str) else list(names)
+        bad = [n for n in names if n not in known]
+        if bad: raise ClirError(f"encoder {self.name} has no quirk {', '.join(map(repr, bad))} (its quirks: {', '.join(known) or 'none'})")
+        if not names: return self
+        changes = {f: v for n in names for f, v in known[n].changes}
+        return dataclasses.replace(self, **changes, quirks_on=tuple(dict.fromkeys(self.quirks_on + tuple(names))))
 
+    def revision_note(self) -> str:
+        "The dry run's words for the pinned commits: 'revision <r>', or 'revision not pinned' (a Hub model without one)."
+        if self.stand_in or Path(self.model).exists(): return "local model"
+        out = f"revision {self.revision}" if self.revision else "revision not pinned" + (" (runs the Hub's remote code)" if self.trust_remote_code else "")
+        if self.base_model: out += f", base {'revision ' + self.base_revision if self.base_revision else 'revision not pinned'}"
+        return out
+
+# %% ../nbs/08_dense.ipynb #50c34f33
 NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
 
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
@@ -52,22 +75,30 @@ for _s in [
     EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True),
     EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
     EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False,
-                quirks=(("query_prefix", ""), ("doc_prefix", ""))),
+                quirks=(Quirk("e5-no-prefix", (("query_prefix", ""), ("doc_prefix", "")),
+                              "retrieval/encode.py encodes E5's queries and passages without 'query: ' / 'passage: '"),)),
     EncoderSpec("repllama", "castorini/repllama-v1-7b-lora-passage", "RepLlama", "last", "query: ", "passage: ",
-                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="bfloat16", quirks=(("doc_max_length", 128),)),
+                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="bfloat16",
+                quirks=(Quirk("repllama-128", (("doc_max_length", 128),),
+                              "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),)),
     EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "model", NV_INSTRUCTION, "", title=False,
                 trust_remote_code=True, half="bfloat16"),
     EncoderSpec("e5-small", "assets:e5-small", "mE5-small (stand-in for the paper's encoders)", "mean",
                 "query: ", "passage: ", stand_in=True),
 ]: ENCODERS.register(_s.name, _s, summary=_s.label)
 
-def get_encoder_spec(name: str, paper_quirks: bool = False, **overrides) -> EncoderSpec:
-    "The registry entry `name` (or an `EncoderSpec` passed through), with the authors' quirks and `overrides` applied."
+def get_encoder_spec(name: str, paper_quirks: bool = False, quirks=(), **overrides) -> EncoderSpec:
+    "The registry entry `name` (or an `EncoderSpec` passed through), with the authors' quirks (all: `paper_quirks`; or those named in `quirks`) and `overrides` applied."
     if isinstance(name, EncoderSpec): spec = name
     else:
         spec = ENCODERS.lookup(name)[0].obj
     if paper_quirks: spec = spec.with_quirks()
+    if quirks: spec = spec.with_quirks(quirks)
     return dataclasses.replace(spec, **overrides) if overrides else spec
+
+def encoder_quirks() -> dict[str, tuple[str, Quirk]]:
+    "Every named quirk of the registry: name -> (encoder, `Quirk`)."
+    return {q.name: (n, q) for n, s in ENCODERS.items() for q in s.quirks}
 
 def doc_input(spec: EncoderSpec, doc: Document) -> str:
     "The text the encoder sees for a document: prefix, then title and text (text only when `spec.title` is False)."
@@ -111,8 +142,9 @@ def _best_device() -> str:
 class Encoder:
     "Encode queries and documents with one `EncoderSpec`, cached per text in the `embed` stage."
     def __init__(self, spec: EncoderSpec | str, device: str | None = None, dtype: str | None = None,
-                 batch_size: int = 32, cache: Cache | None = None, paper_quirks: bool = False, progress: bool = True):
-        self.spec = get_encoder_spec(spec, paper_quirks=paper_quirks)
+                 batch_size: int = 32, cache: Cache | None = None, paper_quirks: bool = False, progress: bool = True,
+                 quirks=()):
+        self.spec = get_encoder_spec(spec, paper_quirks=paper_quirks, quirks=quirks)
         self.device = device or _best_device()
         self.dtype = dtype or (self.spec.half if self.device.startswith("cuda") else "float32")
         self.batch_size, self.progress = batch_size, progress
@@ -131,9 +163,9 @@ class Encoder:
         try:
             if s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
                 from peft import PeftModel
-                base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype)
+                base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype, revision=s.base_revision)
                 model = PeftModel.from_pretrained(base, model_path, revision=s.revision).merge_and_unload()
-                tok = AutoTokenizer.from_pretrained(s.base_model)
+                tok = AutoTokenizer.from_pretrained(s.base_model, revision=s.base_revision)
             else:
                 model = AutoModel.from_pretrained(model_path, **kw)
                 tok = getattr(model, "tokenizer", None) if s.pooling == "model" else None
@@ -179,7 +211,8 @@ class Encoder:
         s = self.spec
         return self.cache.namespace("embed", model=s.model, base_model=s.base_model, revision=s.revision, pooling=s.pooling,
                                     dims=s.dims, kind=kind, dtype=self.dtype, eos=s.pooling == "last",
-                                    max_length=s.max_length if kind == "query" else s.doc_max_length)
+                                    max_length=s.max_length if kind == "query" else s.doc_max_length,
+                                    **({"base_revision": s.base_revision} if s.base_revision else {}))
 
     def _encode(self, inputs: list[str], kind: str, sort: bool = True, progress: bool | None = None) -> np.ndarray:
         s = self.spec
@@ -259,6 +292,11 @@ def tiny_random_model(arch: str, folder, seed: int = 0) -> Path:
     return folder
 
 # %% ../nbs/08_dense.ipynb #ca5b4e1f
+def _quirk_tag(spec: EncoderSpec, paper_quirks: bool = False) -> str:
+    "'[paper-quirks]' when all of an encoder's quirks were asked for (`paper_quirks`), else '[<quirk>,...]' for the quirks named, else ''."
+    if not spec.quirks_on: return ""
+    return "[paper-quirks]" if paper_quirks else "[" + ",".join(spec.quirks_on) + "]"
+
 def _title_tag(spec: EncoderSpec) -> str:
     "'[title]' / '[no-title]' when `spec` encodes titles differently from its registry entry, else ''."
     reg = ENCODERS.get(spec.name)
@@ -268,10 +306,10 @@ class Dense(Retriever):
     "Dense first stage: a registry encoder + exact FAISS inner-product search."
     def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
                  device: str | None = None, cache: Cache | None = None, paper_quirks: bool = False,
-                 progress: bool = True, sort: bool = True, **overrides):
-        spec = get_encoder_spec(model, paper_quirks=paper_quirks, **overrides)
+                 progress: bool = True, sort: bool = True, quirks=(), **overrides):
+        spec = get_encoder_spec(model, paper_quirks=paper_quirks, quirks=quirks, **overrides)
         self.encoder = Encoder(spec, device=device, batch_size=batch_size, cache=cache, progress=False)
-        self.name = f"dense:{spec.name}" + ("[paper-quirks]" if paper_quirks and spec.quirks else "") + _title_tag(spec)
+        self.name = f"dense:{spec.name}" + _quirk_tag(spec, paper_quirks) + _title_tag(spec)
         self.chunk_size, self.progress, self.sort = chunk_size, progress, sort
 
     @property

@@ -12,7 +12,7 @@ from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
 
 # %% auto #0
-__all__ = ['window_starts', 'slide', 'sliding_window', 'ListwiseReranker']
+__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'ListwiseReranker']
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
 def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
@@ -23,29 +23,45 @@ def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
     while s > 0: starts.append(s); s -= step
     return starts + [0]
 
+# %% ../nbs/11b_listwise.ipynb #6e8b8dfe
+LAST_WINDOWS = ("full", "short")
+
+def window_spans(n: int, window: int = 20, step: int = 10, last: str = "full") -> list[tuple[int, int]]:
+    "The (start, end) of the sliding windows over `n` documents, bottom-up: a full last window from the top (`full`), or rank_llm 0.21.0's short one (`short`)."
+    if last not in LAST_WINDOWS: raise ClirError(f"last window must be one of {', '.join(LAST_WINDOWS)}, got {last!r}")
+    if last == "full": return [(s, min(s + window, n)) for s in window_starts(n, window, step)]
+    spans, end, start = [], n, n - window
+    while end > 0 and start + step != 0:   # rank_llm's loop condition, as written
+        start = max(start, 0)
+        spans.append((start, end))
+        end, start = end - step, start - step
+    return spans
+
 # %% ../nbs/11b_listwise.ipynb #82e6c327
 def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]]], list[list[int]]],
-          window: int = 20, step: int = 10, groups: list[list[str]] | None = None) -> dict[str, list]:
-    "Slide windows over every list of `orders` (key -> docids, reordered in place); round r of a group asks `rank_windows([(key, window's docids), ...])` for one permutation each."
-    plans = {q: window_starts(len(ids), window, step) for q, ids in orders.items()}
+          window: int = 20, step: int = 10, groups: list[list[str]] | None = None, last: str = "full") -> dict[str, list]:
+    "Slide windows (`window_spans`) over every list of `orders` (key -> docids, reordered in place); round r of a group asks `rank_windows([(key, window's docids), ...])` for one permutation each."
+    plans = {q: window_spans(len(ids), window, step, last) for q, ids in orders.items()}
     for group in [list(orders)] if groups is None else groups:
         for r in range(max((len(plans[q]) for q in group), default=0)):
             jobs = [(q, plans[q][r]) for q in group if r < len(plans[q])]
-            perms = rank_windows([(q, orders[q][s:s + window]) for q, s in jobs])
-            for (q, s), perm in zip(jobs, perms):
-                ids = orders[q][s:s + window]
-                orders[q][s:s + window] = [ids[i] for i in perm]
+            perms = rank_windows([(q, orders[q][s:e]) for q, (s, e) in jobs])
+            for (q, (s, e)), perm in zip(jobs, perms):
+                ids = orders[q][s:e]
+                orders[q][s:e] = [ids[i] for i in perm]
     return orders
 
-def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = 20, step: int = 10) -> list:
+def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = 20, step: int = 10,
+                   last: str = "full") -> list:
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
-    return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step)[query]
+    return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
 
-# %% ../nbs/11b_listwise.ipynb #9f22fe07
+# %% ../nbs/11b_listwise.ipynb #663ed388
 class ListwiseReranker(Reranker):
     "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
     family = "listwise"
     prompt_kind, spec_fields = "listwise", ("prompt", "window", "step", "max_words", "context", "doc_title")
+    switches = ("last_window", "cut")
     variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
     def __init__(self, backend,
                  template: str = "rankzephyr",  # prompt template name or YAML path (rankzephyr | rankgpt)
@@ -57,7 +73,13 @@ class ListwiseReranker(Reranker):
                  batch_queries: bool = True,     # send the r-th windows of all queries together (batching backends)
                  batch_size: int | None = None,  # prompts per backend call when batching (None: a whole round; the backend batches)
                  doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
+                 last_window: str = "full",      # full | short (rank_llm's short last window; `window_spans`)
+                 cut: str = "words",             # words (max_words) | tokens (passage_tokens of the backend's tokenizer first)
+                 passage_tokens: int = 300,      # the token cut of cut="tokens"
                  progress: bool = True):
+        if last_window not in LAST_WINDOWS: raise ClirError(f"last_window must be one of {', '.join(LAST_WINDOWS)}, got {last_window!r}")
+        if cut not in ("words", "tokens"): raise ClirError(f"cut must be 'words' or 'tokens', got {cut!r}")
+        self.last_window, self.cut, self.passage_tokens = last_window, cut, passage_tokens
         self.backend, self.template = backend, PromptTemplate.load(template)
         if self.template.method != "listwise": raise ClirError(f"template {self.template.name!r} is not a listwise prompt")
         if step > window: raise ClirError(f"step ({step}) larger than the window ({window}) would skip documents")
@@ -70,36 +92,56 @@ class ListwiseReranker(Reranker):
                            max_new_tokens=self.max_new_tokens)
         self.doc_title = doc_title
         if not doc_title: self.params["doc_title"] = False
-        self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]" + ("" if doc_title else "[no-title]")
+        if last_window != "full": self.params["last_window"] = last_window
+        if cut != "words": self.params.update(cut=cut, passage_tokens=passage_tokens)
+        self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]" + ("" if doc_title else "[no-title]") \
+                    + ("" if last_window == "full" else f"[last-{last_window}]") + ("" if cut == "words" else f"[tokens{passage_tokens}]")
         self.usage, self.diagnostics = Usage(), {}
-
-    @classmethod
-    def default_prompt(cls, method: str) -> str: return cls.variants.get(method, "rankzephyr")
-
-    @classmethod
-    def from_spec(cls, spec, backend=None, progress: bool = True, **options) -> "ListwiseReranker":
-        "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title)."
-        return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
-                   max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, progress=progress, **options)
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
         self._start(collection, run, k)
         order = {q: run.docids(q, k) for q in self.diagnostics}
-        texts, langs = {}, {}
-        for ids in order.values():
-            for d in collection.get_docs(ids): texts[d.docid], langs[d.docid] = doc_text(d, self.doc_title), _lang(d, collection)
+        full, texts, langs = self._passages(collection, order)
         cuts = {}  # (qid, docid) -> the smallest word cut the document got
         batch = self.batch_queries and self.backend.supports_batching
-        bar = tqdm(total=sum(len(window_starts(len(ids), self.window, self.step)) for ids in order.values()),
+        bar = tqdm(total=sum(len(window_spans(len(ids), self.window, self.step, self.last_window)) for ids in order.values()),
                    desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
         def rank_windows(jobs):
             perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
-        slide(order, rank_windows, self.window, self.step, groups=[list(order)] if batch else [[q] for q in order])
+        slide(order, rank_windows, self.window, self.step, groups=[list(order)] if batch else [[q] for q in order], last=self.last_window)
         bar.close()
-        for (q, d), w in cuts.items():  # each document counted once per query, at its deepest cut
-            self._truncated(q, langs[d], self.backend.count_tokens(squash(texts[d])) - self.backend.count_tokens(cut_words(texts[d], w)))
+        token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
+        for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
+            shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
+            self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
         return self._finish(run, order, k)
+
+
+
+# %% ../nbs/11b_listwise.ipynb #316598b0
+@patch(cls_method=True)
+def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.variants.get(method, "rankzephyr")
+
+@patch(cls_method=True)
+def from_spec(cls: ListwiseReranker, spec, backend=None, progress: bool = True, **options) -> "ListwiseReranker":
+    "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title, last_window, cut)."
+    return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
+               max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, last_window=spec.last_window,
+               cut=spec.cut, passage_tokens=spec.passage_tokens, progress=progress, **options)
+
+# %% ../nbs/11b_listwise.ipynb #0122550d
+@patch
+def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tuple[dict, dict, dict]:
+    "The passages of every document of `order` (docid -> text as stored, text shown before any word cut, language); with `cut='tokens'` the shown text is cut to `passage_tokens` backend tokens."
+    full, texts, langs = {}, {}, {}
+    for ids in order.values():
+        for d in collection.get_docs(ids):
+            full[d.docid], langs[d.docid] = doc_text(d, self.doc_title), _lang(d, collection)
+            texts[d.docid] = full[d.docid]
+            if self.cut == "tokens" and self.backend.count_tokens(squash(full[d.docid])) > self.passage_tokens:
+                texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.passage_tokens)
+    return full, texts, langs
 
 # %% ../nbs/11b_listwise.ipynb #7789a74b
 @patch

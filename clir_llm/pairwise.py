@@ -13,8 +13,8 @@ from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, parse_prp, prompt_tokens, squash
 
 # %% auto #0
-__all__ = ['Sort', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts', 'run_sort',
-           'sort_with', 'PairwiseReranker']
+__all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts',
+           'run_sort', 'sort_with', 'PairwiseReranker']
 
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
@@ -86,11 +86,16 @@ def allpair(docids: list, k: int | None = None) -> Sort:
     return _keep_rest(ranked[:k] if k else ranked, docids)
 
 # %% ../nbs/11c_pairwise.ipynb #442bcbfd
-def heapsort(docids: list, k: int = 10) -> Sort:
-    "Heapsort that stops after the best `k` are popped (a > b: a wins both orders, or ties and ranked higher before)."
+HEAPSORT_TIES = ("first-stage", "llm-rankers")
+
+def heapsort(docids: list, k: int = 10, ties: str = "first-stage") -> Sort:
+    """Heapsort that stops after the best `k` are popped. a > b when a wins both orders; a tie counts as greater when a
+    was ranked higher before (`ties="first-stage"`), or never (`ties="llm-rankers"`, llm-rankers' `__gt__`)."""
+    if ties not in HEAPSORT_TIES: raise ClirError(f"heapsort ties must be one of {', '.join(HEAPSORT_TIES)}, got {ties!r}")
     arr, n = list(docids), len(docids)
     pos = {d: i for i, d in enumerate(docids)}
-    def greater(a, b, v): return v == 1.0 or (v == 0.5 and pos[a] < pos[b])
+    by_rank = ties == "first-stage"
+    def greater(a, b, v): return v == 1.0 or (by_rank and v == 0.5 and pos[a] < pos[b])
     def sift_down(i, size):
         while True:
             largest, l, r = i, 2 * i + 1, 2 * i + 2
@@ -156,6 +161,7 @@ class PairwiseReranker(Reranker):
     "PRP reranking (Qin et al. 2024): allpair, heapsort or bubblesort over both-order comparisons."
     family = "pairwise"
     prompt_kind, spec_fields = "pairwise", ("prompt", "k", "scoring", "passage_tokens", "query_tokens", "doc_title")
+    switches = ("heapsort_ties",)   # honoured by pairwise-heapsort only (`switches_for`)
     variants = {f"pairwise-{s}": s for s in SORTS}  # method -> sort
     def __init__(self, backend,
                  method: str = "bubblesort",     # allpair | heapsort | bubblesort
@@ -169,8 +175,12 @@ class PairwiseReranker(Reranker):
                  batch_queries: bool = True,     # pending comparisons of all queries in one batch
                  batch_size: int | None = None,  # prompts per backend call (None: all pending; the backend batches)
                  doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
+                 heapsort_ties: str = "first-stage",  # heapsort: a tie is "greater" for the higher-ranked (first-stage) or never (llm-rankers)
                  progress: bool = True):
         if method not in SORTS: raise ClirError(f"unknown pairwise method {method!r} (one of {', '.join(SORTS)})")
+        if heapsort_ties not in HEAPSORT_TIES: raise ClirError(f"heapsort_ties must be one of {', '.join(HEAPSORT_TIES)}, got {heapsort_ties!r}")
+        if heapsort_ties != "first-stage" and method != "heapsort": raise ClirError(f"heapsort_ties applies to heapsort only, not {method}")
+        self.heapsort_ties = heapsort_ties
         if scoring not in ("generation", "likelihood"): raise ClirError(f"scoring must be 'generation' or 'likelihood', got {scoring!r}")
         if scoring == "likelihood" and not backend.supports_logprobs:
             raise ClirError(f"backend {backend.name!r} cannot score continuations: use scoring='generation'")
@@ -181,19 +191,11 @@ class PairwiseReranker(Reranker):
         self.cache_comparisons, self.batch_orders, self.batch_queries = cache_comparisons, batch_orders, batch_queries
         self.batch_size, self.progress = batch_size, progress
         self.params = dict(method=method, sort_k=sort_k, scoring=scoring, template=self.template.name,
-                           query_tokens=query_tokens, passage_tokens=passage_tokens) | ({} if doc_title else {"doc_title": False})
-        self.name = f"prp-{method}{'' if sort_k is None else sort_k}-{scoring[:3]}[{backend.name}]" + ("" if doc_title else "[no-title]")
+                           query_tokens=query_tokens, passage_tokens=passage_tokens) | ({} if doc_title else {"doc_title": False}) \
+                      | ({} if heapsort_ties == "first-stage" else {"heapsort_ties": heapsort_ties})
+        self.name = f"prp-{method}{'' if sort_k is None else sort_k}-{scoring[:3]}[{backend.name}]" + ("" if doc_title else "[no-title]") \
+                    + ("" if heapsort_ties == "first-stage" else f"[ties-{heapsort_ties}]")
         self.usage, self.diagnostics = Usage(), {}
-
-    @classmethod
-    def default_prompt(cls, method: str) -> str: return "prp"
-
-    @classmethod
-    def from_spec(cls, spec, backend=None, progress: bool = True, **options) -> "PairwiseReranker":
-        "The pairwise reranker of a `RerankerSpec` (its sort, prompt, k, scoring, query and passage cuts, doc_title)."
-        return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, scoring=spec.scoring, template=spec.prompt or "prp",
-                   query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens, doc_title=spec.doc_title,
-                   progress=progress, **options)
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
@@ -203,7 +205,8 @@ class PairwiseReranker(Reranker):
             ids = run.docids(q, k)
             queries[q], texts[q] = self._cut(collection, q, ids)
             judges[q] = PairJudge(cache=self.cache_comparisons)
-            sorts[q] = SORTS[self.method](ids, k=self.sort_k if self.sort_k is not None else len(ids))
+            sorts[q] = SORTS[self.method](ids, k=self.sort_k if self.sort_k is not None else len(ids),
+                                          **({"ties": self.heapsort_ties} if self.method == "heapsort" else {}))
         bar = tqdm(desc=f"rerank prp-{self.method}", unit="cmp", disable=not self.progress, leave=False)
         def ask(owners, items):
             return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
@@ -214,6 +217,22 @@ class PairwiseReranker(Reranker):
         bar.close()
         for q, j in judges.items(): self.diagnostics[q].update(j.stats)
         return self._finish(run, heads, k)
+
+
+
+# %% ../nbs/11c_pairwise.ipynb #af13db41
+@patch(cls_method=True)
+def default_prompt(cls: PairwiseReranker, method: str) -> str: return "prp"
+
+@patch(cls_method=True)
+def switches_for(cls: PairwiseReranker, method: str) -> tuple[str, ...]: return cls.switches if method == "pairwise-heapsort" else ()
+
+@patch(cls_method=True)
+def from_spec(cls: PairwiseReranker, spec, backend=None, progress: bool = True, **options) -> "PairwiseReranker":
+    "The pairwise reranker of a `RerankerSpec` (its sort, prompt, k, scoring, query and passage cuts, doc_title, heapsort_ties)."
+    return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, scoring=spec.scoring, template=spec.prompt or "prp",
+               query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens, doc_title=spec.doc_title,
+               heapsort_ties=spec.heapsort_ties, progress=progress, **options)
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7
 @patch

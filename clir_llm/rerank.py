@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse, importlib, inspect, re, time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Literal, Optional
+from typing import ClassVar, Literal, Optional
 from fastcore.basics import patch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
 from .specs import import_plugins, Registry, Spec, add_spec_arguments, spec_from_args, validated
 from .templates import PromptTemplate, prompt_text, squash
@@ -25,6 +25,7 @@ class Reranker(ABC):
     needs_backend: bool = True          # False: runs without an LLM backend (`--llm` may be left out)
     prompt_kind: str | None = None      # the kind of prompt template `prompt` must name (listwise, pairwise); None: no prompt
     spec_fields: tuple[str, ...] = ()   # the `RerankerSpec` fields it reads (what the dry run shows)
+    switches: tuple[str, ...] = ()      # the `RerankerSpec.SWITCHES` it honours (another switch off its default is refused)
     family: str | None = None           # the table it belongs to (listwise, pairwise); None: a table of its own, named by its method
     name: str = "reranker"
     backend = None
@@ -38,6 +39,11 @@ class Reranker(ABC):
     def default_prompt(cls, method: str) -> str | None:
         "The prompt template a registered `method` uses when its spec names none."
         return None
+
+    @classmethod
+    def switches_for(cls, method: str) -> tuple[str, ...]:
+        "The switches a registered `method` honours (default: the class's `switches`)."
+        return cls.switches
 
     @classmethod
     def from_spec(cls, spec: "RerankerSpec", backend=None, progress: bool = True, **options) -> "Reranker":
@@ -116,12 +122,17 @@ class RerankerSpec(Spec):
     window: int = Field(20, gt=1, description="listwise: passages per window")
     step: int = Field(10, gt=0, description="listwise: how far the window moves up")
     k: int = Field(10, gt=0, description="pairwise: how many top documents to sort", json_schema_extra={"flag": "--sort-k"})
-    passage_tokens: int = Field(300, gt=0, description="pairwise: passage cut (backend tokens)")
+    passage_tokens: int = Field(300, gt=0, description="pairwise (and listwise with cut=tokens): passage cut (backend tokens)")
     query_tokens: int = Field(128, gt=0, description="pairwise: query cut (backend tokens)")
     scoring: Literal["generation", "likelihood"] = Field("generation", description="pairwise: read the generated answer, or compare the likelihoods of A and B")
     max_words: int = Field(300, gt=0, description="listwise: passages cut to this many words")
     context: int = Field(4096, ge=64, description="listwise: prompt and answer must fit this many tokens")
     doc_title: bool = Field(True, strict=True, description="show each document's title before its text (false: text only, as the paper's authors)")
+    heapsort_ties: Literal["first-stage", "llm-rankers"] = Field("first-stage", description="pairwise-heapsort: a tied comparison counts as 'greater' for the document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
+    last_window: Literal["full", "short"] = Field("full", description="listwise: on a list that is not a multiple of the step, the last window is a full window from the top (full) or holds only what is left (short, as rank_llm)")
+    cut: Literal["words", "tokens"] = Field("words", description="listwise: cut passages to max_words words (words), or to passage_tokens tokens of the backend's tokenizer first (tokens)")
+
+    SWITCHES: ClassVar[tuple[str, ...]] = ("heapsort_ties", "last_window", "cut")   # left out of dumps and keys at their default
 
     @field_validator("method")
     @classmethod
@@ -137,9 +148,24 @@ class RerankerSpec(Spec):
         "The table this reranker's rows go to: its class's family (listwise, pairwise), else its method name."
         return self.reranker.family or self.method
 
+    @model_serializer(mode="wrap")
+    def _without_default_switches(self, handler):
+        "A switch at its default is left out of the dump, so run identities made before the switch existed stay."
+        d = handler(self)
+        for f in self.SWITCHES:
+            if isinstance(d, dict) and f not in self.non_default_switches(): d.pop(f, None)
+        return d
+
+    def non_default_switches(self) -> dict:
+        "The switches set off their default, name -> value (what a run identity must name)."
+        return {f: getattr(self, f) for f in self.SWITCHES if getattr(self, f) != type(self).model_fields[f].default}
+
     @model_validator(mode="after")
     def _consistent(self):
         r = self.reranker
+        for f, v in self.non_default_switches().items():
+            if f not in r.switches_for(self.method):
+                raise ClirError(f"reranker {self.method!r} has no switch {f} (got {v!r}); it honours: {', '.join(r.switches_for(self.method)) or 'none'}")
         if "window" in r.spec_fields and self.step > self.window:
             raise ClirError(f"reranker {self.method!r}: step ({self.step}) larger than the window ({self.window}) would skip documents")
         if self.prompt is not None:
@@ -158,9 +184,9 @@ def key(self: RerankerSpec) -> str:
 
 @patch
 def describe(self: RerankerSpec) -> str:
-    "One line for the dry run: the method and the options its reranker reads."
+    "One line for the dry run: the method, the options its reranker reads and any switch off its default."
     r = self.reranker
-    shown = {f: getattr(self, f) for f in r.spec_fields}
+    shown = {f: getattr(self, f) for f in r.spec_fields} | self.non_default_switches()
     if "prompt" in shown and shown["prompt"] is None: shown["prompt"] = r.default_prompt(self.method)
     return self.method + (" (" + ", ".join(f"{f} {v}" for f, v in shown.items()) + ")" if shown else "")
 

@@ -1,0 +1,197 @@
+"""Issue 15, findings 4, 6, 7, 8: the reference implementations' behaviour as named switches, each checked against a
+plain reimplementation of the reference (llm-rankers 0.0.2's heapsort, rank_llm 0.21.0's sliding windows) with pure
+comparators; switches at their default stay out of run identities; the dense encoders' quirks by name; revisions."""
+import random, re
+import pytest
+from clir_llm.core import ClirError, Run
+from clir_llm.rerank import QrelsOracle, RerankerSpec, get_reranker
+from clir_llm.pairwise import PairJudge, heapsort, run_sort
+from clir_llm.listwise import sliding_window, window_spans
+from clir_llm.specs import validated
+from clir_llm.testing import tiny_setup
+from clir_llm import dense as D
+
+
+# ---- references, written from the upstream files (not imported: neither package is installed here)
+def llmrankers_heapsort(docids, k, answer):
+    """llm-rankers 0.0.2 `PairwiseLlmRanker` heapsort: `ComparableDoc.__gt__` is True only when the two orders answer
+    ('Passage A', 'Passage B'); `heapify` compares left then right child against the largest; `heapSort` builds the heap
+    from n // 2 down and pops until k are ranked. Every `>` is one `compare` (`total_compare`)."""
+    calls = []
+    def gt(a, b): calls.append((a, b)); return (answer(a, b), answer(b, a)) == ("A", "B")
+    def heapify(arr, n, i):
+        largest, l, r = i, 2 * i + 1, 2 * i + 2
+        if l < n and gt(arr[l], arr[i]): largest = l
+        if r < n and gt(arr[r], arr[largest]): largest = r
+        if largest != i:
+            arr[i], arr[largest] = arr[largest], arr[i]
+            heapify(arr, n, largest)
+    arr, n, ranked = list(docids), len(docids), 0
+    for i in range(n // 2, -1, -1): heapify(arr, n, i)
+    for i in range(n - 1, 0, -1):
+        arr[i], arr[0] = arr[0], arr[i]
+        ranked += 1
+        if ranked == k: break
+        heapify(arr, i, 0)
+    top = list(reversed(arr))[:k]
+    return top + [d for d in docids if d not in top], calls
+
+
+def rank_llm_windows(rank_end, window_size, step, rank_start=0):
+    "rank_llm 0.21.0 `ListwiseRankLLM.sliding_windows`: the (start_pos, end_pos) it hands to `permutation_pipeline`."
+    out, end_pos, start_pos = [], rank_end, rank_end - window_size
+    while end_pos > rank_start and start_pos + step != rank_start:
+        start_pos = max(start_pos, rank_start)
+        out.append((start_pos, end_pos))
+        end_pos, start_pos = end_pos - step, start_pos - step
+    return out
+
+
+def ours_heapsort(docids, k, answer, ties):
+    log, judge = [], PairJudge(lambda ps: [answer(a, b) for a, b in ps], cache=False)
+    return run_sort(heapsort(docids, k, ties=ties), lambda ps: log.extend(ps) or judge(ps)), log
+
+
+ANSWERS = {
+    "random": lambda rng: (lambda memo: lambda a, b: memo.setdefault((a, b), rng.choice("AB")))({}),
+    "always A": lambda rng: lambda a, b: "A",
+    "garbage": lambda rng: lambda a, b: None,
+    "graded oracle": lambda rng: (lambda g: lambda a, b: "B" if g[b] > g[a] else "A")(
+        {f"d{i}": rng.choice([0, 0, 0, 1, 2]) for i in range(200)}),
+    "strict order": lambda rng: (lambda v: lambda a, b: "A" if v[a] > v[b] else "B")({f"d{i}": rng.random() for i in range(200)}),
+}
+
+
+@pytest.mark.parametrize("kind", list(ANSWERS))
+def test_heapsort_llm_rankers_ties_is_llm_rankers(kind):
+    "Same comparisons in the same order and the same ranking as llm-rankers, for every list length and k."
+    for n in (0, 1, 2, 3, 5, 10, 11, 17, 30, 100):
+        for k in (1, 2, 10, 50):
+            answer = ANSWERS[kind](random.Random(n * 1000 + k))
+            docids = [f"d{i}" for i in range(n)]
+            assert ours_heapsort(docids, k, answer, "llm-rankers") == llmrankers_heapsort(docids, k, answer), (kind, n, k)
+
+
+def test_heapsort_default_tie_rule_differs_only_when_answers_tie():
+    docids = [f"d{i}" for i in range(100)]
+    strict = ANSWERS["strict order"](random.Random(0))
+    assert ours_heapsort(docids, 10, strict, "first-stage") == ours_heapsort(docids, 10, strict, "llm-rankers")
+    always_a = ANSWERS["always A"](None)
+    ranked, calls = ours_heapsort(docids, 10, always_a, "first-stage")
+    ref, ref_calls = llmrankers_heapsort(docids, 10, always_a)
+    assert ranked == docids != ref and ref[:3] == ["d0", "d99", "d98"]   # llm-rankers shuffles an uninformative model's top k
+    assert (len(calls), len(ref_calls)) == (203, 117)                     # +73.5 % comparisons, as the notebook states
+    with pytest.raises(ClirError, match="heapsort ties must be one of"): next(heapsort(docids, ties="never"))
+
+
+def test_heapsort_ties_switch_through_spec_and_reranker():
+    coll, first = tiny_setup()
+    class AlwaysA(QrelsOracle):
+        def generate(self, prompts, max_new_tokens=64, **params): return ["Passage A"] * len(prompts)
+    spec = validated(RerankerSpec, {"method": "pairwise-heapsort", "heapsort_ties": "llm-rankers"})
+    rr = get_reranker(spec, AlwaysA(coll), progress=False)
+    out = rr.rerank(coll, first, k=30)
+    for q in first:
+        expect, calls = llmrankers_heapsort(first.docids(q, 30), 10, lambda a, b: "A")
+        assert out.docids(q) == expect + first.docids(q)[30:] and rr.diagnostics[q]["comparisons"] == len(calls)
+    assert rr.name.endswith("[ties-llm-rankers]")
+    plain = get_reranker("pairwise-heapsort", AlwaysA(coll), progress=False)
+    assert all(plain.rerank(coll, first, k=30).docids(q) == first.docids(q) for q in first)
+    assert "heapsort_ties" not in plain.params and "ties" not in plain.name
+    with pytest.raises(ClirError, match="'pairwise-bubblesort' has no switch heapsort_ties"):
+        validated(RerankerSpec, {"method": "pairwise-bubblesort", "heapsort_ties": "llm-rankers"})
+
+
+@pytest.mark.parametrize("window,step", [(20, 10), (20, 5), (4, 2), (5, 5), (10, 3), (3, 1)])
+def test_short_last_window_is_rank_llms(window, step):
+    for n in range(0, 120):
+        assert window_spans(n, window, step, "short") == rank_llm_windows(n, window, step), (n, window, step)
+        full = window_spans(n, window, step, "full")
+        assert full[-1:] in ([], [(0, min(window, n))]) and all(e - s == min(window, n) for s, e in full)
+        if n == window or (n > window and (n - window) % step == 0): assert full == rank_llm_windows(n, window, step)
+        seen = []
+        sliding_window("q", list(range(n)), lambda q, ids: seen.append(len(ids)) or list(range(len(ids))), window, step, last="short")
+        assert seen == [e - s for s, e in rank_llm_windows(n, window, step)]
+    with pytest.raises(ClirError, match="last window must be one of full, short"): window_spans(5, last="half")
+
+
+class Recording(QrelsOracle):
+    def generate(self, prompts, max_new_tokens=64, **params):
+        from clir_llm.templates import prompt_text
+        self.seen = getattr(self, "seen", []) + [prompt_text(p) for p in prompts]
+        return super().generate(prompts, max_new_tokens, **params)
+
+
+def _passages(b): return [line for p in b.seen for line in p.splitlines() if re.match(r"\[\d+\] ", line)]
+
+
+def test_listwise_last_window_switch_in_the_reranker():
+    coll, first = tiny_setup()
+    one = Run({"q0": first["q0"]})
+    for last, sizes in (("full", [20, 20]), ("short", [20, 15])):
+        b = Recording(coll)
+        rr = get_reranker(RerankerSpec(method="listwise-rankgpt", last_window=last), b, progress=False)
+        rr.rerank(coll, one, k=25)
+        assert [len(re.findall(r"(?m)^\[\d+\] ", p)) for p in b.seen] == sizes
+        assert rr.diagnostics["q0"]["prompts"] == len(sizes) and ("[last-short]" in rr.name) == (last == "short")
+
+
+def test_listwise_cut_in_backend_tokens():
+    coll, first = tiny_setup()
+    class TwoTokenWords(Recording):
+        def count_tokens(self, text): return 2 * super().count_tokens(text)
+        def truncate(self, text, max_tokens): return " ".join(text.split()[:max_tokens // 2])
+    shown = {}
+    for cut in ("words", "tokens"):
+        b = TwoTokenWords(coll)
+        rr = get_reranker(RerankerSpec(method="listwise", cut=cut, max_words=64, passage_tokens=20), b, progress=False)
+        rr.rerank(coll, first, k=30)
+        shown[cut] = {len(line.split()) - 1 for line in _passages(b)}
+        assert rr.params.get("cut", "words") == cut and rr.params.get("passage_tokens") == (20 if cut == "tokens" else None)
+    assert shown["tokens"] == {10} and min(shown["words"]) > 10   # 20 tokens = 10 two-token words; words: uncut (< 64)
+    assert rr.diagnostics["q0"]["truncated_docs"]["de"] == 30
+
+
+def test_switches_stay_out_of_identities_at_their_default():
+    from clir_llm.config import RerankerConfig
+    from clir_llm.pipeline import rerank_params
+    before = ["context", "doc_title", "k", "max_words", "passage_tokens", "prompt", "query_tokens", "scoring", "step", "window"]
+    for m in ("listwise", "pairwise-heapsort", "pairwise-allpair"):
+        s = RerankerSpec(method=m)
+        assert sorted(s.model_dump(exclude={"method"})) == before and s.non_default_switches() == {}
+        assert s.key() == m + "[" + ",".join(f"{f}={getattr(s, f)}" for f in before) + "]"
+    base = dict(name="x", llm="openai:x", first_stages=["bm25-qt"])
+    for method, switch, value in (("pairwise-heapsort", "heapsort_ties", "llm-rankers"), ("listwise", "last_window", "short"),
+                                  ("listwise", "cut", "tokens")):
+        plain = RerankerConfig(method=method, **base)
+        on = validated(RerankerConfig, {"method": method, switch: value, **base})
+        assert switch not in rerank_params(plain) and rerank_params(on)[switch] == value
+        assert rerank_params(on) != rerank_params(plain) and RerankerConfig(**on.model_dump()) == on
+        assert f"{switch} {value}" in on.describe() and switch not in plain.describe()
+
+
+def test_switches_are_cli_flags():
+    from clir_llm.rerank import _rerank_parser, RERANKERS
+    from clir_llm.specs import spec_from_args
+    common = ["--collection", "c", "--pair", "en-de", "--run", "r", "--out", "o"]
+    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "listwise", "--last-window", "short", "--cut", "tokens"])
+    assert spec_from_args(RerankerSpec, a).non_default_switches() == {"last_window": "short", "cut": "tokens"}
+    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "pairwise-heapsort", "--heapsort-ties", "llm-rankers"])
+    assert spec_from_args(RerankerSpec, a).heapsort_ties == "llm-rankers"
+
+
+def test_dense_quirks_by_name_and_revisions(tmp_path):
+    from clir_llm.cache import Cache
+    assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128"}
+    e5 = D.get_encoder_spec("e5", quirks=["e5-no-prefix"])
+    assert (e5.query_prefix, e5.doc_prefix) == ("", "") and D.get_encoder_spec("e5").query_prefix == "query: "
+    assert D.Dense("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
+    assert D.Dense("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
+    with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
+    for name, s in D.ENCODERS.items():
+        if not s.stand_in: assert "revision not pinned" in s.revision_note(), name
+    assert "remote code" in D.get_encoder_spec("nv-embed-v2").revision_note()
+    plain = D.Encoder("repllama", cache=Cache(tmp_path)).namespace("doc").identity
+    assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
+    pinned = D.Encoder(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
+    assert pinned["base_revision"] == "abc" and {k: v for k, v in pinned.items() if k != "base_revision"} == plain
