@@ -23,7 +23,7 @@ def describe_collection(name: str, pair: str | None = None) -> str:
 def _dt_text(cfg: Config) -> str:
     "Which document text DT runs read (first stage and rerankers alike), by `retrieve.docs_view`'s precedence."
     from clir_llm.collections import COLLECTIONS
-    fs, source = cfg.first_stage, COLLECTIONS[cfg.collection]
+    fs, source = cfg.first_stage, COLLECTIONS.lookup(cfg.collection)[0].obj
     shipped = [p for p in cfg.pairs if source.ships_translations(p)]
     if fs.dt_source == "shipped" or (fs.dt_source == "auto" and len(shipped) == len(cfg.pairs)):
         return "the translations shipped with the collection"

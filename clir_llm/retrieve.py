@@ -201,12 +201,14 @@ class DenseMethod(FirstStage):
         extra = f", base {s.base_model}" if s.base_model else ""
         return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
                 f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
-                "exact FAISS inner product")
+                "exact FAISS inner product" + (f"; {note}" if (note := s.revision_note()) else ""))
 
     def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw):
         from clir_llm.dense import Dense
         keep = ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length")
         dkw = {k: v for k, v in kw.items() if k in keep and v is not None}
+        from clir_llm.dense import encoder_quirks   # named quirks (--quirk, first_stage.dense_quirks): this encoder's only
+        if own := [q for q in kw.get("quirks") or () if encoder_quirks()[q][0] == self.encoder]: dkw["quirks"] = own
         if (title := _dense_title(dense_title, self.encoder)) is not None: dkw["title"] = bool(title)
         return Dense(self.encoder, cache=cache, **dkw)
 
@@ -265,6 +267,7 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=32, help="dense encoding batch size (default 32)")
     ap.add_argument("--device", help="dense encoding device (default: cuda if available, else cpu)")
     ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
+    ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
     a = ap.parse_args(argv)
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
     import_plugins(a.plugin)
@@ -274,7 +277,7 @@ def cli_retrieve(argv=None) -> int:
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
-                              threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks)
+                              threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk)
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)
