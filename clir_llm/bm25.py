@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib, glob, hashlib, json, os, re, shutil, sys, tempfile, time
 from pathlib import Path
 from typing import Iterable
+from fastcore.basics import patch
 from filelock import FileLock
 from tqdm.auto import tqdm
 from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
@@ -72,6 +73,7 @@ def jvm_options(cache_root=None) -> list[str]:
     crash_dir.mkdir(parents=True, exist_ok=True)
     return ["-Xrs", f"-XX:ErrorFile={crash_dir / 'hs_err_pid%p.log'}"]
 
+# %% ../nbs/07_bm25.ipynb #eb119f32
 def lucene(cache: Cache | None = None):
     "Start the JVM (once per process; crash files under `cache`'s root) and return the `pyserini.search.lucene` module."
     global _LUCENE
@@ -152,6 +154,7 @@ def _manifest(index: Path) -> dict:
 NO_MANIFEST = "no manifest (built by an older clir-llm)"
 _VERIFIED: dict[str, tuple] = {}   # index folder -> (name, size, mtime) of its files when last verified in this process
 
+# %% ../nbs/07_bm25.ipynb #618c3e5b
 def _damage(index: Path) -> str | None:
     "What is wrong with a built index (a file missing, of another size or content than its manifest says), or None."
     try: meta = json.loads((index / "meta.json").read_text())
@@ -206,6 +209,7 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError: return True
     return True
 
+# %% ../nbs/07_bm25.ipynb #f43f3be9
 def _remove_stale_work(final: Path):
     """Remove work folders left by killed builds: those of `final` (we hold its lock, so no one else is building it)
     and those of other indexes whose process (the pid in the folder's name) is gone."""
@@ -298,40 +302,43 @@ class BM25(Retriever):
         self.usage.count("queries", len(qids))
         return run
 
-    def _batch(self, collection, texts: dict, k: int) -> dict:
-        "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
-        lucene(self.cache)
-        import jnius
-        index = build_index(collection, self.cache, progress=self.progress)
-        lang = language(collection.doc_lang)
-        with tempfile.TemporaryDirectory(prefix="clir-llm-bm25-") as tmp:
-            topics, out = Path(tmp) / "topics.tsv", Path(tmp) / "run.trec"
-            with open(topics, "w", encoding="utf-8") as f:
-                for q, t in texts.items():  # the analyzers split at any white space: one line per query is the same query
-                    t = " ".join(t.split())
-                    if t and not re.search(r"\s", q): f.write(f"{q}\t{t}\n")
-            argv = ["-index", str(index), "-topics", str(topics), "-topicReader", "TsvString", "-output", str(out),
-                    "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
-                    "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
-            argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
-            args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
-            jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
-            searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)
-            try: searcher.run()
-            finally: searcher.close()
-            hits = {}
-            if out.exists():
-                with open(out, encoding="utf-8") as f:
-                    for line in f:
-                        q, _, d, _, score, _ = line.split()
-                        hits.setdefault(q, []).append((d, float(score)))
-        return hits
-
-    def _search(self, s, collection, qid, text, k):
-        try: return s.search(text, k=k)
-        except Exception as e:
-            msg = str(e).split("\n")[0].replace("JVM exception occurred: ", "")
-            raise ClirError(f"BM25 search failed on {collection.name} ({collection.pair}) query {qid!r} "
-                            f"({len(text.split())} words: {text[:60]!r}...): {msg}") from None
-
     def __repr__(self): return f"BM25({self.name!r}, k1={self.k1}, b={self.b})"
+
+# %% ../nbs/07_bm25.ipynb #c803c097
+@patch
+def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
+    "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
+    lucene(self.cache)
+    import jnius
+    index = build_index(collection, self.cache, progress=self.progress)
+    lang = language(collection.doc_lang)
+    with tempfile.TemporaryDirectory(prefix="clir-llm-bm25-") as tmp:
+        topics, out = Path(tmp) / "topics.tsv", Path(tmp) / "run.trec"
+        with open(topics, "w", encoding="utf-8") as f:
+            for q, t in texts.items():  # the analyzers split at any white space: one line per query is the same query
+                t = " ".join(t.split())
+                if t and not re.search(r"\s", q): f.write(f"{q}\t{t}\n")
+        argv = ["-index", str(index), "-topics", str(topics), "-topicReader", "TsvString", "-output", str(out),
+                "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
+                "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
+        argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
+        args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
+        jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
+        searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)
+        try: searcher.run()
+        finally: searcher.close()
+        hits = {}
+        if out.exists():
+            with open(out, encoding="utf-8") as f:
+                for line in f:
+                    q, _, d, _, score, _ = line.split()
+                    hits.setdefault(q, []).append((d, float(score)))
+    return hits
+
+@patch
+def _search(self: BM25, s, collection, qid, text, k):
+    try: return s.search(text, k=k)
+    except Exception as e:
+        msg = str(e).split("\n")[0].replace("JVM exception occurred: ", "")
+        raise ClirError(f"BM25 search failed on {collection.name} ({collection.pair}) query {qid!r} "
+                        f"({len(text.split())} words: {text[:60]!r}...): {msg}") from None

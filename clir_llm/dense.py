@@ -10,6 +10,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 import numpy as np
+from fastcore.basics import patch
 from tqdm.auto import tqdm
 from .core import ClirError, Document, Retriever, Run, Usage
 from .cache import Cache
@@ -139,6 +140,7 @@ def _best_device() -> str:
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
 
+# %% ../nbs/08_dense.ipynb #90187265
 class Encoder:
     "Encode queries and documents with one `EncoderSpec`, cached per text in the `embed` stage."
     def __init__(self, spec: EncoderSpec | str, device: str | None = None, dtype: str | None = None,
@@ -179,64 +181,72 @@ class Encoder:
         self._model, self._tok = model.to(self.device).eval(), tok
         return self._model, self._tok
 
-    def _tokenize(self, texts: list[str], max_length: int):
-        tok = self._tok
-        if self.spec.pooling != "last":
-            return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        if tok.eos_token_id is None: raise ClirError(f"encoder {self.spec.name}: last-token pooling needs an EOS token")
-        enc = tok(texts, truncation=True, max_length=max_length - 1)
-        ids = [x + [tok.eos_token_id] for x in enc["input_ids"]]
-        return tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
-
-    def encode_batch(self, texts: list[str], max_length: int, instruction: str = "") -> np.ndarray:
-        "Vectors of `texts` (already prefixed), L2-normalised float32, shape (len(texts), dim)."
-        import torch
-        model, tok = self.load()
-        with torch.inference_mode():
-            if self.spec.pooling == "model":  # NV-Embed-v2: latent-attention pooling inside the model's encode()
-                # the instruction is passed separately: NV-Embed masks it out of the pooling
-                bare = [t[len(instruction):] if instruction and t.startswith(instruction) else t for t in texts]
-                v = model.encode(bare, instruction=instruction, max_length=max_length)
-                v = torch.as_tensor(v)
-            else:
-                enc = {k: t.to(self.device) for k, t in self._tokenize(texts, max_length).items()}
-                out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-                v = POOLINGS[self.spec.pooling](out.last_hidden_state.float(), enc["attention_mask"])
-            if self.spec.dims: v = v[:, :self.spec.dims]
-            v = torch.nn.functional.normalize(v.float(), dim=-1)
-        return v.cpu().numpy().astype(np.float32)
-
-    def namespace(self, kind: str):
-        "The cache namespace of this spec's `kind` ('query' | 'doc') vectors."
-        s = self.spec
-        return self.cache.namespace("embed", model=s.model, base_model=s.base_model, revision=s.revision, pooling=s.pooling,
-                                    dims=s.dims, kind=kind, dtype=self.dtype, eos=s.pooling == "last",
-                                    max_length=s.max_length if kind == "query" else s.doc_max_length,
-                                    **({"base_revision": s.base_revision} if s.base_revision else {}))
-
-    def _encode(self, inputs: list[str], kind: str, sort: bool = True, progress: bool | None = None) -> np.ndarray:
-        s = self.spec
-        max_len = s.max_length if kind == "query" else s.doc_max_length
-        instr = s.query_prefix if (kind == "query" and s.pooling == "model") else ""
-        ns = self.namespace(kind)
-        t0 = time.time()
-        vecs = ns.get_or_compute(inputs, lambda b: list(self.encode_batch(b, max_len, instr)), batch_size=self.batch_size,
-                                 desc=f"encode {kind}s ({s.name})", order=len if sort else None,
-                                 progress=self.progress if progress is None else progress)
-        self.usage.add(Usage(calls=ns.misses, cache_hits=ns.hits, seconds=time.time() - t0))
-        self.usage.count("queries_encoded" if kind == "query" else "docs_encoded", ns.misses)
-        if not vecs: return np.zeros((0, 0), np.float32)
-        return np.stack(vecs).astype(np.float32, copy=False)
-
-    def encode_queries(self, texts: Sequence[str], sort: bool = True) -> np.ndarray:
-        "Normalised vectors of query texts (prefix/instruction added here)."
-        return self._encode([query_input(self.spec, t) for t in texts], "query", sort)
-
-    def encode_docs(self, docs: Sequence[Document], sort: bool = True, progress: bool | None = None) -> np.ndarray:
-        "Normalised vectors of documents (prefix, title and text joined here)."
-        return self._encode([doc_input(self.spec, d) for d in docs], "doc", sort, progress)
-
     def __repr__(self): return f"Encoder({self.spec.name!r}, device={self.device!r}, dtype={self.dtype!r})"
+
+# %% ../nbs/08_dense.ipynb #8ff53045
+@patch
+def namespace(self: Encoder, kind: str):
+    "The cache namespace of this spec's `kind` ('query' | 'doc') vectors."
+    s = self.spec
+    return self.cache.namespace("embed", model=s.model, base_model=s.base_model, revision=s.revision, pooling=s.pooling,
+                                dims=s.dims, kind=kind, dtype=self.dtype, eos=s.pooling == "last",
+                                max_length=s.max_length if kind == "query" else s.doc_max_length,
+                                **({"base_revision": s.base_revision} if s.base_revision else {}))
+
+@patch
+def _encode(self: Encoder, inputs: list[str], kind: str, sort: bool = True, progress: bool | None = None) -> np.ndarray:
+    s = self.spec
+    max_len = s.max_length if kind == "query" else s.doc_max_length
+    instr = s.query_prefix if (kind == "query" and s.pooling == "model") else ""
+    ns = self.namespace(kind)
+    t0 = time.time()
+    vecs = ns.get_or_compute(inputs, lambda b: list(self.encode_batch(b, max_len, instr)), batch_size=self.batch_size,
+                             desc=f"encode {kind}s ({s.name})", order=len if sort else None,
+                             progress=self.progress if progress is None else progress)
+    self.usage.add(Usage(calls=ns.misses, cache_hits=ns.hits, seconds=time.time() - t0))
+    self.usage.count("queries_encoded" if kind == "query" else "docs_encoded", ns.misses)
+    if not vecs: return np.zeros((0, 0), np.float32)
+    return np.stack(vecs).astype(np.float32, copy=False)
+
+@patch
+def encode_queries(self: Encoder, texts: Sequence[str], sort: bool = True) -> np.ndarray:
+    "Normalised vectors of query texts (prefix/instruction added here)."
+    return self._encode([query_input(self.spec, t) for t in texts], "query", sort)
+
+@patch
+def encode_docs(self: Encoder, docs: Sequence[Document], sort: bool = True, progress: bool | None = None) -> np.ndarray:
+    "Normalised vectors of documents (prefix, title and text joined here)."
+    return self._encode([doc_input(self.spec, d) for d in docs], "doc", sort, progress)
+
+# %% ../nbs/08_dense.ipynb #1c97f34b
+@patch
+def _tokenize(self: Encoder, texts: list[str], max_length: int):
+    tok = self._tok
+    if self.spec.pooling != "last":
+        return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    if tok.eos_token_id is None: raise ClirError(f"encoder {self.spec.name}: last-token pooling needs an EOS token")
+    enc = tok(texts, truncation=True, max_length=max_length - 1)
+    ids = [x + [tok.eos_token_id] for x in enc["input_ids"]]
+    return tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
+
+@patch
+def encode_batch(self: Encoder, texts: list[str], max_length: int, instruction: str = "") -> np.ndarray:
+    "Vectors of `texts` (already prefixed), L2-normalised float32, shape (len(texts), dim)."
+    import torch
+    model, tok = self.load()
+    with torch.inference_mode():
+        if self.spec.pooling == "model":  # NV-Embed-v2: latent-attention pooling inside the model's encode()
+            # the instruction is passed separately: NV-Embed masks it out of the pooling
+            bare = [t[len(instruction):] if instruction and t.startswith(instruction) else t for t in texts]
+            v = model.encode(bare, instruction=instruction, max_length=max_length)
+            v = torch.as_tensor(v)
+        else:
+            enc = {k: t.to(self.device) for k, t in self._tokenize(texts, max_length).items()}
+            out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            v = POOLINGS[self.spec.pooling](out.last_hidden_state.float(), enc["attention_mask"])
+        if self.spec.dims: v = v[:, :self.spec.dims]
+        v = torch.nn.functional.normalize(v.float(), dim=-1)
+    return v.cpu().numpy().astype(np.float32)
 
 # %% ../nbs/08_dense.ipynb #15ac3cbb
 _WORDS = ("query passage the a of to in and is was for on with as by at from haus hund katze house dog cat water "
