@@ -14,12 +14,22 @@ CLI = str(Path(sys.executable).parent / "clir-llm")
 # ---------- what the suite observed (printed by tests/conftest.py at the end of the session)
 STATS = {"faults": Counter(), "bad_input": set(), "kills": 0, "resumes_finished": 0, "calls_lost": 0,
          "calls_repeated": 0, "files_checked": 0, "files_corrupted": 0, "observations": 0, "partial_visible": 0,
-         "sqlite_checked": 0, "secret_files_scanned": 0, "secret_leaks": 0}
+         "sqlite_checked": 0, "secret_files_scanned": 0, "secret_leaks": 0,
+         "hostile_tried": 0, "hostile_mishandled": 0, "hypothesis_examples": 0}
+SESSION_START = time.time()
+
+
+def jvm_crash_files() -> int:
+    "hs_err_pid*.log files (JVM crash reports) written since this test session started, wherever the JVM may put them."
+    from clir_llm.cache import default_cache_dir
+    places = {ROOT, ROOT / "nbs" / "experiments", ROOT / "tests", Path.cwd(), default_cache_dir() / "jvm"}
+    return sum(1 for d in places if d.is_dir() for p in d.glob("hs_err_pid*.log") if p.stat().st_mtime >= SESSION_START)
 
 
 def summary_lines() -> list[str]:
     s = STATS
-    if not (s["faults"] or s["bad_input"] or s["kills"] or s["files_checked"] or s["secret_files_scanned"]): return []
+    if not (s["faults"] or s["bad_input"] or s["kills"] or s["files_checked"] or s["secret_files_scanned"]
+            or s["hostile_tried"] or s["hypothesis_examples"]): return []
     faults = ", ".join(f"{k} {v}" for k, v in sorted(s["faults"].items()))
     return [
         f"faults injected          {sum(s['faults'].values()):>6}   ({faults})",
@@ -28,7 +38,10 @@ def summary_lines() -> list[str]:
         f"calls lost               {s['calls_lost']:>6}   (finished model calls asked again: {s['calls_repeated']})",
         f"files corrupted          {s['files_corrupted']:>6}   (of {s['files_checked']} file reads at {s['observations']} observations; "
         f"partial/temporary files visible: {s['partial_visible']}; sqlite files integrity-checked: {s['sqlite_checked']})",
-        f"secret leaks             {s['secret_leaks']:>6}   (files scanned: {s['secret_files_scanned']})",
+        f"hostile inputs mishandled{s['hostile_mishandled']:>6}   (goal 0; of {s['hostile_tried']} tried for a one-line error)",
+        f"hypothesis examples run  {s['hypothesis_examples']:>6}   (generated runs, qrels, scores)",
+        f"secrets found in output  {s['secret_leaks']:>6}   (goal 0; outputs and files scanned: {s['secret_files_scanned']})",
+        f"JVM crash files          {jvm_crash_files():>6}   (goal 0; hs_err_pid*.log written during this session)",
     ]
 
 
@@ -198,6 +211,15 @@ def sqlite_integrity(cache: Path) -> list[str]:
         if r != [("ok",)]:
             bad.append(f"{p}: {r[:3]}"); STATS["files_corrupted"] += 1
     return bad
+
+
+def expect_one_line_error(kind: str, p) -> str:
+    "A CLI result `p` for hostile input `kind`: exit 1 and one line on stderr, no traceback (counted in the summary)."
+    STATS["hostile_tried"] += 1; STATS["bad_input"].add(kind)
+    ok = p.returncode == 1 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    if not ok: STATS["hostile_mishandled"] += 1
+    assert ok, (kind, p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    return p.stderr.strip()
 
 
 def run_cli(*args, env=None, timeout=600, cwd=ROOT):

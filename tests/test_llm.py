@@ -75,7 +75,7 @@ def test_hf_cache_warm_rerun_and_replay(tiny, tmp_path):
     assert warm.generate(PROMPTS, max_new_tokens=4) == out and warm.score(PROMPTS[:3], ["A", "B"]) == scores
     assert warm.usage.calls == 0 and warm.usage.cache_hits == len(PROMPTS) + 3
     assert warm._model is None                                   # a warm run does not even load the model
-    assert warm.usage.tokens_in == b.usage.tokens_in               # accounting counts recorded calls too
+    assert warm.usage.tokens_in == 0 and warm.usage.counters["cached_tokens_in"] == b.usage.tokens_in   # hits counted apart
     assert warm.generate(PROMPTS[:2], max_new_tokens=5) and warm.usage.calls == 2   # other params: other keys
     rp = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path, mode="replay"))
     assert rp.generate(PROMPTS, max_new_tokens=4) == out

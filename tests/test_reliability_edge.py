@@ -27,11 +27,7 @@ def _files(tmp_path, qrels=FIX_QRELS, run=FIX_RUN, bom=False, crlf=False):
 
 def _fail(kind, *args, env=None):
     "The CLI fails with exit 1 and one line on stderr, no traceback. Returns that line."
-    p = R.run_cli(*args, env=env, timeout=300)
-    R.STATS["bad_input"].add(kind)
-    assert p.returncode == 1, (p.returncode, p.stdout[-500:], p.stderr[-2000:])
-    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
-    return p.stderr.strip()
+    return R.expect_one_line_error(kind, R.run_cli(*args, env=env, timeout=300))
 
 
 # ---------- finding 4: byte-order mark and CRLF
@@ -123,7 +119,7 @@ EXAMPLES = {"n": 0}
 @given(st.dictionaries(TOKEN, st.dictionaries(TOKEN, SCORE, min_size=1, max_size=6), min_size=1, max_size=5), TOKEN,
        st.booleans())
 def test_run_round_trip(tmp_path, data, tag, bom):
-    EXAMPLES["n"] += 1
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
     p = tmp_path / "r.trec"
     Run(data, name=tag).write(p)
     if bom: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes().replace(b"\n", b"\r\n"))
@@ -134,7 +130,7 @@ def test_run_round_trip(tmp_path, data, tag, bom):
 @PROPS
 @given(st.dictionaries(TOKEN, st.dictionaries(TOKEN, st.integers(-2**31, 2**31 - 1), min_size=1, max_size=6), min_size=1, max_size=5))
 def test_qrels_round_trip(tmp_path, data):
-    EXAMPLES["n"] += 1
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
     p = tmp_path / "q.txt"
     Qrels(data).write(p)
     assert Qrels.read(p) == data
@@ -149,7 +145,7 @@ LINE = st.lists(st.one_of(TOKEN, st.sampled_from(["Q0", "0", "1", "-1", "1.5", "
                  st.lists(st.text(max_size=40), max_size=6).map(lambda ls: "\r\n".join(ls).encode("utf-8", "surrogatepass"))))
 def test_malformed_input_is_a_format_error(tmp_path, data):
     "Anything at all: either a valid run/qrels, or a FormatError (never another exception)."
-    EXAMPLES["n"] += 1
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
     p = tmp_path / "any.txt"
     p.write_bytes(data)
     for reader in (Run.read, Qrels.read):

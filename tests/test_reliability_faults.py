@@ -76,7 +76,8 @@ def _first_stage(coll) -> Run:
 
 
 def _backend(srv, cache):
-    return get_backend("openai:fake-ranker", cache=cache, base_url=srv.url, concurrency=1, timeout=0.5,
+    # endpoint=: every test server gets a new port; the recovered server of a resume test is "the same server"
+    return get_backend("openai:fake-ranker", cache=cache, base_url=srv.url, endpoint="fake-server", concurrency=1, timeout=0.5,
                        backoff=0.01, max_wait=1.0, max_retries=4)
 
 

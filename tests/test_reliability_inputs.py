@@ -15,7 +15,8 @@ FIX = R.ROOT / "clir_llm" / "data" / "fixture"
 def _err(kind: str, *args, env=None):
     "Run the real CLI; it must fail with exit 1 and a one-line error (no traceback). Returns stderr."
     p = R.run_cli(*args, env=env, timeout=300)
-    R.STATS["bad_input"].add(kind)
+    R.STATS["bad_input"].add(kind); R.STATS["hostile_tried"] += 1
+    if p.returncode != 1 or "Traceback" in p.stderr: R.STATS["hostile_mishandled"] += 1
     assert p.returncode == 1, (p.returncode, p.stdout[-500:], p.stderr[-2000:])
     assert "Traceback" not in p.stderr, p.stderr[-2000:]
     return p.stderr

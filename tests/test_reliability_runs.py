@@ -49,13 +49,13 @@ def _call_key(req) -> str:
         {"messages": req["body"]["messages"]})
 
 
-def _cached_keys(cache: Path, reqs) -> set[str]:
-    "Keys of the requests `reqs` whose answer is stored in the cache (finished calls)."
+def _cached_keys(cache: Path, reqs, url: str) -> set[str]:
+    "Keys of the requests `reqs` to the server at `url` whose answer is stored in the cache (finished calls)."
     from clir_llm.cache import Cache
     from clir_llm.llm import OpenAIBackend
     out, c = set(), Cache(cache, mode="readonly")
     for r in reqs:
-        b = OpenAIBackend(r["body"]["model"])
+        b = OpenAIBackend(r["body"]["model"], base_url=url)   # the server is part of the key
         params = b._params(r["body"]["max_tokens"], {"temperature": r["body"].get("temperature")})
         if c.namespace("llm", op="generate", params=params, **b.identity()).get({"messages": r["body"]["messages"]}) is not None:
             out.add(_call_key(r))
@@ -167,7 +167,7 @@ def test_kill_and_resume(reference, tmp_path):
             if killed:
                 kills.append((why, round(time.time() - t_start, 1)))
                 R.STATS["kills"] += 1
-                seen_before |= _cached_keys(cache, srv.requests)   # calls finished (stored) before the kill
+                seen_before |= _cached_keys(cache, srv.requests, srv.url)   # calls finished (stored) before the kill
                 problems += R.sqlite_integrity(cache)
                 continue
             assert proc.returncode == 0, (f"seed {seed}, attempt {attempt} after kills {kills}: exit {proc.returncode}\n"
