@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import argparse, importlib, inspect, typing
+import argparse, importlib, inspect, sys, typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
@@ -64,6 +64,7 @@ class Registry:
     "Named members of one kind (`kind` is used in messages); `plugins`: modules that register members when imported."
     def __init__(self, kind: str, plugins: tuple[str, ...] = (), contract: type | None = None):
         self.kind, self.plugins, self.contract = kind, tuple(plugins), contract
+        self.home = sys._getframe(1).f_globals.get("__name__")   # the module that made the registry: its members list first
         self._items: dict[str, Entry] = {}
         self._loaded = False
 
@@ -94,9 +95,13 @@ class Registry:
         return ClirError(f"unknown {self.kind} {s!r}; accepted: {', '.join(e.example for e in self.entries())}")
 
     def entries(self) -> list[Entry]:
-        "Every member, in registration order."
+        "Every member: the home module's, then each plugin module's in `plugins` order, then others; each in registration order."
         self._load()
-        return list(self._items.values())
+        def rank(e):
+            o = e.obj if hasattr(e.obj, "__qualname__") else type(e.obj)
+            m = getattr(o, "__module__", None)
+            return -1 if m == self.home else self.plugins.index(m) if m in self.plugins else len(self.plugins)
+        return sorted(self._items.values(), key=rank)   # stable: whatever order modules were imported in
 
     def names(self) -> list[str]: return [e.name for e in self.entries()]
     def items(self) -> list[tuple[str, Any]]: return [(e.name, e.obj) for e in self.entries()]
