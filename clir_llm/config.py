@@ -47,6 +47,20 @@ class FirstStageConfig(_Strict):
     dt_source: Literal[DT_SOURCES] = "auto"   # DT documents (first stage and rerankers): shipped translations, else the translator
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
+    dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
+
+    @field_validator("dense_quirks")
+    @classmethod
+    def _quirks(cls, v):
+        from clir_llm.dense import encoder_quirks
+        if bad := [q for q in v if q not in encoder_quirks()]:
+            raise ValueError(f"unknown dense quirk {', '.join(map(repr, bad))}; known: {', '.join(encoder_quirks())}")
+        return v
+
+    def quirks_of(self, method) -> tuple[str, ...]:
+        "The `dense_quirks` that apply to `method`'s encoders (they name its runs)."
+        from clir_llm.dense import encoder_quirks
+        return tuple(q for q in self.dense_quirks if encoder_quirks()[q][0] in parse_method(method).encoders)
 
     @field_validator("dense_title")
     @classmethod

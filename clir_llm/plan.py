@@ -56,6 +56,7 @@ def plan(cfg: Config) -> list[str]:
     fs = cfg.first_stage
     if fs.translator: lines.append(f"translator {fs.translator}: {fs.translator.describe()}")
     if fs.dense_doc_max_length: lines.append(f"dense encoders: documents cut at {fs.dense_doc_max_length} tokens (instead of the registry's length)")
+    if fs.dense_quirks: lines.append(f"the authors' dense quirks switched on: {', '.join(fs.dense_quirks)}")
     for m in fs.methods:
         where = f" (pairs {', '.join(fs.only_pairs[str(m)])})" if str(m) in fs.only_pairs else ""
         lines.append(f"first stage {m}{where}: {m.describe(fs.translator, fs.dense_title)}; top {fs.depth}")

@@ -195,3 +195,24 @@ def test_dense_quirks_by_name_and_revisions(tmp_path):
     assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
     pinned = D.Encoder(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
     assert pinned["base_revision"] == "abc" and {k: v for k, v in pinned.items() if k != "base_revision"} == plain
+
+
+def test_dense_quirks_from_a_config_name_only_their_encoders_runs(tmp_path):
+    import yaml
+    from clir_llm.config import load_config
+    from clir_llm.core import ClirError
+    from clir_llm.pipeline import Pipeline
+    cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               first_stage=dict(methods=["dense:e5", "dense:e5-small", "rrf:bm25-og+dense:e5"]))
+    paths = {}
+    for quirks in ([], ["e5-no-prefix"]):
+        (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_quirks": quirks}}))
+        c = load_config(tmp_path / "q.yaml")
+        p = Pipeline(c, tmp_path / "out", progress=False)
+        paths[tuple(quirks)] = {m: p.first_stage_path("en-de", m) for m in cfg["first_stage"]["methods"]}
+        assert c.first_stage.quirks_of("dense:e5-small") == ()
+    on, off = paths[("e5-no-prefix",)], paths[()]
+    assert on["dense:e5-small"] == off["dense:e5-small"]                      # another encoder's quirk does not rename its runs
+    assert on["dense:e5"] != off["dense:e5"] and on["rrf:bm25-og+dense:e5"] != off["rrf:bm25-og+dense:e5"]
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_quirks": ["e5-typo"]}}))
+    with pytest.raises(ClirError, match="unknown dense quirk 'e5-typo'"): load_config(tmp_path / "q.yaml")
