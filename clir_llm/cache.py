@@ -6,6 +6,7 @@
 from __future__ import annotations
 import json, os, re, sqlite3, threading, time, urllib.parse
 from pathlib import Path
+from fastcore.basics import patch
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
@@ -94,6 +95,7 @@ def _retry(fn):
             if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() - t0 > BUSY_RETRY_SECONDS: raise
             time.sleep(wait); wait = min(wait * 2, 0.5)
 
+# %% ../nbs/02_cache.ipynb #1097ffb1
 class Cache:
     "A content-addressed store under `root` (one SQLite file per stage)."
     def __init__(self, root=None, mode: str = "readwrite"):
@@ -110,37 +112,6 @@ class Cache:
             conns[stage] = self._open_ro(path) if self.mode in ("readonly", "replay") else self._open_rw(path)
         return conns[stage]
 
-    def _open_rw(self, path: Path) -> sqlite3.Connection:
-        def open_():
-            con = sqlite3.connect(path, timeout=60, isolation_level=None)
-            try:
-                if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal": con.execute("PRAGMA journal_mode=WAL")
-                con.execute("PRAGMA synchronous=NORMAL")
-                con.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, "
-                            "codec TEXT NOT NULL, meta TEXT, created REAL NOT NULL)")
-            except BaseException: con.close(); raise
-            return con
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            return _retry(open_)
-        except (sqlite3.Error, OSError) as e:
-            raise CacheError(_advice(path, e)) from None
-
-    def _open_ro(self, path: Path) -> sqlite3.Connection | None:
-        "Open read-only, writing nothing: `mode=ro`, else (read-only media, where SQLite cannot make its `-shm` file) `immutable=1`."
-        if not path.exists(): return None
-        uri = "file:" + urllib.parse.quote(str(path.resolve()))
-        err = None
-        for flags in ("mode=ro", "immutable=1"):
-            try:
-                con = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=60, isolation_level=None)
-                _retry(lambda: con.execute("SELECT COUNT(*) FROM entries WHERE 0").fetchone())
-                return con
-            except sqlite3.DatabaseError as e:
-                err = e
-                if not isinstance(e, sqlite3.OperationalError) or "no such table" in str(e): break  # corrupt: no second try
-        raise CacheError(_advice(path, err)) from None
-
     def namespace(self, stage: str, **identity) -> "Namespace":
         "A namespace of `stage` whose keys include `identity` (model, revision, parameters)."
         return Namespace(self, stage, identity)
@@ -154,6 +125,40 @@ class Cache:
         return out
 
     def __repr__(self): return f"Cache({str(self.root)!r}, mode={self.mode!r})"
+
+# %% ../nbs/02_cache.ipynb #ea1eec4c
+@patch
+def _open_rw(self: Cache, path: Path) -> sqlite3.Connection:
+    def open_():
+        con = sqlite3.connect(path, timeout=60, isolation_level=None)
+        try:
+            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal": con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=NORMAL")
+            con.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, "
+                        "codec TEXT NOT NULL, meta TEXT, created REAL NOT NULL)")
+        except BaseException: con.close(); raise
+        return con
+    try:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return _retry(open_)
+    except (sqlite3.Error, OSError) as e:
+        raise CacheError(_advice(path, e)) from None
+
+@patch
+def _open_ro(self: Cache, path: Path) -> sqlite3.Connection | None:
+    "Open read-only, writing nothing: `mode=ro`, else (read-only media, where SQLite cannot make its `-shm` file) `immutable=1`."
+    if not path.exists(): return None
+    uri = "file:" + urllib.parse.quote(str(path.resolve()))
+    err = None
+    for flags in ("mode=ro", "immutable=1"):
+        try:
+            con = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=60, isolation_level=None)
+            _retry(lambda: con.execute("SELECT COUNT(*) FROM entries WHERE 0").fetchone())
+            return con
+        except sqlite3.DatabaseError as e:
+            err = e
+            if not isinstance(e, sqlite3.OperationalError) or "no such table" in str(e): break  # corrupt: no second try
+    raise CacheError(_advice(path, err)) from None
 
 # %% ../nbs/02_cache.ipynb #f1ab29d8
 class Namespace:
@@ -189,68 +194,71 @@ class Namespace:
             raise CacheError(_advice(path, e)) from None
         return {i: found[k] for i, k in enumerate(keys) if k in found}
 
-    def put_many(self, pairs: Iterable[tuple[Any, Any]], meta: dict | None = None):
-        "Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes)."
-        if self.cache.mode != "readwrite": return
-        rows = []
-        for item, value in pairs:
-            blob, codec = _encode(value)
-            rows.append((self.key(item), blob, codec, json.dumps(meta) if meta else None, time.time()))
-        if not rows: return
-        db = self.cache._db(self.stage)
-        def write():
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    try: db.execute("ROLLBACK")
-                    except sqlite3.Error: pass
-                raise
-        try: _retry(write)
-        except (sqlite3.Error, OSError) as e:
-            path = self.cache.root / (self.stage + ".sqlite")
-            msg = _advice(path, e)
-            raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
-                f" ({NO_SPACE})" if _no_space(e) else "")) from None
-
     def get(self, item, default=None):
         "The cached value of `item`, or `default`."
         return self.get_many([item]).get(0, default)
 
     def put(self, item, value, meta: dict | None = None): self.put_many([(item, value)], meta)
 
-    def get_or_compute(self, items: Sequence, compute: Callable[[list], list], batch_size: int = 32,
-                       desc: str | None = None, order: Callable | None = None, progress: bool = True,
-                       batches: Callable[[list], Iterable[list]] | None = None) -> list:
-        """Values of `items` in order: hits from the cache, misses computed by `compute(batch) -> values`.
-        Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length;
-        `batches(misses)` instead cuts the sorted misses into batches of its own choosing, e.g. by a token budget),
-        and each batch is committed before the next starts. In replay mode a miss raises `CacheMiss`."""
-        items = list(items)
-        hits = self.get_many(items)
-        self.hits += len(hits)
-        todo, seen = [], set()
-        for i, it in enumerate(items):
-            if i in hits: continue
-            k = self.key(it)
-            if k not in seen: seen.add(k); todo.append(it)
-        if todo and self.cache.mode == "replay":
-            raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.stage} entries are not in the cache "
-                            f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
-        if order is not None: todo.sort(key=order)
-        self.misses += len(todo)
-        done = {}
-        bar = tqdm(total=len(todo), desc=desc or self.stage, disable=not progress or not todo, leave=False)
-        cut = batches(todo) if batches is not None else (todo[b:b + batch_size] for b in range(0, len(todo), batch_size))
-        for batch in cut:
-            batch = list(batch)
-            values = list(compute(batch))
-            if len(values) != len(batch):
-                raise ClirError(f"{self.stage}: compute returned {len(values)} values for {len(batch)} inputs")
-            self.put_many(zip(batch, values))
-            for it, v in zip(batch, values): done[self.key(it)] = v
-            bar.update(len(batch))
-        bar.close()
-        return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
+# %% ../nbs/02_cache.ipynb #998c88a3
+@patch
+def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], list], batch_size: int = 32,
+                   desc: str | None = None, order: Callable | None = None, progress: bool = True,
+                   batches: Callable[[list], Iterable[list]] | None = None) -> list:
+    """Values of `items` in order: hits from the cache, misses computed by `compute(batch) -> values`.
+    Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length;
+    `batches(misses)` instead cuts the sorted misses into batches of its own choosing, e.g. by a token budget),
+    and each batch is committed before the next starts. In replay mode a miss raises `CacheMiss`."""
+    items = list(items)
+    hits = self.get_many(items)
+    self.hits += len(hits)
+    todo, seen = [], set()
+    for i, it in enumerate(items):
+        if i in hits: continue
+        k = self.key(it)
+        if k not in seen: seen.add(k); todo.append(it)
+    if todo and self.cache.mode == "replay":
+        raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.stage} entries are not in the cache "
+                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
+    if order is not None: todo.sort(key=order)
+    self.misses += len(todo)
+    done = {}
+    bar = tqdm(total=len(todo), desc=desc or self.stage, disable=not progress or not todo, leave=False)
+    cut = batches(todo) if batches is not None else (todo[b:b + batch_size] for b in range(0, len(todo), batch_size))
+    for batch in cut:
+        batch = list(batch)
+        values = list(compute(batch))
+        if len(values) != len(batch):
+            raise ClirError(f"{self.stage}: compute returned {len(values)} values for {len(batch)} inputs")
+        self.put_many(zip(batch, values))
+        for it, v in zip(batch, values): done[self.key(it)] = v
+        bar.update(len(batch))
+    bar.close()
+    return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
+
+@patch
+def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | None = None):
+    "Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes)."
+    if self.cache.mode != "readwrite": return
+    rows = []
+    for item, value in pairs:
+        blob, codec = _encode(value)
+        rows.append((self.key(item), blob, codec, json.dumps(meta) if meta else None, time.time()))
+    if not rows: return
+    db = self.cache._db(self.stage)
+    def write():
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                try: db.execute("ROLLBACK")
+                except sqlite3.Error: pass
+            raise
+    try: _retry(write)
+    except (sqlite3.Error, OSError) as e:
+        path = self.cache.root / (self.stage + ".sqlite")
+        msg = _advice(path, e)
+        raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
+            f" ({NO_SPACE})" if _no_space(e) else "")) from None

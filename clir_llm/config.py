@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 import yaml
+from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, StrictBool,
                       ValidationError, field_validator, model_validator)
 from .core import ClirError
@@ -158,12 +159,6 @@ class Config(_Strict):
     @property
     def path(self) -> Optional[Path]: return self._path
 
-    def reranker(self, name: str) -> RerankerConfig:
-        "The reranker called `name`."
-        for r in self.rerankers:
-            if r.name == name: return r
-        raise ClirError(f"config {self.name!r}: no reranker named {name!r} ({', '.join(r.name for r in self.rerankers)})")
-
     @field_validator("pairs")
     @classmethod
     def _pairs(cls, v):
@@ -190,9 +185,18 @@ class Config(_Strict):
                 raise ValueError(f"doc_length.first_stages: {', '.join(map(repr, bad))} not in first_stage.methods")
         return self
 
-    def reranker_pairs(self, rc: "RerankerConfig") -> list[str]:
-        "The pairs reranker `rc` runs on."
-        return [p for p in self.pairs if rc.pairs is None or p in rc.pairs]
+# %% ../nbs/13a_config.ipynb #2c6af020
+@patch
+def reranker(self: Config, name: str) -> RerankerConfig:
+    "The reranker called `name`."
+    for r in self.rerankers:
+        if r.name == name: return r
+    raise ClirError(f"config {self.name!r}: no reranker named {name!r} ({', '.join(r.name for r in self.rerankers)})")
+
+@patch
+def reranker_pairs(self: Config, rc: "RerankerConfig") -> list[str]:
+    "The pairs reranker `rc` runs on."
+    return [p for p in self.pairs if rc.pairs is None or p in rc.pairs]
 
 # %% ../nbs/13a_config.ipynb #2b4958a5
 def resolve_config(name_or_path) -> Path:

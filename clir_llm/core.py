@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 import codecs, json, os, math, tempfile, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
+from fastcore.basics import patch
 from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
@@ -95,6 +96,7 @@ def _lines(path) -> Iterator[tuple[int, str]]:
 
 GRADE_MIN, GRADE_MAX = -2**31, 2**31 - 1
 
+# %% ../nbs/00_core.ipynb #6d033ae6
 class Qrels(dict):
     "Relevance judgements `{qid: {docid: grade}}`; a dict of dicts that ir-measures accepts as is."
     @classmethod
@@ -146,6 +148,7 @@ class _Desc(str):
     def __lt__(self, other): return str.__gt__(self, other)
     def __gt__(self, other): return str.__lt__(self, other)
 
+# %% ../nbs/00_core.ipynb #218cd7b4
 class Run(dict):
     "A ranked result list per query, `{qid: {docid: score}}`; rankings are score desc, then docid desc."
     def __init__(self, data=(), name: str = "run"):
@@ -177,10 +180,6 @@ class Run(dict):
         "This run exactly as its file holds it: scores rounded by `canonical_score` (queries without results dropped)."
         return Run({q: {d: canonical_score(s) for d, s in docs.items()} for q, docs in self.items() if docs}, name=name or self.name)
 
-    def top(self, k: int, name: str | None = None) -> "Run":
-        "A new run keeping the first `k` documents of every query."
-        return Run({q: dict(self.ranking(q, k)) for q in self}, name=name or self.name)
-
     @classmethod
     def read(cls, path, name: str | None = None) -> "Run":
         "Read a TREC run file (`qid Q0 docid rank score tag`), rejecting malformed lines with `file:line: ...`."
@@ -203,13 +202,20 @@ class Run(dict):
         out.name = name or tag or Path(path).stem
         return out
 
-    def write(self, path, tag: str | None = None) -> Path:
-        "Write in TREC format, queries in sorted order, documents by rank, atomically."
-        tag = (tag or self.name or "run").replace(" ", "_")
-        lines = [f"{q} Q0 {d} {r} {s:.{SCORE_DECIMALS}f} {tag}" for q in sorted(self) for r, (d, s) in enumerate(self.ranking(q), 1)]
-        return atomic_write(path, "\n".join(lines) + "\n")
-
     def __repr__(self): return f"Run({self.name!r}, {len(self)} queries, {sum(map(len, self.values()))} results)"
+
+# %% ../nbs/00_core.ipynb #f652063c
+@patch
+def write(self: Run, path, tag: str | None = None) -> Path:
+    "Write in TREC format, queries in sorted order, documents by rank, atomically."
+    tag = (tag or self.name or "run").replace(" ", "_")
+    lines = [f"{q} Q0 {d} {r} {s:.{SCORE_DECIMALS}f} {tag}" for q in sorted(self) for r, (d, s) in enumerate(self.ranking(q), 1)]
+    return atomic_write(path, "\n".join(lines) + "\n")
+
+@patch
+def top(self: Run, k: int, name: str | None = None) -> "Run":
+    "A new run keeping the first `k` documents of every query."
+    return Run({q: dict(self.ranking(q, k)) for q in self}, name=name or self.name)
 
 # %% ../nbs/00_core.ipynb #cb1c6548
 @dataclass

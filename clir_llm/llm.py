@@ -637,12 +637,6 @@ class OpenAIBackend(CachedBackend):
 
     def __repr__(self): return f"OpenAIBackend({self.name!r}, base_url={redact(self.base_url)!r})"
 
-    def identity(self) -> dict:
-        "Kind, model, revision and the serving endpoint (`endpoint(base_url)`: another server is another cache entry)."
-        d, ep = super().identity(), self._endpoint or endpoint(self.base_url)
-        if ep: d["endpoint"] = ep   # the default API (no base_url) keeps its earlier keys
-        return d
-
     @property
     def client(self):
         if self._client is None:
@@ -658,15 +652,6 @@ class OpenAIBackend(CachedBackend):
     def _render(self, prompt): return {"messages": _messages(prompt)}
     def _render_score(self, prompt, candidates): return {"messages": _messages(prompt), "cands": list(candidates)}
 
-    def _cost(self, tokens_in, tokens_out):
-        p = price_of(self.model, self.prices)
-        if p is None: return 0.0
-        return (tokens_in * p["input"] + tokens_out * p["output"]) / 1e6
-
-    def _account(self, rec, cached):
-        super()._account(rec, cached)
-        if price_of(self.model, self.prices) is None: self._count("unpriced_calls")
-
     def _generate_batch(self, items, params):
         (it,) = items
         ch, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
@@ -679,6 +664,25 @@ class OpenAIBackend(CachedBackend):
             rec["logprobs"] = [{"token": t.token, "logprob": t.logprob,
                                 "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
         return [rec]
+
+# %% ../nbs/10_llm.ipynb #b68d4cce
+@patch
+def identity(self: OpenAIBackend) -> dict:
+    "Kind, model, revision and the serving endpoint (`endpoint(base_url)`: another server is another cache entry)."
+    d, ep = CachedBackend.identity(self), self._endpoint or endpoint(self.base_url)
+    if ep: d["endpoint"] = ep   # the default API (no base_url) keeps its earlier keys
+    return d
+
+@patch
+def _cost(self: OpenAIBackend, tokens_in, tokens_out):
+    p = price_of(self.model, self.prices)
+    if p is None: return 0.0
+    return (tokens_in * p["input"] + tokens_out * p["output"]) / 1e6
+
+@patch
+def _account(self: OpenAIBackend, rec, cached):
+    CachedBackend._account(self, rec, cached)
+    if price_of(self.model, self.prices) is None: self._count("unpriced_calls")
 
 # %% ../nbs/10_llm.ipynb #e293621e
 @patch
