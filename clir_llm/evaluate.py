@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 import ir_measures
 from scipy import stats
+from fastcore.basics import patch
 from .core import ClirError, Qrels, Run, cut
 
 # %% auto #0
-__all__ = ['ALIASES', 'DEFAULT_MEASURES', 'parse_measures', 'measure_name', 'per_query', 'evaluate', 'paired_ttest', 'holm',
-           'Cell', 'ResultTable', 'cli_evaluate']
+__all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
+           'per_query', 'evaluate', 'paired_ttest', 'holm', 'Cell', 'ResultTable', 'cli_evaluate']
 
 # %% ../nbs/12_evaluate.ipynb #037f569d
 ALIASES = {"MAP": "AP", "map": "AP", "MRR": "RR", "mrr": "RR"}
@@ -41,7 +42,7 @@ def _probe(m) -> str | None:
     "None if ir-measures computes `m` on a tiny run, else the first line of its error (memoised per measure)."
     key = str(m)
     if key not in _PROBED:
-        qrels, run = {"q1": {"d1": 1, "d2": 0}}, {"q1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}}
+        qrels, run = {"1": {"d1": 1, "d2": 0}}, {"1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}}  # numeric qid: what gdeval reads
         try:
             with _quiet_stderr(): list(ir_measures.iter_calc([m], qrels, run))
             _PROBED[key] = None
@@ -58,18 +59,40 @@ def _quiet_stderr():
     try: yield
     finally: os.dup2(saved, 2); os.close(saved); os.close(devnull)
 
+def split_measures(s: str) -> list[str]:
+    "Split a measure list on commas and whitespace outside parentheses and quotes (`nDCG(dcg='exp-log2')@10` stays one)."
+    out, cur, depth, quote = [], "", 0, None
+    for ch in s:
+        if quote: quote = None if ch == quote else quote
+        elif ch in "'\"": quote = ch
+        elif ch in "()": depth = max(0, depth + (1 if ch == "(" else -1))
+        elif depth == 0 and (ch == "," or ch.isspace()):
+            if cur: out.append(cur); cur = ""
+            continue
+        cur += ch
+    if quote or depth: raise ClirError(f"measures {s!r}: unbalanced quotes or parentheses")
+    return out + ([cur] if cur else [])
+
+def _parse_one(given: str):
+    "One measure string: an ir-measures name (with `MAP`/`MRR` aliases) or a trec_eval name naming one measure (`ndcg_cut_20`)."
+    base, _, cut = given.partition("@")
+    try: return ir_measures.parse_measure(ALIASES.get(base, base) + (f"@{cut}" if cut else ""))
+    except Exception: pass  # noqa: BLE001 - not ir-measures syntax: try trec_eval's names
+    try: found = ir_measures.parse_trec_measure(given)
+    except Exception: found = []  # noqa: BLE001
+    if len(found) == 1: return found[0]
+    if len(found) > 1: raise ClirError(f"measure {given!r} names {len(found)} measures in trec_eval; give one cutoff (e.g. {given}_20)")
+    raise ClirError(f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20, ndcg_cut_20, nDCG(dcg='exp-log2')@10)")
+
 def parse_measures(measures: str | Iterable) -> list:
-    """Parse `'MAP nDCG@20'` or a list of names/measure objects into ir-measures measures (in the given order), and
+    """Parse `'MAP nDCG@20'` (commas or spaces between measures; ir-measures syntax including parameters, or trec_eval
+    names such as `ndcg_cut_20`) or a list of names/measure objects into ir-measures measures (in the given order), and
     check each completely: known, valid cutoff, and computable by the installed ir-measures providers."""
-    if isinstance(measures, str): measures = measures.replace(",", " ").split()
+    if isinstance(measures, str): measures = split_measures(measures)
     out = []
     for m in measures:
         given = m if isinstance(m, str) else str(m)
-        if isinstance(m, str):
-            base, _, cut = m.partition("@")
-            name = ALIASES.get(base, base) + (f"@{cut}" if cut else "")
-            try: m = ir_measures.parse_measure(name)
-            except Exception: raise ClirError(f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20)") from None
+        if isinstance(m, str): m = _parse_one(m.strip())
         if (why := _cutoff_error(m)): raise ClirError(f"measure {given!r}: {why}")
         if (why := _probe(m)): raise ClirError(f"measure {given!r} cannot be computed by ir-measures here: {why}")
         out.append(m)
@@ -90,10 +113,13 @@ def per_query(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str
     judged_run = {q: docs for q, docs in run.items() if q in qrels and docs}
     rows = {q: {} for q in qrels} if missing == "zero" else {q: {} for q in judged_run}
     if judged_run:
+        # providers see numbered topics (gdeval, for nDCG(dcg='exp-log2') and ERR, reads only numeric ids); scores map back
+        num = {q: str(i) for i, q in enumerate(qrels, 1)}; back = {v: q for q, v in num.items()}
         try:
-            for r in ir_measures.iter_calc(ms, qrels, judged_run):
-                if r.query_id in rows:  # ir-measures may also report judged topics absent from the run; `rows` decides
-                    rows[r.query_id][measure_name(r.measure)] = float(r.value)
+            for r in ir_measures.iter_calc(ms, {num[q]: v for q, v in qrels.items()}, {num[q]: v for q, v in judged_run.items()}):
+                q = back[r.query_id]
+                if q in rows:  # ir-measures may also report judged topics absent from the run; `rows` decides
+                    rows[q][measure_name(r.measure)] = float(r.value)
         except Exception as e:  # noqa: BLE001 - a provider failing on this input: one line, not its traceback
             raise ClirError(f"ir-measures failed on {', '.join(map(str, ms))}: {_first_line(e)}") from None
     df = pd.DataFrame.from_dict(rows, orient="index", columns=names).fillna(0.0)
@@ -107,22 +133,27 @@ def evaluate(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str 
     return {c: float(df[c].mean()) if len(df) else 0.0 for c in df.columns}
 
 # %% ../nbs/12_evaluate.ipynb #12baf7a1
+MIN_TEST_QUERIES = 3  # fewer common queries: no test (p = NaN), the cell stays unmarked
+
 def paired_ttest(scores, baseline) -> tuple[float, float]:
-    "Two-sided paired t-test over the common queries: returns `(mean difference, p-value)`; p = 1 when undefined."
+    """Two-sided paired t-test over the common queries: returns `(mean difference, p-value)`. p = 1 when every difference
+    is 0; p = NaN (untested, never marked) on fewer than `MIN_TEST_QUERIES` queries or a constant non-zero difference
+    (no variance: scipy's NaN, and the paper left such cells unmarked)."""
     a, b = pd.Series(scores), pd.Series(baseline)
     common = a.index.intersection(b.index)
-    if len(common) < 2: return 0.0, 1.0
     d = (a[common] - b[common]).to_numpy(float)
+    delta = float(d.mean()) if len(d) else 0.0
+    if len(d) < MIN_TEST_QUERIES: return delta, float("nan")
     if np.allclose(d, 0): return 0.0, 1.0
-    if np.allclose(d, d[0]): return float(d.mean()), 0.0  # constant non-zero difference: no variance
-    return float(d.mean()), float(stats.ttest_rel(a[common], b[common]).pvalue)
+    if np.allclose(d, d[0]): return delta, float("nan")
+    return delta, float(stats.ttest_rel(a[common], b[common]).pvalue)
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    "Holm-adjusted p-values (step-down, monotone, capped at 1), in input order."
-    p = np.asarray(pvalues, float); m = len(p)
-    order = np.argsort(p, kind="stable")
-    adj, running = np.empty(m), 0.0
-    for i, j in enumerate(order):
+    "Holm-adjusted p-values (step-down, monotone, capped at 1), in input order; NaN (untested) stays NaN and is not counted."
+    p = np.asarray(pvalues, float); adj = np.full(len(p), np.nan)
+    tested = np.flatnonzero(~np.isnan(p)); m = len(tested)
+    running = 0.0
+    for i, j in enumerate(tested[np.argsort(p[tested], kind="stable")]):
         running = max(running, (m - i) * p[j]); adj[j] = min(1.0, running)
     return adj.tolist()
 
@@ -135,10 +166,17 @@ class Cell:
     scores: pd.Series
     baseline: str | None = None
 
+AVG_RULES = ("unrounded", "rounded")
+
 class ResultTable:
-    "Cells → mean table with AVG, significance (uncorrected and Holm) and Markdown/LaTeX rendering."
-    def __init__(self, cells: Iterable[Cell], measure: str = "", alpha: float = 0.05, digits: int = 3, avg: bool = True):
+    """Cells → mean table with AVG, significance (uncorrected and Holm) and Markdown/LaTeX rendering.
+    `avg_rule`: "unrounded" (AVG = mean of the per-pair means) or "rounded" (the paper's rule: mean of the per-pair
+    means rounded to `digits` decimals)."""
+    def __init__(self, cells: Iterable[Cell], measure: str = "", alpha: float = 0.05, digits: int = 3, avg: bool = True,
+                 avg_rule: str = "unrounded"):
+        if avg_rule not in AVG_RULES: raise ClirError(f"avg_rule must be one of {', '.join(AVG_RULES)}, got {avg_rule!r}")
         self.cells, self.measure, self.alpha, self.digits, self.avg = list(cells), measure, alpha, digits, avg
+        self.avg_rule = avg_rule
         self.rows = list(dict.fromkeys(c.row for c in self.cells))
         self.cols = list(dict.fromkeys(c.col for c in self.cells))
         by = {(c.row, c.col): c for c in self.cells}
@@ -147,18 +185,21 @@ class ResultTable:
             if c.baseline is None: continue
             b = by.get((c.baseline, c.col))
             if b is None: raise ClirError(f"cell {c.row}/{c.col}: baseline row {c.baseline!r} has no cell in column {c.col!r}")
-            d, p = paired_ttest(c.scores, b.scores); tests.append(((c.row, c.col), d, p))
+            d, p = paired_ttest(c.scores, b.scores)
+            tests.append(((c.row, c.col), d, p, len(c.scores.index.intersection(b.scores.index))))
         adj = holm([t[2] for t in tests])
-        self.tests = pd.DataFrame([{"row": k[0], "col": k[1], "delta": d, "p": p, "p_holm": a,
-                                    "sig": d > 0 and p < alpha, "sig_holm": d > 0 and a < alpha}
-                                   for (k, d, p), a in zip(tests, adj)], columns=["row", "col", "delta", "p", "p_holm", "sig", "sig_holm"])
+        self.tests = pd.DataFrame([{"row": k[0], "col": k[1], "n": n, "delta": d, "p": p, "p_holm": a,
+                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha)}
+                                   for (k, d, p, n), a in zip(tests, adj)],
+                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm"])
 
     @property
     def means(self) -> pd.DataFrame:
         "Mean score per row and column, plus AVG (mean over columns) when `avg`."
         df = pd.DataFrame(index=self.rows, columns=self.cols, dtype=float)
         for c in self.cells: df.loc[c.row, c.col] = float(c.scores.mean()) if len(c.scores) else float("nan")
-        if self.avg: df["AVG"] = df[self.cols].mean(axis=1, skipna=False)  # a row missing a pair gets no average: it would not compare
+        per_pair = df[self.cols].round(self.digits) if self.avg_rule == "rounded" else df[self.cols]
+        if self.avg: df["AVG"] = per_pair.mean(axis=1, skipna=False)  # a row missing a pair gets no average: it would not compare
         return df
 
     def marks(self) -> pd.DataFrame:
@@ -179,7 +220,8 @@ class ResultTable:
         df = self.formatted(); head = [self.measure or ""] + list(df.columns)
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
         lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
-        return "\n".join(lines) + f"\n\n† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table.\n"
+        legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
+        return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
 
     def to_latex(self) -> str:
         "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
@@ -192,6 +234,18 @@ class ResultTable:
 
     def _repr_markdown_(self): return self.to_markdown()
 
+# %% ../nbs/12_evaluate.ipynb #7e69b2fe
+@patch
+def notes(self: ResultTable) -> list[str]:
+    "Lines that explain unmarked cells that were not tested, and a non-default AVG rule."
+    out, t = [], self.tests
+    if (few := int((t["n"] < MIN_TEST_QUERIES).sum())):
+        out.append(f"{few} cell(s) compared with their baseline on fewer than {MIN_TEST_QUERIES} queries: not tested (p undefined), no mark.")
+    if (const := int((t["p"].isna() & (t["n"] >= MIN_TEST_QUERIES)).sum())):
+        out.append(f"{const} cell(s) differ from their baseline by the same amount on every query: t-test undefined (no variance), no mark.")
+    if self.avg and self.avg_rule == "rounded": out.append(f"AVG: mean of the per-pair values rounded to {self.digits} decimals (the paper's rule).")
+    return out
+
 # %% ../nbs/12_evaluate.ipynb #47b3bf5c
 def cli_evaluate(argv=None) -> int:
     "`clir-llm evaluate`: score a TREC run."
@@ -202,7 +256,9 @@ def cli_evaluate(argv=None) -> int:
     src.add_argument("--collection", help="registered collection name (see `clir-llm datasets`); needs --pair")
     ap.add_argument("--pair", help="query-document language pair of --collection, e.g. en-de")
     ap.add_argument("--run", required=True, help="TREC run file")
-    ap.add_argument("--measures", default="MAP nDCG@20", help="space-separated measures (default: 'MAP nDCG@20')")
+    ap.add_argument("--measures", default="MAP nDCG@20",
+                    help="measures separated by spaces or commas: ir-measures names (nDCG(dcg='exp-log2')@10) or trec_eval names "
+                         "(ndcg_cut_20, map, P_10) (default: 'MAP nDCG@20')")
     ap.add_argument("--per-query", action="store_true", help="also print one line per query")
     ap.add_argument("--missing", choices=["zero", "skip"], default="zero",
                     help="judged topics absent from the run: score 0 (trec_eval -c, default) or skip")

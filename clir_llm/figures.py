@@ -9,52 +9,99 @@ from .core import atomic_write
 from .tables import cost_summary
 
 # %% auto #0
-__all__ = ['PUBLISHED_DOC_LENGTH', 'doc_length_figure', 'cost_figure', 'save_figure']
+__all__ = ['PUBLISHED_DOC_LENGTH', 'FIGURE_STYLE', 'doc_length_figure', 'cost_figure', 'save_figure']
 
 # %% ../nbs/13d_figures.ipynb #5a0650f2
-# Values read off the paper's document-length figure (PAPER.md), for the overlay of the paper configuration.
+# Values read off the paper's document-length figure (PAPER.md), for the overlay of the paper configuration. The
+# paper's series "BM25-OG/DT" and "NV-Embed-v2-OG/DT" are its first stages (BM25-DT in configs/paper-clef.yaml, and
+# NV-Embed-v2) reranked on the original or the translated documents; keys are the rows of `doc_length_table`.
 PUBLISHED_DOC_LENGTH = {
-    "RankZephyr": {"BM25-OG": (.323, .346, .254), "BM25-DT": (.333, .361, .284), "NV-Embed-v2-OG": (.334, .353, .305), "NV-Embed-v2-DT": (.334, .375, .328)},
-    "Llama-3.1-8B": {"BM25-OG": (.328, .349, .348), "BM25-DT": (.340, .360, .362), "NV-Embed-v2-OG": (.339, .363, .366), "NV-Embed-v2-DT": (.359, .367, .383)},
+    "RankZephyr": {"BM25-DT · OG docs": (.323, .346, .254), "BM25-DT · DT docs": (.333, .361, .284),
+                   "NV-Embed-v2 · OG docs": (.334, .353, .305), "NV-Embed-v2 · DT docs": (.334, .375, .328)},
+    "Llama-3.1-8B": {"BM25-DT · OG docs": (.328, .349, .348), "BM25-DT · DT docs": (.340, .360, .362),
+                     "NV-Embed-v2 · OG docs": (.339, .363, .366), "NV-Embed-v2 · DT docs": (.359, .367, .383)},
 }
+FIGURE_STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8.5, "ytick.labelsize": 8.5,
+                "legend.fontsize": 8.5, "figure.titlesize": 10}  # every text >= 8 pt at the saved size
 
+def _docs_marker(series: str) -> dict:
+    "OG docs: filled circle; DT docs: larger open square, so two series on the same values both stay visible."
+    if series.rstrip().endswith("DT docs") or series.endswith("DT"): return dict(marker="s", markersize=9, markerfacecolor="none", markeredgewidth=1.6)
+    return dict(marker="o", markersize=5.5)
+
+def _freeze(fig):
+    "Lay out once and keep it (constrained layout can move by a pixel on a second draw; saved files must not change)."
+    fig.draw_without_rendering(); fig.set_layout_engine("none")
+    return fig
+
+def _ylim(ax, values):
+    "A y range of at least 0.1 around the values (a flat series is not drawn on a 0.48-0.52 axis), inside [0, 1] for scores."
+    import numpy as np
+    v = np.asarray([x for x in values if x == x], float)
+    if not len(v): return
+    lo, hi = v.min(), v.max(); mid, span = (lo + hi) / 2, max(hi - lo, 0.1) * 1.2
+    bottom, top = mid - span / 2, mid + span / 2
+    if lo >= 0 and hi <= 1: bottom, top = max(-.05, bottom), min(1.05, top)
+    ax.set_ylim(bottom, top)
+
+# %% ../nbs/13d_figures.ipynb #d0ff0f2d
 def doc_length_figure(table, published: dict | None = None, title: str = "", ylabel: str = "average score"):
-    "Two (or more) panels, one per reranker; x = passage tokens, one line per first stage × OG/DT; published values dashed."
+    """Panels stacked vertically, one per reranker, sharing x (passage tokens): one line per first stage × OG/DT
+    documents (markers: OG filled circles, DT open squares); DT lines dashed; the published values dotted with crosses."""
     import matplotlib.pyplot as plt
     rerankers = list(dict.fromkeys(r.split(" / ")[0] for r in table.index))
-    fig, axes = plt.subplots(1, len(rerankers), figsize=(4.2 * len(rerankers), 3.4), sharey=True, squeeze=False)
     xs = [int(c) for c in table.columns]
-    styles = {"OG": "-o", "DT": "-s"}
-    for ax, rname in zip(axes[0], rerankers):
-        for row in [r for r in table.index if r.split(" / ")[0] == rname]:
-            series = row.split(" / ", 1)[1]
-            line, = ax.plot(xs, table.loc[row].to_numpy(float), styles.get(series[-2:], "-o"), label=series)
-            if published and rname in published and series in published[rname]:
-                ax.plot(xs, published[rname][series], "--", color=line.get_color(), alpha=.6, label=f"{series} (paper)")
-        ax.set_title(rname); ax.set_xticks(xs); ax.set_xlabel("passage length (tokens)"); ax.grid(alpha=.3)
-    axes[0][0].set_ylabel(ylabel); axes[0][-1].legend(fontsize=7, loc="best")
-    if title: fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    with plt.rc_context(FIGURE_STYLE):
+        fig, axes = plt.subplots(len(rerankers), 1, figsize=(8.6 if published else 7.4, 2.6 * len(rerankers) + 1.1), sharex=True,
+                                 squeeze=False, layout="constrained")
+        for ax, rname in zip(axes[:, 0], rerankers):
+            values = []
+            for i, row in enumerate(r for r in table.index if r.split(" / ")[0] == rname):
+                series, ys = row.split(" / ", 1)[1], table.loc[row].to_numpy(float)
+                dashed = _docs_marker(series)["marker"] == "s"   # DT dashed: a solid OG line under it shows through
+                ax.plot(xs, ys, "--" if dashed else "-", color=f"C{i}", label=series, **_docs_marker(series)); values += list(ys)
+                if published and series in published.get(rname, {}):
+                    ax.plot(xs, published[rname][series], ":x", color=f"C{i}", alpha=.7, markersize=6, label=f"{series} (paper)")
+                    values += list(published[rname][series])
+            _ylim(ax, values)
+            ax.set_title(rname, loc="left"); ax.set_ylabel(ylabel); ax.grid(alpha=.3)
+        handles = {l: h for ax in axes[:, 0] for h, l in zip(*ax.get_legend_handles_labels())}   # one legend, beside the panels
+        fig.legend(handles.values(), handles.keys(), loc="outside right center", frameon=False)
+        if min(xs) > 0 and max(xs) / min(xs) >= 4: axes[-1, 0].set_xscale("log", base=2)   # 64/128/256 evenly spaced
+        axes[-1, 0].set_xticks(xs, [str(x) for x in xs]); axes[-1, 0].minorticks_off()
+        axes[-1, 0].set_xlabel("passage length (tokens shown to the reranker)")
+        if title: fig.suptitle(title)
+        return _freeze(fig)
 
 # %% ../nbs/13d_figures.ipynb #a6eb2482
+def _row_style(row: str, bases: list, stages: list) -> dict:
+    "One colour per first stage » reranker, one marker shape per first stage; OG filled, DT open and larger."
+    fs, _, rest = row.partition(" » ")
+    base = rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest
+    shape = "osD^vP*X"[stages.index(fs) % 8]
+    style = dict(marker=shape, color=f"C{bases.index((fs, base)) % 10}", linestyle="none")
+    return style | (dict(markersize=10, markerfacecolor="none", markeredgewidth=1.6) if rest.endswith(" DT") else dict(markersize=6))
+
 def cost_figure(cost, measure: str, title: str = ""):
-    "Effectiveness against cost per query (prompts, input and output tokens): one point per reranked row."
+    "Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in one legend."
     import matplotlib.pyplot as plt
     s = cost_summary(cost)
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
-    for ax, col, lab in zip(axes, ["prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"],
-                            ["LLM prompts / query", "input tokens / query", "output tokens / query"]):
-        for row, r in s.iterrows():
-            ax.scatter(r[col], r["score"], s=30)
-            ax.annotate(row.split(" » ")[-1] + "\n(" + row.split(" » ")[0] + ")", (r[col], r["score"]), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
-        ax.set_xlabel(lab); ax.grid(alpha=.3)
-        if s[col].min() > 0 and s[col].max() / max(s[col].min(), 1e-9) > 20: ax.set_xscale("log")
-    axes[0].set_ylabel(f"{measure} (average over pairs)")
-    if title: fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    parts = [(r.partition(" » ")[0], r.partition(" » ")[2]) for r in s.index]
+    stages = list(dict.fromkeys(fs for fs, _ in parts))
+    bases = list(dict.fromkeys((fs, rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest) for fs, rest in parts))
+    with plt.rc_context(FIGURE_STYLE):
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.2 + 0.22 * ((len(s) + 1) // 2)), sharey=True, layout="constrained")
+        for ax, col, lab in zip(axes, ["prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"],
+                                ["LLM prompts / query", "input tokens / query", "output tokens / query"]):
+            for row, r in s.iterrows():
+                ax.plot([r[col]], [r["score"]], label=row, **_row_style(row, bases, stages))
+            ax.set_xlabel(lab); ax.grid(alpha=.3)
+            if s[col].min() > 0 and s[col].max() / max(s[col].min(), 1e-9) > 20: ax.set_xscale("log")
+        _ylim(axes[0], s["score"].tolist())
+        axes[0].set_ylabel(f"{measure} (average over pairs)")
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False)
+        if title: fig.suptitle(title)
+        return _freeze(fig)
 
 # %% ../nbs/13d_figures.ipynb #8fb10d56
 def save_figure(fig, figures_dir, name: str) -> list[Path]:

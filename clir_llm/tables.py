@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from .core import ClirError, atomic_write
 from .pipeline import Pipeline
-from .retrieve import BM25Method
 
 # %% auto #0
-__all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'first_stage_table', 'rerank_table', 'cost_summary', 'doc_length_table',
-           'save_table', 'load_table']
+__all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'first_stage_table', 'rerank_table', 'cost_summary', 'doc_length_label',
+           'doc_length_table', 'save_table', 'load_table']
 
 # %% ../nbs/13c_tables.ipynb #51d283a0
 def first_stage_table(pipe: Pipeline, measure: str | None = None):
@@ -81,8 +80,13 @@ def cost_summary(cost, columns=COST_COLUMNS) -> "pd.DataFrame":
     return cost.groupby("row", sort=False)[columns].agg(agg)
 
 # %% ../nbs/13c_tables.ipynb #882b33d4
+def doc_length_label(reranker: str, first_stage, docs: str) -> str:
+    "The row name of the document-length study: '<reranker> / <first stage label> · <OG|DT> docs'."
+    return f"{reranker} / {first_stage.label()} · {docs.upper()} docs"
+
+# %% ../nbs/13c_tables.ipynb #62c1fb44
 def doc_length_table(pipe: Pipeline, measure: str | None = None):
-    "The document-length study: rows '<reranker> / <first stage>-<OG|DT>', columns the passage lengths, values the pair average."
+    "The document-length study: rows `doc_length_label` ('<reranker> / <first stage> · <OG|DT> docs'), columns the passage lengths, values the pair average."
     import pandas as pd
     dl = pipe.cfg.doc_length
     if dl is None: raise ClirError(f"config {pipe.cfg.name!r} has no doc_length section")
@@ -91,7 +95,7 @@ def doc_length_table(pipe: Pipeline, measure: str | None = None):
         rc = pipe.cfg.reranker(name)
         for fs in dl.first_stages:
             for docs in dl.docs:
-                label = f"{name} / {'BM25' if isinstance(fs, BM25Method) else fs.label()}-{docs.upper()}"
+                label = doc_length_label(name, fs, docs)
                 for t in dl.tokens:
                     vals = []
                     for pair in pipe.cfg.reranker_pairs(rc):

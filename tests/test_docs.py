@@ -1,0 +1,57 @@
+"""The nbdev documentation site builds where Quarto exists (issue 16 item 6): its Quarto files are committed as nbdev
+generates them (so `nbdev-docs` leaves git clean), and every notebook passes `nbdev-proc-nbs` (slow: it executes
+each notebook's import and export cells)."""
+import os, shutil, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NBS = ROOT / "nbs"
+
+
+def test_quarto_files_are_committed():
+    for name in ("_quarto.yml", "nbdev.yml", "sidebar.yml", "styles.css"):
+        assert (NBS / name).is_file(), f"nbs/{name} is missing"
+    q = (NBS / "_quarto.yml").read_text()
+    assert "metadata-files: [nbdev.yml, sidebar.yml]" in q and "styles.css" in q
+
+
+def test_nbdev_yml_is_what_nbdev_writes():
+    "nbdev rewrites nbs/nbdev.yml from pyproject.toml on every docs build: the committed file must be that text."
+    from nbdev.config import get_config
+    from nbdev.quarto import _nbdev_yml
+    cfg = get_config(path=ROOT)
+    vals = {k: cfg[k] for k in ["title", "description", "branch", "git_url", "doc_host", "doc_baseurl"]}
+    vals["doc_path"] = cfg.doc_path.name
+    assert (NBS / "nbdev.yml").read_text() == _nbdev_yml.format(**vals)
+
+
+def test_quarto_yml_is_nbdevs_default():
+    "Kept as nbdev's default (nbdev only writes it when missing): no custom settings to go stale."
+    from nbdev.quarto import _quarto_yml
+    assert (NBS / "_quarto.yml").read_text() == _quarto_yml
+
+
+def test_sidebar_lists_every_notebook():
+    side = (NBS / "sidebar.yml").read_text()
+    nbs = sorted(p.relative_to(NBS).as_posix() for p in NBS.glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.parts))
+    missing = [n for n in nbs if Path(n).name not in side]
+    assert not missing, missing
+
+
+@pytest.mark.slow
+def test_nbdev_proc_nbs_passes_and_leaves_git_clean(tmp_path):
+    """`nbdev-proc-nbs` over all notebooks (as `nbdev-docs` runs it before Quarto). A stub `quarto` on PATH keeps
+    nbdev from trying to install Quarto (sudo + download); processing the notebooks does not call it."""
+    exe = shutil.which("nbdev-proc-nbs") or str(Path(sys.executable).with_name("nbdev-proc-nbs"))
+    if not Path(exe).exists(): pytest.skip("nbdev is not installed")
+    stub = tmp_path / "bin"; stub.mkdir()
+    (stub / "quarto").write_text("#!/bin/sh\nexit 0\n"); (stub / "quarto").chmod(0o755)
+    tracked = {n: (NBS / n).read_bytes() for n in ("nbdev.yml", "sidebar.yml", "_quarto.yml")}
+    modidx = (ROOT / "clir_llm" / "_modidx.py").read_bytes()
+    env = dict(os.environ, PATH=f"{stub}{os.pathsep}{os.environ.get('PATH', '')}")
+    r = subprocess.run([exe, "--n-workers", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, (r.stdout[-3000:] + r.stderr[-3000:])
+    for n, before in tracked.items(): assert (NBS / n).read_bytes() == before, f"nbdev-proc-nbs rewrote nbs/{n}"
+    assert (ROOT / "clir_llm" / "_modidx.py").read_bytes() == modidx, "nbdev-proc-nbs rewrote clir_llm/_modidx.py"
