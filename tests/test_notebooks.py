@@ -1,4 +1,4 @@
-"""Notebooks open and run without a kernel choice (issue 16 item 5): every experiment notebook names its kernel, so
+"""Notebooks open and run without a kernel choice (issue 16 item 5): every notebook (module, index and experiment) names its kernel, so
 plain `papermill NB OUT -p config ...` (no -k/-l) and JupyterLab (no "Select Kernel" dialog) work."""
 import json, shutil, subprocess, sys
 from pathlib import Path
@@ -6,13 +6,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The module notebooks (nbs/*.ipynb) get their kernelspec in a later change; widen this glob to "**/*.ipynb" then.
-NOTEBOOKS = sorted((ROOT / "nbs").glob("experiments/*.ipynb"))
+EXPERIMENTS = sorted((ROOT / "nbs").glob("experiments/*.ipynb"))
+# every notebook (module notebooks, index.ipynb, experiments) names its kernel; checkpoints and the like are skipped
+NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.relative_to(ROOT / "nbs").parts))
 KERNELSPEC = {"language": "python", "name": "python3"}
 
 
 def test_there_are_experiment_notebooks():
-    assert len(NOTEBOOKS) >= 5, NOTEBOOKS
+    assert len(EXPERIMENTS) >= 5, EXPERIMENTS
+    assert set(EXPERIMENTS) < set(NOTEBOOKS) and (ROOT / "nbs" / "index.ipynb") in NOTEBOOKS and len(NOTEBOOKS) >= 25, NOTEBOOKS
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -27,7 +29,7 @@ def test_nbdev_clean_keeps_the_kernelspec(tmp_path):
     "The metadata survives `nbdev-clean` (pyproject's [tool.nbdev] allowed_metadata_keys keeps language_info)."
     from nbdev.clean import clean_nb
     from nbdev.config import get_config
-    nb = json.loads(NOTEBOOKS[0].read_text())
+    nb = json.loads(NOTEBOOKS[0].read_text())   # a module notebook (nbs/00_core.ipynb)
     cfg = get_config(path=ROOT)
     clean_nb(nb, allowed_metadata_keys=cfg.get("allowed_metadata_keys"), allowed_cell_metadata_keys=cfg.get("allowed_cell_metadata_keys"))
     assert nb["metadata"]["kernelspec"]["name"] == "python3" and nb["metadata"]["language_info"]["name"] == "python"
@@ -41,7 +43,7 @@ def _papermill() -> str:
 
 def test_plain_papermill_runs_a_notebook_with_the_repos_metadata(tmp_path):
     "The CLI, no -k: a tiny notebook carrying the metadata of nbs/experiments/1_first_stage.ipynb, with a parameter."
-    meta = json.loads(NOTEBOOKS[0].read_text())["metadata"]
+    meta = json.loads(EXPERIMENTS[0].read_text())["metadata"]
     cell = lambda src, **md: {"cell_type": "code", "execution_count": None, "metadata": md, "outputs": [], "source": src}
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": meta,
           "cells": [cell('config = "configs/demo.yaml"', tags=["parameters"]), cell("print('config is', config)")]}
@@ -63,7 +65,7 @@ def test_plain_papermill_fails_without_a_kernelspec(tmp_path):
     assert r.returncode != 0 and "kernel" in (r.stderr + r.stdout).lower()
 
 
-@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nb", EXPERIMENTS, ids=lambda p: p.name)
 def test_papermill_help_notebook_works_on_the_repos_notebooks(nb):
     "`papermill --help-notebook` reads the kernel from the notebook (before: 'No kernel name found in notebook')."
     r = subprocess.run([_papermill(), "--help-notebook", str(nb)], capture_output=True, text=True, timeout=300, cwd=ROOT)
