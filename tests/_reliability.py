@@ -15,7 +15,7 @@ CLI = str(Path(sys.executable).parent / "clir-llm")
 STATS = {"faults": Counter(), "bad_input": set(), "kills": 0, "resumes_finished": 0, "calls_lost": 0,
          "calls_repeated": 0, "files_checked": 0, "files_corrupted": 0, "observations": 0, "partial_visible": 0,
          "sqlite_checked": 0, "secret_files_scanned": 0, "secret_leaks": 0,
-         "hostile_tried": 0, "hostile_mishandled": 0, "hypothesis_examples": 0}
+         "hostile_tried": 0, "hostile_mishandled": 0, "hypothesis_examples": 0, "table_runs": [], "table_mismatches": 0}
 SESSION_START = time.time()
 
 
@@ -29,7 +29,7 @@ def jvm_crash_files() -> int:
 def summary_lines() -> list[str]:
     s = STATS
     if not (s["faults"] or s["bad_input"] or s["kills"] or s["files_checked"] or s["secret_files_scanned"]
-            or s["hostile_tried"] or s["hypothesis_examples"]): return []
+            or s["hostile_tried"] or s["hypothesis_examples"] or s["table_runs"]): return []
     faults = ", ".join(f"{k} {v}" for k, v in sorted(s["faults"].items()))
     return [
         f"faults injected          {sum(s['faults'].values()):>6}   ({faults})",
@@ -40,6 +40,7 @@ def summary_lines() -> list[str]:
         f"partial/temporary files visible: {s['partial_visible']}; sqlite files integrity-checked: {s['sqlite_checked']})",
         f"hostile inputs mishandled{s['hostile_mishandled']:>6}   (goal 0; of {s['hostile_tried']} tried for a one-line error)",
         f"hypothesis examples run  {s['hypothesis_examples']:>6}   (generated runs, qrels, scores)",
+        f"tables differing         {s['table_mismatches']:>6}   (goal 0; reproduce runs compared byte for byte: {', '.join(s['table_runs']) or 'none'})",
         f"secrets found in output  {s['secret_leaks']:>6}   (goal 0; outputs and files scanned: {s['secret_files_scanned']})",
         f"JVM crash files          {jvm_crash_files():>6}   (goal 0; hs_err_pid*.log written during this session)",
     ]
