@@ -73,6 +73,7 @@ def split_measures(s: str) -> list[str]:
     if quote or depth: raise ClirError(f"measures {s!r}: unbalanced quotes or parentheses")
     return out + ([cur] if cur else [])
 
+# %% ../nbs/12_evaluate.ipynb #f6a802da
 def _parse_one(given: str):
     "One measure string: an ir-measures name (with `MAP`/`MRR` aliases) or a trec_eval name naming one measure (`ndcg_cut_20`)."
     base, _, cut = given.partition("@")
@@ -168,6 +169,7 @@ class Cell:
 
 AVG_RULES = ("unrounded", "rounded")
 
+# %% ../nbs/12_evaluate.ipynb #8535a88d
 class ResultTable:
     """Cells → mean table with AVG, significance (uncorrected and Holm) and Markdown/LaTeX rendering.
     `avg_rule`: "unrounded" (AVG = mean of the per-pair means) or "rounded" (the paper's rule: mean of the per-pair
@@ -215,24 +217,27 @@ class ResultTable:
         return pd.DataFrame({c: [("—" if pd.isna(v) else f"{v:.{self.digits}f}") + marks.loc[r, c] for r, v in means[c].items()]
                              for c in means.columns}, index=means.index)
 
-    def to_markdown(self) -> str:
-        "A Markdown table (with a legend line)."
-        df = self.formatted(); head = [self.measure or ""] + list(df.columns)
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
-        lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
-        legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
-        return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
-
-    def to_latex(self) -> str:
-        "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
-        df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("—", "--"))
-        esc = lambda s: str(s).replace("_", r"\_").replace("&", r"\&").replace("%", r"\%")
-        out = [r"\begin{tabular}{l" + "r" * len(df.columns) + "}", r"\toprule",
-               " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\", r"\midrule"]
-        out += [" & ".join([esc(r)] + list(df.loc[r])) + r" \\" for r in df.index]
-        return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
-
     def _repr_markdown_(self): return self.to_markdown()
+
+# %% ../nbs/12_evaluate.ipynb #57fdb852
+@patch
+def to_markdown(self: ResultTable) -> str:
+    "A Markdown table (with a legend line)."
+    df = self.formatted(); head = [self.measure or ""] + list(df.columns)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
+    lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
+    legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
+    return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
+
+@patch
+def to_latex(self: ResultTable) -> str:
+    "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
+    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("—", "--"))
+    esc = lambda s: str(s).replace("_", r"\_").replace("&", r"\&").replace("%", r"\%")
+    out = [r"\begin{tabular}{l" + "r" * len(df.columns) + "}", r"\toprule",
+           " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\", r"\midrule"]
+    out += [" & ".join([esc(r)] + list(df.loc[r])) + r" \\" for r in df.index]
+    return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 # %% ../nbs/12_evaluate.ipynb #7e69b2fe
 @patch
