@@ -96,14 +96,15 @@ def cli_reproduce(argv=None) -> int:
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     ap.add_argument("--only", action="append", help="run only this experiment (repeatable)")
     ap.add_argument("--replay", action="store_true", help="serve every LLM call from the cache; a miss is an error")
-    ap.add_argument("--dry-run", action="store_true", help="resolve every name and print the plan; run nothing")
+    ap.add_argument("--dry-run", action="store_true", help="resolve every name and print the plan (counts, cost, GPU-hours); run nothing")
+    ap.add_argument("--gpu", default="H200", help="the GPU of the dry run's GPU-hour estimate (default H200; data/throughput.yaml lists the others)")
     ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
     ap.add_argument("--results", default="results", help="results root (default: results/)")
     ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     if a.dry_run:
-        for l in plan(cfg): print(l)
+        for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
     st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force)
     print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
