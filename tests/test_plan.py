@@ -1,0 +1,127 @@
+"""The dry-run plan's counts (issue 15 finding 9) and GPU-hours (issue 18 item 6), checked against computations made
+here from the configuration and the collection, not with the plan's own helpers."""
+import math, random
+from pathlib import Path
+import pytest, yaml
+from clir_llm.collections import load_collection
+from clir_llm.config import load_config
+from clir_llm.core import ClirError
+from clir_llm.plan import plan, plan_counts, plan_data, llm_seconds, worst_comparisons, gpu_plan
+
+ROOT = Path(__file__).parents[1]
+
+
+def _windows(n, window, step):
+    "Sliding windows over n documents from the bottom, step by step, the last one at the top."
+    return 1 if n <= window else math.ceil((n - window) / step) + 1
+
+
+def _bubble_worst(n, k):
+    "Drive the package's bubblesort with a judge that always says 'swap' and count what it asks."
+    from clir_llm.pairwise import bubblesort
+    g, asked = bubblesort(list(range(n)), k=k), 0
+    try:
+        pairs = next(g)
+        while True: asked += len(pairs); pairs = g.send([1.0] * len(pairs))
+    except StopIteration: return asked
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_config("demo"), yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+
+
+def test_demo_counts_match_an_independent_count(demo):
+    cfg, raw = demo
+    fs, pairs = raw["first_stage"], raw["pairs"]
+    runs_on = lambda m, p: p in fs.get("only_pairs", {}).get(m, pairs)
+    first = sum(runs_on(m, p) for m in fs["methods"] for p in pairs)
+    queries = {p: len(load_collection("demo", p).qrels) for p in pairs}
+    per_run, rer = {}, 0
+    for r in raw["rerankers"]:
+        rp = r.get("pairs", pairs)
+        n = min(r.get("top_k", 100), fs.get("depth", 100))
+        per_q = (_windows(n, r.get("window", 20), r.get("step", 10)) if r["method"].startswith("listwise")
+                 else 2 * _bubble_worst(n, r.get("k", 10)))
+        runs = [(f, d, p) for f in r["first_stages"] for d in r.get("docs", ["og", "dt"]) for p in rp if runs_on(f, p)]
+        rer += len(runs)
+        per_run[r["name"]] = sum(min(r.get("max_queries") or queries[p], queries[p]) * per_q for _, _, p in runs)
+    dl = raw["doc_length"]
+    doc = [(n_, f, d, p, t) for n_ in dl["rerankers"] for f in dl["first_stages"] for d in dl["docs"]
+           for p in next(r for r in raw["rerankers"] if r["name"] == n_).get("pairs", pairs) if runs_on(f, p) for t in dl["tokens"]]
+
+    c = plan_counts(cfg)
+    assert [len(c["grid"][k]) for k in ("first stage", "reranked", "document length")] == [first, rer, len(doc)] == [27, 8, 6]
+    assert {p: t.queries for p, t in c["texts"].items()} == queries
+    for name, calls in per_run.items():
+        assert sum(r["calls"] for r in c["rows"]["reranked"] if r["reranker"] == name) == calls
+    prp = next(r for r in raw["rerankers"] if r["name"] == dl["rerankers"][0])
+    assert sum(r["calls"] for r in c["rows"]["document length"]) == len(doc) * prp["max_queries"] * 2 * _bubble_worst(prp["top_k"], prp["k"])
+    lines = plan(cfg)
+    assert f"runs: first stage {first}, reranked {rer}, document length {len(doc)}" in lines
+
+
+def test_demo_text_lengths_are_the_collections(demo):
+    cfg, _ = demo
+    coll = load_collection("demo", "en-fi")
+    words = [len(d.full_text.split()) for d in coll.iter_docs()]
+    t = plan_counts(cfg)["texts"]["en-fi"]
+    assert t.measured and t.docs == len(words) and sum(t.og_words) == sum(words)
+    q = [len(coll.queries[x].text.split()) for x in coll.qrels]
+    assert t.query_words == pytest.approx(sum(q) / len(q))
+
+
+def test_sort_worst_cases_are_the_sorts_own():
+    from clir_llm.pairwise import heapsort, allpair
+    assert worst_comparisons("bubblesort", 100, 10) == _bubble_worst(100, 10) == 945
+    def count(gen, answer):
+        asked = 0
+        try:
+            pairs = next(gen)
+            while True: asked += len(pairs); pairs = gen.send([answer() for _ in pairs])
+        except StopIteration: return asked
+    rng = random.Random(1)
+    seen = [count(heapsort(list(range(100)), k=10), lambda: rng.choice((0.0, 0.5, 1.0))) for _ in range(30)]
+    seen += [count(heapsort(list(range(100)), k=10), lambda v=v: v) for v in (0.0, 0.5, 1.0)]
+    assert max(seen) <= worst_comparisons("heapsort", 100, 10) and max(seen) >= 0.8 * worst_comparisons("heapsort", 100, 10)
+    assert count(allpair(list(range(100))), lambda: 1.0) == worst_comparisons("allpair", 100, 10) == 4950
+
+
+@pytest.mark.parametrize("config, runs, listwise, openai, prp", [
+    ("paper-clef", "first stage 72, reranked 180, document length 216", "116.6k", "38.9k", "20.41M"),
+    ("paper-ciral", "first stage 32, reranked 80, document length 0", "39.3k", "26.2k", "5.50M")])
+def test_paper_plans_print_the_issue_counts(config, runs, listwise, openai, prp, monkeypatch):
+    for v in ("CLEF_HOME", "CIRAL_HOME", "OPENAI_API_KEY"): monkeypatch.delenv(v, raising=False)
+    lines = plan(load_config(config))
+    text = "\n".join(lines)
+    assert f"runs: {runs}" in lines
+    assert f"calls in total: {listwise} listwise calls ({openai} to OpenAI), {prp} PRP prompts (worst case)" in text
+    assert "missing: credentials: OPENAI_API_KEY is unset" in text
+    assert ("$CLEF_HOME is unset" in text) == (config == "paper-clef") and ("$CIRAL_HOME is unset" in text) == (config == "paper-ciral")
+    assert "GPU-hours total:" in text and "saves: prefix caching" in text and "saves: heapsort instead of bubblesort" in text
+
+
+def test_ciral_plan_reads_shipped_translations_unless_asked(monkeypatch):
+    monkeypatch.delenv("CIRAL_HOME", raising=False)
+    cfg = load_config("paper-ciral")
+    text = "\n".join(plan(cfg, gpu=None))
+    assert "reads: first stage bm25-dt: original queries; documents: the translations shipped with the collection (no document translation)" in text
+    assert "translates queries (QT)\n" in text + "\n" and "documents: translated by" not in text
+    own = cfg.model_copy(update=dict(first_stage=cfg.first_stage.model_copy(update=dict(dt_source="translator"))))
+    text = "\n".join(plan(own, gpu=None))
+    assert "documents: translated by nllb:facebook/nllb-200-1.3B on en-ha, en-so, en-sw, en-yo" in text
+    assert "translates queries (QT) and documents (DT)" in text
+
+
+def test_gpu_hours_follow_the_throughput_table():
+    T = plan_data("throughput")
+    assert T["as_of"] and all(g.get("source") for g in T["gpus"].values())
+    rate = T["throughput"]["H200"]["8B"]["prefill"]
+    assert llm_seconds("meta-llama/Llama-3.1-8B-Instruct", 10, 10 * rate, 10) == pytest.approx(10.0)   # one-token answers: prefill only
+    cfg = load_config("paper-ciral")
+    c = plan_counts(cfg)
+    h200, a100 = gpu_plan(cfg, c, "H200"), gpu_plan(cfg, c, "A100-80GB")
+    assert 0 < h200["total"]["fast"] < h200["total"]["paper"] < a100["total"]["paper"]
+    assert h200["gpus_under_8h"]["fast"] == math.ceil(h200["total"]["fast"] / 8)
+    assert all(v >= 0 for v in h200["savings"].values()) and not h200["unknown"]
+    with pytest.raises(ClirError, match="unknown GPU 'TPU'"): plan(cfg, gpu="TPU")
