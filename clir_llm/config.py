@@ -19,8 +19,8 @@ from .specs import import_plugins
 from .translate import TranslatorSpec
 
 # %% auto #0
-__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'Config',
-           'resolve_config', 'load_config', 'repo_root', 'experiment_notebook', 'results_dir']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
+           'ReferenceRow', 'Config', 'resolve_config', 'load_config', 'repo_root', 'experiment_notebook', 'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -119,6 +119,23 @@ class DocLengthConfig(_Strict):
     first_stages: list[Method]
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
 
+class ReferenceRow(_Strict):
+    """Published numbers shown as a row of a result table, copied as the paper copied them (never computed here):
+    CIRAL's BM25-QT with Google MT, Adeyemi et al. 2024. The row label must say it is copied."""
+    table: Literal["first_stage"] = "first_stage"   # the table it goes to
+    measure: str                         # the measure of the values (the row goes only to tables of this measure)
+    row: str                             # row label, e.g. "BM25-QT (Google MT, copied)"
+    after: Optional[MethodName] = None   # placed after this first stage's row (None: last)
+    values: dict[str, float]             # pair -> published value
+    source: str                          # who published the values and how they were made
+
+    @field_validator("row")
+    @classmethod
+    def _labelled(cls, v):
+        if "copied" not in v.lower(): raise ValueError(f"a reference row's label must say it is copied (e.g. '{v} (copied)'), got {v!r}")
+        return v
+
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
@@ -133,6 +150,7 @@ class Config(_Strict):
     first_stage: FirstStageConfig
     rerankers: list[RerankerConfig] = []
     doc_length: Optional[DocLengthConfig] = None
+    references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
@@ -177,6 +195,11 @@ class Config(_Strict):
                 raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
             if r.pairs and (bad := [p for p in r.pairs if p not in self.pairs]):
                 raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(self.pairs)})")
+        for ref in self.references:
+            if bad := [p for p in ref.values if p not in self.pairs]:
+                raise ValueError(f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(self.pairs)})")
+            if ref.after is not None and ref.after not in methods:
+                raise ValueError(f"references[{ref.row!r}]: after {ref.after!r} is not in first_stage.methods")
         if self.doc_length:
             names = {r.name for r in self.rerankers}
             for n in self.doc_length.rerankers:

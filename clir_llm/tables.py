@@ -9,18 +9,36 @@ from .core import ClirError, atomic_write
 from .pipeline import Pipeline
 
 # %% auto #0
-__all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'first_stage_table', 'rerank_table', 'cost_summary', 'doc_length_label',
-           'doc_length_table', 'save_table', 'load_table']
+__all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'references', 'reference_cells', 'reference_notes', 'first_stage_table',
+           'rerank_table', 'cost_summary', 'doc_length_label', 'doc_length_table', 'save_table', 'load_table']
+
+# %% ../nbs/13c_tables.ipynb #119a035d
+def references(cfg, table: str, measure: str | None = None) -> list:
+    "The configuration's reference rows (`references:`) for `table` in `measure` (default: the configuration's)."
+    return [r for r in cfg.references if r.table == table and r.measure == (measure or cfg.measure)]
+
+def reference_cells(ref, pairs) -> list:
+    "Table cells of reference row `ref` (one published value per pair, in `pairs` order)."
+    import pandas as pd
+    from clir_llm.evaluate import Cell
+    return [Cell(ref.row, p, pd.Series([ref.values[p]], index=["published"])) for p in pairs if p in ref.values]
+
+def reference_notes(cfg, table: str, measure: str | None = None) -> list[str]:
+    "One note line per reference row of `table`: where its numbers come from, and that clir-llm did not compute them."
+    return [f"{r.row}: published numbers copied from {r.source}, as the paper did; not computed by clir-llm, not tested."
+            for r in references(cfg, table, measure)]
 
 # %% ../nbs/13c_tables.ipynb #51d283a0
 def first_stage_table(pipe: Pipeline, measure: str | None = None):
-    "Table 1/2 of the paper: every first-stage method (rows) on every pair (columns)."
+    "Table 1/2 of the paper: every first-stage method (rows) on every pair (columns), and the configuration's copied reference rows."
     from clir_llm.evaluate import Cell, ResultTable
-    cells = []
+    cells, refs = [], references(pipe.cfg, "first_stage", measure)
     for m in pipe.cfg.first_stage.methods:
         for pair in pipe.cfg.pairs:
             run = pipe.first_stage(pair, m)
             if run is not None: cells.append(Cell(m.label(), pair, pipe.scores(pair, run, measure)))
+        cells += [c for r in refs if r.after == str(m) for c in reference_cells(r, pipe.cfg.pairs)]
+    cells += [c for r in refs if r.after is None for c in reference_cells(r, pipe.cfg.pairs)]
     return ResultTable(cells, measure=measure or pipe.cfg.measure)
 
 # %% ../nbs/13c_tables.ipynb #523a492d
