@@ -206,7 +206,7 @@ def load_nvembed(path, dtype="float32", revision: str | None = None, attn_implem
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
     level = hf_logging.get_verbosity(); hf_logging.set_verbosity_error()   # config.json's model_type is not transformers'
-    try: tok = AutoTokenizer.from_pretrained(folder)
+    try: tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)   # never the config's auto_map code
     except Exception as e: raise ClirError(f"{folder}: no usable tokenizer ({type(e).__name__})") from None
     finally: hf_logging.set_verbosity(level)
     tok.pad_token, tok.padding_side = tok.eos_token, model.padding_side    # the published add_pad_token

@@ -141,3 +141,14 @@ def test_registry_entry():
     assert (s.model, s.pooling, s.half, s.trust_remote_code, s.revision) == ("nvidia/NV-Embed-v2", "latent", "float32", False, D.NV_EMBED_REVISION)
     assert D.Encoder(s, device="cuda", cache=Cache(mode="off")).dtype == "float32"     # the authors' precision on a GPU
     assert D.Dense("nv-embed-v2", cache=Cache(mode="off")).name == "dense:nv-embed-v2"
+
+
+def test_never_runs_or_asks_for_remote_code(monkeypatch):
+    """The published config.json names its remote code (auto_map, as tests/fixtures/nvembed/config.json written by the
+    published config class); loading must neither run it nor ask whether to (transformers' trust_remote_code prompt)."""
+    assert "auto_map" in json.loads((FX / "config.json").read_text())
+    asked = []
+    def answer_no(prompt=""): asked.append(prompt); return "n"    # transformers' prompt swallows errors: record instead
+    monkeypatch.setattr("builtins.input", answer_no)
+    m = N.load_nvembed(FX)
+    assert asked == [] and type(m).__module__ == "clir_llm.nvembed" and m.tokenizer.eos_token == "</s>"
