@@ -175,14 +175,15 @@ def checkpoint_folder(path, revision: str | None = None) -> Path:
         raise ClirError(f"cannot get NV-Embed checkpoint {path}{'@' + revision if revision else ''}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
 def read_weights(folder: Path, dtype=torch.float32) -> dict:
-    "All tensors of the folder's safetensors (shards as listed in model.safetensors.index.json), as `dtype`."
+    "All tensors of the folder's model.safetensors, or of the shards model.safetensors.index.json lists, as `dtype`."
     from safetensors.torch import load_file
     index = folder / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else sorted(p.name for p in folder.glob("*.safetensors") if p.name != "expected.safetensors")
-    if not files: raise ClirError(f"{folder}: no .safetensors weights")
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     out = {}
     for f in files:
-        if not (folder / f).is_file(): raise ClirError(f"{folder}: shard {f} named by model.safetensors.index.json is missing")
+        if not (folder / f).is_file():
+            raise ClirError(f"{folder}: shard {f} named by model.safetensors.index.json is missing" if index.is_file()
+                            else f"{folder}: no model.safetensors and no model.safetensors.index.json")
         out.update({k: v.to(dtype) for k, v in load_file(folder / f).items()})
     return out
 

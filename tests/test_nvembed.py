@@ -152,3 +152,8 @@ def test_never_runs_or_asks_for_remote_code(monkeypatch):
     monkeypatch.setattr("builtins.input", answer_no)
     m = N.load_nvembed(FX)
     assert asked == [] and type(m).__module__ == "clir_llm.nvembed" and m.tokenizer.eos_token == "</s>"
+
+
+def test_no_weights_is_a_clear_error(tmp_path):
+    d = tmp_path / "noweights"; shutil.copytree(FX, d); (d / "model.safetensors").unlink()
+    with pytest.raises(ClirError, match="no model.safetensors"): N.load_nvembed(d)
