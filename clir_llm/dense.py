@@ -17,8 +17,9 @@ from .cache import Cache
 from .specs import Registry
 
 # %% auto #0
-__all__ = ['NV_INSTRUCTION', 'ENCODERS', 'POOLINGS', 'Quirk', 'EncoderSpec', 'get_encoder_spec', 'encoder_quirks', 'doc_input',
-           'query_input', 'cls_pool', 'mean_pool', 'last_pool', 'Encoder', 'tiny_random_model', 'Dense']
+__all__ = ['NV_INSTRUCTION', 'NV_EMBED_REVISION', 'ENCODERS', 'POOLINGS', 'Quirk', 'EncoderSpec', 'get_encoder_spec',
+           'encoder_quirks', 'doc_input', 'query_input', 'cls_pool', 'mean_pool', 'last_pool', 'Encoder',
+           'tiny_random_model', 'Dense']
 
 # %% ../nbs/08_dense.ipynb #f1b7072c
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class EncoderSpec:
     name: str                    # registry key, used in run names: dense:<name>
     model: str                   # Hugging Face id or local folder ("assets:e5-small" = the offline stand-in)
     label: str                   # display name in tables
-    pooling: str                 # "cls" | "mean" | "last" (EOS appended) | "model" (the model's own encode())
+    pooling: str                 # "cls" | "mean" | "last" (EOS appended) | "latent" (NV-Embed: clir_llm.nvembed)
     query_prefix: str = ""       # put before every query (NV-Embed-v2: the instruction)
     doc_prefix: str = ""         # put before every document
     title: bool = True           # encode the document's title before its text (False: text only, as the authors' encode.py)
@@ -45,7 +46,7 @@ class EncoderSpec:
     base_model: str | None = None  # LoRA adapters (RepLlama): the model the adapter is applied to
     trust_remote_code: bool = False
     revision: str | None = None  # Hub commit of `model` (None: not pinned, the default branch)
-    half: str = "float16"        # dtype on GPU: float16 | bfloat16
+    half: str = "float16"        # dtype on GPU: float16 | bfloat16 | float32
     stand_in: bool = False       # an offline stand-in, not one of the paper's models
     quirks: tuple = ()           # `Quirk`s: the authors' behaviour, off unless named (or paper_quirks=True)
     base_revision: str | None = None  # Hub commit of `base_model` (LoRA adapters)
@@ -70,6 +71,7 @@ class EncoderSpec:
 
 # %% ../nbs/08_dense.ipynb #50c34f33
 NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
+NV_EMBED_REVISION = "3fa59658547db50a1e8e3346cf057fd0c77ed6ef"   # nvidia/NV-Embed-v2: see "Revisions" above
 
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
 for _s in [
@@ -82,8 +84,8 @@ for _s in [
                 title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="bfloat16",
                 quirks=(Quirk("repllama-128", (("doc_max_length", 128),),
                               "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),)),
-    EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "model", NV_INSTRUCTION, "", title=False,
-                trust_remote_code=True, half="bfloat16"),
+    EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "latent", NV_INSTRUCTION, "", title=False,
+                half="float32", revision=NV_EMBED_REVISION),
     EncoderSpec("e5-small", "assets:e5-small", "mE5-small (stand-in for the paper's encoders)", "mean",
                 "query: ", "passage: ", stand_in=True),
 ]: ENCODERS.register(_s.name, _s, summary=_s.label)
@@ -163,15 +165,18 @@ class Encoder:
         model_path = _resolve(s.model)
         kw = dict(trust_remote_code=s.trust_remote_code, revision=s.revision, dtype=dtype)
         try:
-            if s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
+            if s.pooling == "latent":  # NV-Embed-v2: the package's implementation, no remote code (clir_llm.nvembed)
+                from clir_llm.nvembed import load_nvembed
+                model = load_nvembed(model_path, dtype=dtype, revision=s.revision)
+                tok = model.tokenizer
+            elif s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
                 from peft import PeftModel
                 base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype, revision=s.base_revision)
                 model = PeftModel.from_pretrained(base, model_path, revision=s.revision).merge_and_unload()
                 tok = AutoTokenizer.from_pretrained(s.base_model, revision=s.base_revision)
             else:
                 model = AutoModel.from_pretrained(model_path, **kw)
-                tok = getattr(model, "tokenizer", None) if s.pooling == "model" else None
-                tok = tok or AutoTokenizer.from_pretrained(model_path, trust_remote_code=s.trust_remote_code, revision=s.revision)
+                tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=s.trust_remote_code, revision=s.revision)
         except OSError as e:
             raise ClirError(f"cannot load encoder {s.name} ({s.model}{' on ' + s.base_model if s.base_model else ''}): {e}. "
                             "Without Hub access, pass a local folder (get_encoder_spec(name, model=..., base_model=...)) "
@@ -197,7 +202,7 @@ def namespace(self: Encoder, kind: str):
 def _encode(self: Encoder, inputs: list[str], kind: str, sort: bool = True, progress: bool | None = None) -> np.ndarray:
     s = self.spec
     max_len = s.max_length if kind == "query" else s.doc_max_length
-    instr = s.query_prefix if (kind == "query" and s.pooling == "model") else ""
+    instr = s.query_prefix if (kind == "query" and s.pooling == "latent") else ""
     ns = self.namespace(kind)
     t0 = time.time()
     vecs = ns.get_or_compute(inputs, lambda b: list(self.encode_batch(b, max_len, instr)), batch_size=self.batch_size,
@@ -235,7 +240,7 @@ def encode_batch(self: Encoder, texts: list[str], max_length: int, instruction: 
     import torch
     model, tok = self.load()
     with torch.inference_mode():
-        if self.spec.pooling == "model":  # NV-Embed-v2: latent-attention pooling inside the model's encode()
+        if self.spec.pooling == "latent":  # NV-Embed-v2: latent-attention pooling inside the model's encode()
             # the instruction is passed separately: NV-Embed masks it out of the pooling
             bare = [t[len(instruction):] if instruction and t.startswith(instruction) else t for t in texts]
             v = model.encode(bare, instruction=instruction, max_length=max_length)

@@ -1,7 +1,7 @@
 """Dense bi-encoders: every registry entry's code path (loading, prefixes, pooling, EOS, LoRA merge) on tiny randomly
 initialised models of the same architectures; caching, resuming and streaming; exact FAISS search.
-Not testable offline: mGTE's and NV-Embed-v2's own remote model code (trust_remote_code), including NV-Embed-v2's
-latent-attention pooling; for NV-Embed-v2 we test the call we make into that code."""
+Not testable offline: mGTE's own remote model code (trust_remote_code). NV-Embed-v2 is the package's own code
+(clir_llm.nvembed, tests/test_nvembed.py); here we test the call the Encoder makes into it."""
 import numpy as np
 import pytest
 import torch
@@ -41,7 +41,7 @@ def test_registry_matches_paper():
     r = R["repllama"]
     assert (r.model, r.base_model, r.pooling, r.doc_max_length) == ("castorini/repllama-v1-7b-lora-passage", "meta-llama/Llama-2-7b-hf", "last", 512)
     nv = R["nv-embed-v2"]
-    assert nv.pooling == "model" and nv.query_prefix == "Instruct: Given a question, retrieve passages that answer the question\nQuery: " and nv.doc_prefix == ""
+    assert nv.pooling == "latent" and nv.half == "float32" and not nv.trust_remote_code and nv.query_prefix == "Instruct: Given a question, retrieve passages that answer the question\nQuery: " and nv.doc_prefix == ""
     assert all(s.max_length == 512 for s in R.values())
     assert R["e5-small"].stand_in and "stand-in" in R["e5-small"].label
     assert D.get_encoder_spec("e5", paper_quirks=True).query_prefix == "" and D.get_encoder_spec("repllama", paper_quirks=True).doc_max_length == 128
@@ -91,9 +91,9 @@ def test_repllama_lora_eos_last_token(models, tmp_path):
 
 
 def test_nv_embed_call_contract(tmp_path):
-    """NV-Embed-v2's pooling lives in its remote code (not downloadable here). What we can test is the call we make:
+    """The call the Encoder makes into NV-Embed (clir_llm.nvembed.NVEmbed.encode, the published `encode` signature):
     the instruction is passed separately for queries, nothing for documents, max_length 512, output normalised.
-    The object below only has the signature of NV-Embed-v2's `encode(prompts, instruction, max_length)`."""
+    The object below only has that signature; tests/test_nvembed.py runs the real model on a tiny checkpoint."""
     calls = []
     class Signature(torch.nn.Module):
         def encode(self, prompts, instruction="", max_length=4096):

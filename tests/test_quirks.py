@@ -189,8 +189,8 @@ def test_dense_quirks_by_name_and_revisions(tmp_path):
     assert D.Dense("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
     with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
     for name, s in D.ENCODERS.items():
-        if not s.stand_in: assert "revision not pinned" in s.revision_note(), name
-    assert "remote code" in D.get_encoder_spec("nv-embed-v2").revision_note()
+        if not s.stand_in and name != "nv-embed-v2": assert "revision not pinned" in s.revision_note(), name
+    assert D.get_encoder_spec("nv-embed-v2").revision_note() == f"revision {D.NV_EMBED_REVISION}"   # no remote code any more
     plain = D.Encoder("repllama", cache=Cache(tmp_path)).namespace("doc").identity
     assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
     pinned = D.Encoder(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
