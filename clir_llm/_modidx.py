@@ -551,6 +551,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'clir_llm.llm._tiktoken_file': ('llm.html#_tiktoken_file', 'clir_llm/llm.py'),
                               'clir_llm.llm._truncate_with': ('llm.html#_truncate_with', 'clir_llm/llm.py'),
                               'clir_llm.llm._with_spec': ('llm.html#_with_spec', 'clir_llm/llm.py'),
+                              'clir_llm.llm.add_backend_arguments': ('llm.html#add_backend_arguments', 'clir_llm/llm.py'),
+                              'clir_llm.llm.backend_spec_from_args': ('llm.html#backend_spec_from_args', 'clir_llm/llm.py'),
                               'clir_llm.llm.endpoint': ('llm.html#endpoint', 'clir_llm/llm.py'),
                               'clir_llm.llm.get_backend': ('llm.html#get_backend', 'clir_llm/llm.py'),
                               'clir_llm.llm.load_prices': ('llm.html#load_prices', 'clir_llm/llm.py'),

@@ -20,7 +20,7 @@ from .assets import offline_model
 # %% auto #0
 __all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'PRICES', 'LLMError', 'endpoint', 'Backend', 'BackendSpec',
            'CachedBackend', 'HFBackend', 'load_prices', 'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend',
-           'get_backend']
+           'get_backend', 'add_backend_arguments', 'backend_spec_from_args']
 
 # %% ../nbs/10_llm.ipynb #22ee3079
 class LLMError(ClirError):
@@ -284,6 +284,16 @@ class CachedBackend(Backend):
         return u
 
 # %% ../nbs/10_llm.ipynb #387c5983
+@patch
+def _check_length(self: CachedBackend, items: list, params: dict):
+    "A prompt (plus its answer or longest candidate) over `max_model_len` tokens is an error, as vLLM makes it."
+    limit = getattr(self, "max_model_len", None)
+    if not limit: return
+    for it in items:
+        if not isinstance(it, dict) or "ids" not in it: continue
+        n = len(it["ids"]) + params.get("max_new_tokens", max(map(len, it.get("cands") or [[]])))
+        if n > limit: raise LLMError(f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}")
+
 @patch
 def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Callable, on_error: str = "raise",
            progress: bool = True) -> list[dict | None]:
@@ -1183,17 +1193,36 @@ def _load_tokenizer(spec):
     try: return AutoTokenizer.from_pretrained(spec)
     except (OSError, ValueError) as e: raise LLMError(f"cannot load tokenizer {spec!r}: {' '.join(str(e).split())[:200]}") from None
 
-@patch
-def _check_length(self: CachedBackend, items: list, params: dict):
-    "A prompt (plus its answer or longest candidate) over `max_model_len` tokens is an error, as vLLM makes it."
-    limit = getattr(self, "max_model_len", None)
-    if not limit: return
-    for it in items:
-        if not isinstance(it, dict) or "ids" not in it: continue
-        n = len(it["ids"]) + params.get("max_new_tokens", max(map(len, it.get("cands") or [[]])))
-        if n > limit: raise LLMError(f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}")
-
 # %% ../nbs/10_llm.ipynb #802c3fac
 def get_backend(spec: str | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
     "A backend from `kind:model` (`hf:`, `openai:`, `vllm:`, `gguf:`, or any registered kind) or a `BackendSpec`; `cache=None` caches nothing."
     return BackendSpec.parse(spec).build(cache, **kw)
+
+# %% ../nbs/10_llm.ipynb #bf62c8fb
+def add_backend_arguments(ap, group: str = "LLM backend options"):
+    "Add `--llm-option KEY=VALUE` (repeatable) and one `--llm-<option>` per `BackendSpec` option to an argparse parser."
+    import argparse
+    from clir_llm.specs import _arg_type
+    g = ap.add_argument_group(group)
+    g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a backend option (repeatable), e.g. --llm-option concurrency=16 --llm-option base_url=http://h:8000/v1")
+    for name, f in BackendSpec.model_fields.items():
+        if name in ("kind", "model"): continue
+        typ, choices, is_bool = _arg_type(f.annotation)
+        flag, dest = "--llm-" + name.replace("_", "-"), "llm_opt_" + name
+        if is_bool: g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=f.description)
+        else: g.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=f.description)
+    return ap
+
+def backend_spec_from_args(ns, llm: str | None = None) -> BackendSpec | None:
+    "The `BackendSpec` of `--llm` (or `llm`) with the options given on the command line; None without `--llm`."
+    llm = llm if llm is not None else getattr(ns, "llm", None)
+    opts = {k[len("llm_opt_"):]: v for k, v in vars(ns).items() if k.startswith("llm_opt_") and v is not None}
+    for kv in getattr(ns, "llm_option", None) or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip(): raise ClirError(f"--llm-option {kv!r}: expected KEY=VALUE")
+        opts[k.strip().replace("-", "_")] = v.strip()
+    if llm is None:
+        if opts: raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
+        return None
+    return BackendSpec.parse(llm, **opts)
