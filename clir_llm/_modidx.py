@@ -484,6 +484,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'clir_llm.llm.OpenAIBackend._account': ('llm.html#openaibackend._account', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend._api_params': ('llm.html#openaibackend._api_params', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend._call': ('llm.html#openaibackend._call', 'clir_llm/llm.py'),
+                              'clir_llm.llm.OpenAIBackend._client': ('llm.html#openaibackend._client', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend._cost': ('llm.html#openaibackend._cost', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend._encoder': ('llm.html#openaibackend._encoder', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend._generate_batch': ('llm.html#openaibackend._generate_batch', 'clir_llm/llm.py'),

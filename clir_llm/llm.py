@@ -785,10 +785,11 @@ class OpenAIBackend(CachedBackend):
 
     def client_for(self, i: int = 0):
         "The client of server `i` of the pool (built on first use; the key from `api_key`, `$<api_key_env>` or OPENAI_API_KEY)."
-        if i not in self._clients:
-            import openai
-            env = self._key_env or "OPENAI_API_KEY"
-            key = self.__key or os.environ.get(env)
+        if i in self._clients: return self._clients[i]
+        import openai
+        with self._lock:      # one client per server, also when several threads start at once
+            if i in self._clients: return self._clients[i]
+            key = self.__key or os.environ.get(self._key_env or "OPENAI_API_KEY")
             if not key:
                 if self._key_env: raise LLMError(f"{self.name}: the environment variable {self._key_env} (api_key_env) is not set")
                 if not self.base_url: raise LLMError(f"{self.name}: set OPENAI_API_KEY (or pass base_url= for a local server)")
@@ -799,6 +800,8 @@ class OpenAIBackend(CachedBackend):
 
     @property
     def client(self): return self.client_for(0)
+    @property
+    def _client(self): return self._clients.get(0)   # None until a call needs the server (replay never builds one)
 
     def _render(self, prompt): return {"ids": self.renderer._ids(prompt)} if self.renderer else {"messages": _messages(prompt)}
     def _render_score(self, prompt, candidates):

@@ -244,3 +244,13 @@ def test_pool_all_down_is_one_clear_error():
         a.kill(); b.kill()
         pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url]}, max_retries=1, backoff=0.01)
         with pytest.raises(LLMError, match="all 2 servers are down"): pool.generate(["x"], progress=False)
+
+
+@pytest.mark.slow
+def test_scale_benchmark_quick_meets_the_pool_target(capsys):
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("scale", root / "benchmarks/scale.py")
+    scale = importlib.util.module_from_spec(spec); spec.loader.exec_module(scale)
+    assert scale.main(["--quick"]) == 0
+    assert "target server-pool-4:" in capsys.readouterr().out
