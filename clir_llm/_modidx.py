@@ -476,6 +476,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                               'clir_llm.llm.LlamaCppBackend._score_batch': ('llm.html#llamacppbackend._score_batch', 'clir_llm/llm.py'),
                               'clir_llm.llm.LlamaCppBackend.count_tokens': ('llm.html#llamacppbackend.count_tokens', 'clir_llm/llm.py'),
                               'clir_llm.llm.LlamaCppBackend.describe_spec': ('llm.html#llamacppbackend.describe_spec', 'clir_llm/llm.py'),
+                              'clir_llm.llm.LlamaCppBackend.from_spec': ('llm.html#llamacppbackend.from_spec', 'clir_llm/llm.py'),
                               'clir_llm.llm.LlamaCppBackend.render_text': ('llm.html#llamacppbackend.render_text', 'clir_llm/llm.py'),
                               'clir_llm.llm.LlamaCppBackend.truncate': ('llm.html#llamacppbackend.truncate', 'clir_llm/llm.py'),
                               'clir_llm.llm.OpenAIBackend': ('llm.html#openaibackend', 'clir_llm/llm.py'),

@@ -809,6 +809,13 @@ class OpenAIBackend(CachedBackend):
     def _generate_batch(self, items, params): return [self._generate_one(items[0], params)]
 
 # %% ../nbs/10_llm.ipynb #e4fb79fb
+def _load_tokenizer(spec):
+    "An HF tokenizer from a Hub id or folder (an object is returned as is)."
+    if not isinstance(spec, str): return spec
+    from transformers import AutoTokenizer
+    try: return AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as e: raise LLMError(f"cannot load tokenizer {spec!r}: {' '.join(str(e).split())[:200]}") from None
+
 class _LocalRenderer(_HFRenderMixin):
     "The `hf:` / `vllm:` prompt rendering (chat template, prefill, special tokens) with a tokenizer alone, for `openai:`."
     is_encoder_decoder, system_prompt = False, None
@@ -1188,13 +1195,12 @@ OpenAIBackend.options = ("prefill", "tokenizer", "max_model_len", "base_url", "a
 VLLMBackend.options = ("dtype", "tokenizer", "max_model_len", "tensor_parallel_size", "enable_prefix_caching",
                        "gpu_memory_utilization", "batch_size")
 LlamaCppBackend.options = ("max_model_len",)
-
-def _load_tokenizer(spec):
-    "An HF tokenizer from a Hub id or folder (an object is returned as is)."
-    if not isinstance(spec, str): return spec
-    from transformers import AutoTokenizer
-    try: return AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as e: raise LLMError(f"cannot load tokenizer {spec!r}: {' '.join(str(e).split())[:200]}") from None
+@patch(cls_method=True)
+def from_spec(cls: LlamaCppBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> LlamaCppBackend:
+    "`gguf:<file>`; the `max_model_len` option is llama.cpp's context size (`n_ctx`)."
+    if spec.revision is not None: kw["revision"] = spec.revision
+    if spec.max_model_len: kw.setdefault("n_ctx", spec.max_model_len)
+    return _with_spec(cls(spec.model, cache=cache, **kw), spec)
 
 # %% ../nbs/10_llm.ipynb #802c3fac
 def get_backend(spec: str | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
