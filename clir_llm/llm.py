@@ -141,7 +141,7 @@ def _opt(desc: str, **kw):
     return Field(None, description=desc, **kw)
 
 # options that change what the model answers: in `key()` (run names) and the cache identity, when given
-OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len")
+OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api")
 
 class BackendSpec(Spec):
     """An LLM backend parsed once: `kind:model`, `kind:model@revision`, plus options (a config's
@@ -154,6 +154,9 @@ class BackendSpec(Spec):
     tokenizer: str | None = _opt("Hub id or folder of the tokenizer (openai: renders prompts locally and counts with it; "
                                  "'tiktoken:<file>' a local tiktoken BPE file)")
     max_model_len: int | None = _opt("longest prompt plus answer in tokens (longer prompts are an error)", gt=0)
+    api: Literal["auto", "chat", "completions"] | None = _opt(
+        "openai: completions (prompts rendered here with the model's tokenizer, as hf: renders them) or chat (the server "
+        "renders them); auto: completions when the tokenizer is known (tokenizer option, or a Hub id at a base_url)")
     base_url: str | list[str] | None = _opt("openai: server URL, or several (a pool of replicas; comma-separated on the CLI)")
     api_key_env: str | None = _opt("openai: the NAME of the environment variable holding the key (default OPENAI_API_KEY)")
     endpoint: str | None = _opt("openai: the server's name in cache keys (default: the first base_url without credentials)")
@@ -832,7 +835,7 @@ def renderer(self: OpenAIBackend) -> _LocalRenderer | None:
         try: self._renderer = _LocalRenderer(_load_tokenizer(tok))
         except LLMError as e:
             raise LLMError(f"{e}; openai: renders open models' prompts with their tokenizer (pass tokenizer=<id or folder>, "
-                           "or api='chat' to let the server render them)") from None
+                           "or the option api: chat to let the server render them)") from None
     elif self.api == "completions": raise LLMError(f"{self.name}: api='completions' needs the model's tokenizer (tokenizer=)")
     self.__dict__["_renderer_done"] = True
     return self._renderer
@@ -991,7 +994,7 @@ def _encoder(self: OpenAIBackend):
     if self._enc is None:
         spec = self._tokenizer_spec
         if isinstance(spec, str) and spec.startswith("tiktoken:"): self._enc = ("tiktoken", _tiktoken_file(spec[len("tiktoken:"):]))
-        elif spec is not None and not isinstance(spec, str): self._enc = ("hf", spec)
+        elif spec is not None: self._enc = ("hf", _load_tokenizer(spec))
         else:
             try:
                 import tiktoken
@@ -1191,7 +1194,7 @@ def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llam
 
 # %% ../nbs/10_llm.ipynb #772eb861
 HFBackend.options = ("dtype", "tokenizer", "max_model_len", "device", "device_map", "batch_size")
-OpenAIBackend.options = ("prefill", "tokenizer", "max_model_len", "base_url", "api_key_env", "endpoint", "concurrency")
+OpenAIBackend.options = ("prefill", "tokenizer", "max_model_len", "api", "base_url", "api_key_env", "endpoint", "concurrency")
 VLLMBackend.options = ("dtype", "tokenizer", "max_model_len", "tensor_parallel_size", "enable_prefix_caching",
                        "gpu_memory_utilization", "batch_size")
 LlamaCppBackend.options = ("max_model_len",)

@@ -192,6 +192,14 @@ def test_openai_score_without_prompt_logprobs_is_a_clear_error(qpath):
         with pytest.raises(LLMError, match="no prompt logprobs"): oa.score(["x"], ["A", "B"], progress=False)
 
 
+def test_api_chat_leaves_rendering_to_the_server(qpath):
+    with FakeOpenAIServer() as srv:
+        b = get_backend({"spec": "openai:org/model", "base_url": srv.url, "tokenizer": str(qpath), "api": "chat"})
+        assert b.renderer is None and not b.supports_prefill and b.generate(["hi"], progress=False) == ["echo: hi"]
+        assert srv.requests[-1]["endpoint"] == "chat" and b.count_tokens("the cat sat") == get_backend(f"hf:{qpath}").count_tokens("the cat sat")
+    assert BackendSpec.parse({"spec": "openai:org/model", "api": "chat"}).key() == "openai:org/model[api=chat]"
+
+
 def test_max_model_len_refuses_long_prompts(qpath):
     with FakeOpenAIServer() as srv:
         oa = get_backend({"spec": "openai:tiny", "base_url": srv.url, "tokenizer": str(qpath), "max_model_len": 12})
@@ -221,7 +229,8 @@ def test_pool_spreads_work_and_equals_one_server(tmp_path):
          FakeOpenAIServer(responder=_reply, latency=0.02) as c:
         pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url, c.url], "concurrency": 2}, cache=Cache(tmp_path))
         assert pool.generate(prompts, progress=False) == single
-        assert sorted(len(s.requests) for s in (a, b, c)) == [8, 8, 8] and max(s.max_inflight for s in (a, b, c)) <= 2
+        n = [len(s.requests) for s in (a, b, c)]
+        assert sum(n) == 24 and min(n) >= 4 and max(s.max_inflight for s in (a, b, c)) <= 2, n   # spread, two at a time each
         # the pool names its first server in cache keys: the same run through a one-server backend is all hits
         again = get_backend({"spec": "openai:m", "base_url": a.url}, cache=Cache(tmp_path))
         assert again.generate(prompts, progress=False) == single and again.usage.calls == 0
