@@ -8,18 +8,19 @@ import json, math, os, random, threading, time, hashlib, warnings
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 from fastcore.basics import patch
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from tqdm.auto import tqdm
 from .core import ClirError, Usage, stable_hash
 from .cache import Cache, CacheMiss, SECRET_ENV_VARS, redact
-from .specs import Registry, Spec
+from .specs import Registry, Spec, validated
 from .assets import offline_model
 
 # %% auto #0
-__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'PRICES', 'LLMError', 'endpoint', 'Backend', 'BackendSpec', 'CachedBackend', 'HFBackend',
-           'load_prices', 'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend']
+__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'PRICES', 'LLMError', 'endpoint', 'Backend', 'BackendSpec',
+           'CachedBackend', 'HFBackend', 'load_prices', 'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend',
+           'get_backend', 'add_backend_arguments', 'backend_spec_from_args']
 
 # %% ../nbs/10_llm.ipynb #22ee3079
 class LLMError(ClirError):
@@ -64,6 +65,7 @@ class Backend(ABC):
     supports_prefill = False      # a final {"role": "assistant"} message is continued rather than answered
     model: str = ""
     revision: str | None = None
+    options: tuple[str, ...] = ()  # the `BackendSpec` options this kind takes (configs, `--llm-option`)
 
     @abstractmethod
     def generate(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise", **params) -> list[str]:
@@ -109,7 +111,7 @@ class Backend(ABC):
 
     def identity(self) -> dict:
         "What names the model in cache keys (kind, model, revision and settings that change outputs)."
-        return {"kind": self.kind, "model": self.model, "revision": self.revision}
+        return {"kind": self.kind, "model": self.model, "revision": self.revision, **(self.__dict__.get("_spec_identity") or {})}
 
     def __repr__(self): return f"{type(self).__name__}({self.name!r}, revision={self.revision!r})"
 
@@ -121,36 +123,121 @@ def describe_spec(cls: Backend, spec: "BackendSpec") -> str:
 
 @patch(cls_method=True)
 def from_spec(cls: Backend, spec: "BackendSpec", cache: Cache | None = None, **kw) -> Backend:
-    "Build the backend `spec` names as `cls(model, cache=cache, revision=...)`; keyword arguments go to the constructor."
+    """Build the backend `spec` names as `cls(model, cache=cache, revision=..., **options)`; keyword arguments go to
+    the constructor. The options that change outputs join the backend's `identity()` (its cache keys)."""
     if spec.revision is not None: kw["revision"] = spec.revision
-    return cls(spec.model, cache=cache, **kw)
+    return _with_spec(cls(spec.model, cache=cache, **{**spec.options(), **kw}), spec)
+
+def _with_spec(b: Backend, spec: "BackendSpec") -> Backend:
+    "`b` with the output options of `spec` in its identity (nothing added when none is given: earlier keys stay)."
+    if out := spec.output_options(): b._spec_identity = dict(out)
+    return b
 
 # %% ../nbs/10_llm.ipynb #a57156c6
 BACKENDS = Registry("backend", contract=Backend)
 
+def _opt(desc: str, **kw):
+    "A backend option: None means the backend's own default (the CLI flag is `--llm-<name>`)."
+    return Field(None, description=desc, **kw)
+
+# options that change what the model answers: in `key()` (run names) and the cache identity, when given
+OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api")
+
 class BackendSpec(Spec):
-    "An LLM backend string parsed once: `kind:model` or `kind:model@revision`."
+    """An LLM backend parsed once: `kind:model`, `kind:model@revision`, plus options (a config's
+    `llm: {spec: ..., option: value}`, `--llm-option k=v`, or `kind:model[k=v,...]`)."""
     kind: str = Field(description="a registered backend kind: hf, openai, vllm, gguf, ...")
     model: str = Field(description="Hub id, local folder or file, or API model name")
     revision: str | None = Field(None, description="Hub revision (commit, branch or tag); None: the default")
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = _opt("weights and activations (hf:, vllm:)")
+    prefill: bool | None = _opt("openai: the server continues a final assistant message (chat API only)")
+    tokenizer: str | None = _opt("Hub id or folder of the tokenizer (openai: renders prompts locally and counts with it; "
+                                 "'tiktoken:<file>' a local tiktoken BPE file)")
+    max_model_len: int | None = _opt("longest prompt plus answer in tokens (longer prompts are an error)", gt=0)
+    api: Literal["auto", "chat", "completions"] | None = _opt(
+        "openai: completions (prompts rendered here with the model's tokenizer, as hf: renders them) or chat (the server "
+        "renders them); auto: completions when the tokenizer is known (tokenizer option, or a Hub id at a base_url)")
+    base_url: str | list[str] | None = _opt("openai: server URL, or several (a pool of replicas; comma-separated on the CLI)")
+    api_key_env: str | None = _opt("openai: the NAME of the environment variable holding the key (default OPENAI_API_KEY)")
+    endpoint: str | None = _opt("openai: the server's name in cache keys (default: the first base_url without credentials)")
+    concurrency: int | None = _opt("openai: requests in flight per server", gt=0)
+    device: str | None = _opt("hf: device (cpu, cuda, cuda:1)")
+    device_map: str | dict | None = _opt("hf: accelerate's device_map ('auto' spreads the layers over the GPUs)")
+    tensor_parallel_size: int | None = _opt("vllm: GPUs per model", gt=0)
+    enable_prefix_caching: bool | None = _opt("vllm: reuse the KV cache of shared prompt prefixes")
+    gpu_memory_utilization: float | None = _opt("vllm: fraction of GPU memory to use", gt=0, le=1)
+    batch_size: int | None = _opt("hf:, vllm: prompts per forward pass", gt=0)
 
+    @field_validator("base_url", mode="before")
     @classmethod
-    def parse(cls, spec) -> "BackendSpec":
-        "A `BackendSpec` from a string (a `BackendSpec` is returned as is); ClirError listing the accepted kinds."
-        if isinstance(spec, BackendSpec): return spec
-        hit = BACKENDS.find(str(spec))
-        if hit is None or not hit[0].is_prefix or not hit[1]:
-            raise ClirError(f"LLM backend spec must be one of {', '.join(e.example for e in BACKENDS.entries())}, got {spec!r}")
-        (entry, rest), revision = hit, None
-        model, at, rev = rest.rpartition("@")
-        if at and model and rev and "/" not in rev: rest, revision = model, rev
-        return cls(kind=entry.name[:-1], model=rest, revision=revision)
+    def _urls(cls, v):
+        if isinstance(v, str) and "," in v: v = [u.strip() for u in v.split(",") if u.strip()]
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
 
-    @property
-    def backend_class(self) -> type[Backend]: return BACKENDS.lookup(self.kind + ":")[0].obj
-    def key(self) -> str: return f"{self.kind}:{self.model}" + (f"@{self.revision}" if self.revision else "")
-    def describe(self) -> str: return self.backend_class.describe_spec(self)
-    def build(self, cache: Cache | None = None, **kw) -> Backend: return self.backend_class.from_spec(self, cache, **kw)
+    @model_validator(mode="after")
+    def _accepted(self):
+        hit = BACKENDS.find(self.kind + ":")
+        if hit is not None and (bad := [k for k in self.options() if k not in hit[0].obj.options]):
+            raise ValueError(f"{self.kind}: does not take option {', '.join(bad)} "
+                             f"(it takes: {', '.join(hit[0].obj.options) or 'none'})")
+        return self
+
+    def options(self) -> dict:
+        "The options given (not None), without kind, model and revision."
+        return {k: v for k, v in self.model_dump(exclude={"kind", "model", "revision"}).items() if v is not None}
+
+    def output_options(self) -> dict:
+        "The given options that change outputs (they name runs and cache entries)."
+        return {k: v for k, v in self.options().items() if k in OUTPUT_OPTIONS}
+
+# %% ../nbs/10_llm.ipynb #8a097b58
+def _fmt_opt(v) -> str: return str(v).lower() if isinstance(v, bool) else str(v)
+
+@patch(cls_method=True)
+def parse(cls: BackendSpec, spec, **options) -> BackendSpec:
+    """A `BackendSpec` from a string, `kind:model[k=v,...]`, or a mapping `{spec: ..., option: value}` (a spec is
+    returned as is unless `options` are given); ClirError listing the accepted kinds or naming the bad option."""
+    if isinstance(spec, BackendSpec) and not options: return spec
+    if isinstance(spec, BackendSpec): return validated(cls, {**spec.model_dump(exclude_none=True), **options}, where="llm")
+    if isinstance(spec, dict):
+        d = dict(spec)
+        if "spec" not in d: raise ClirError(f"llm: a backend with options needs 'spec' (e.g. spec: hf:<model>), got keys {sorted(d)}")
+        return cls.parse(d.pop("spec"), **d, **options)
+    s, opts = str(spec).strip(), {}
+    if s.endswith("]") and "[" in s:
+        s, _, body = s[:-1].partition("[")
+        for part in filter(None, (p.strip() for p in body.split(","))):
+            k, eq, v = part.partition("=")
+            if not eq: raise ClirError(f"llm: option {part!r} in {spec!r} is not key=value")
+            opts[k.strip()] = v.strip()
+    hit = BACKENDS.find(s)
+    if hit is None or not hit[0].is_prefix or not hit[1]:
+        raise ClirError(f"LLM backend spec must be one of {', '.join(e.example for e in BACKENDS.entries())}, got {spec!r}")
+    (entry, rest), revision = hit, None
+    model, at, rev = rest.rpartition("@")
+    if at and model and rev and "/" not in rev: rest, revision = model, rev
+    data = {"kind": entry.name[:-1], "model": rest, **({"revision": revision} if revision else {}), **opts, **options}
+    return validated(cls, data, where="llm")
+
+@patch(as_prop=True)
+def backend_class(self: BackendSpec) -> type[Backend]: return BACKENDS.lookup(self.kind + ":")[0].obj
+
+@patch(as_prop=True)
+def base(self: BackendSpec) -> str: return f"{self.kind}:{self.model}" + (f"@{self.revision}" if self.revision else "")
+
+@patch
+def key(self: BackendSpec) -> str:
+    "`kind:model@revision`, then the output options in brackets (no options: the key of earlier runs)."
+    out = self.output_options()
+    return (self.base + (f"[{','.join(f'{k}={_fmt_opt(out[k])}' for k in OUTPUT_OPTIONS if k in out)}]" if out else ""))
+
+@patch
+def describe(self: BackendSpec) -> str:
+    opts = self.options()
+    return self.backend_class.describe_spec(self) + (f" ({', '.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+
+@patch
+def build(self: BackendSpec, cache: Cache | None = None, **kw) -> Backend: return self.backend_class.from_spec(self, cache, **kw)
 
 # %% ../nbs/10_llm.ipynb #0520210d
 class CachedBackend(Backend):
@@ -175,6 +262,7 @@ class CachedBackend(Backend):
     def _score_batch(self, items: list, params: dict) -> list[dict]: raise LLMError(f"{self.name} cannot score continuations")
     def _order(self, item) -> int: return 0
     def _cost(self, tokens_in: int, tokens_out: int) -> float: return 0.0
+    def _workers(self) -> int: return max(1, self.concurrency)   # threads for `_threaded` backends
 
     # --- shared machinery
     def _account(self, rec: dict, cached: bool):
@@ -200,10 +288,21 @@ class CachedBackend(Backend):
 
 # %% ../nbs/10_llm.ipynb #387c5983
 @patch
+def _check_length(self: CachedBackend, items: list, params: dict):
+    "A prompt (plus its answer or longest candidate) over `max_model_len` tokens is an error, as vLLM makes it."
+    limit = getattr(self, "max_model_len", None)
+    if not limit: return
+    for it in items:
+        if not isinstance(it, dict) or "ids" not in it: continue
+        n = len(it["ids"]) + params.get("max_new_tokens", max(map(len, it.get("cands") or [[]])))
+        if n > limit: raise LLMError(f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}")
+
+@patch
 def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Callable, on_error: str = "raise",
            progress: bool = True) -> list[dict | None]:
     "Records for `items` (rendered inputs): cache hits, then misses computed in batches and committed as they finish."
     if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
+    self._check_length(items, params)
     ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
     hits = ns.get_many(items)
     for r in hits.values(): self._account(r, cached=True)
@@ -221,7 +320,7 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Cal
             rec = compute([it], params)[0]
             ns.put(it, rec)      # committed by the worker before it takes the next prompt
             return rec
-        with ThreadPoolExecutor(max_workers=max(1, self.concurrency)) as pool:
+        with ThreadPoolExecutor(max_workers=self._workers()) as pool:
             futs = {pool.submit(one, it): it for it in todo}
             try:
                 for f in as_completed(futs):
@@ -538,11 +637,13 @@ def hf_model(self: HFBackend):
         self._device, self._dtype = _auto_device_dtype(self._device, self._dtype)
         cls = transformers.AutoModelForSeq2SeqLM if self.is_encoder_decoder else transformers.AutoModelForCausalLM
         local = Path(self._source).exists()
+        dm = getattr(self, "_device_map", None)   # accelerate places the layers (`device_map` option); else one device
         try: m = cls.from_pretrained(self._source, revision=None if local else self.revision, gguf_file=self._load_gguf,
-                                     dtype=self._dtype if self._load_gguf is None else torch.float32, trust_remote_code=self._trust)
+                                     dtype=self._dtype if self._load_gguf is None else torch.float32, trust_remote_code=self._trust,
+                                     **({"device_map": dm} if dm else {}))
         except OSError as e: raise LLMError(f"cannot load model {self._source!r}: {e}") from None
         if self._load_gguf and self._prepare and self.cache.mode in ("readwrite", "off"): self._save_prepared(m)
-        self._model = m.to(self._device, self._dtype).eval()
+        self._model = (m if dm else m.to(self._device, self._dtype)).eval()
     return self._model
 
 @patch
@@ -611,59 +712,138 @@ def _retry_after(exc) -> float | None:
             except (TypeError, ValueError): return None
     return None
 
+# %% ../nbs/10_llm.ipynb #e8f5c5f0
+class _ServerPool:
+    """Replicas of one model behind OpenAI-compatible servers: a call goes to the live server with the least
+    outstanding requests (ties: the first listed), at most `per_server` at a time on each; a server that refuses
+    or drops a connection is skipped for `cooldown` seconds (when all are down, the one down longest is tried)."""
+    def __init__(self, urls: list, per_server: int, cooldown: float = 5.0):
+        self.urls, self.per_server, self.cooldown = list(urls), max(1, per_server), cooldown
+        n = len(self.urls)
+        self.outstanding, self.down_until, self.served = [0] * n, [0.0] * n, [0] * n
+        self._cond = threading.Condition()
+
+    def live(self) -> list[int]:
+        now = time.monotonic()
+        return [i for i in range(len(self.urls)) if self.down_until[i] <= now]
+
+    def acquire(self) -> int:
+        "The server for the next request (waits while every live server has `per_server` requests in flight)."
+        with self._cond:
+            while True:
+                live = self.live() or [min(range(len(self.urls)), key=lambda i: self.down_until[i])]
+                i = min(live, key=lambda j: (self.outstanding[j], j))
+                if self.outstanding[i] < self.per_server: break
+                self._cond.wait(0.05)
+            self.outstanding[i] += 1
+            return i
+
+    def release(self, i: int, ok: bool = True):
+        with self._cond:
+            self.outstanding[i] -= 1
+            if ok: self.served[i] += 1
+            self._cond.notify_all()
+
+    def mark_down(self, i: int):
+        "Server `i` failed to connect: skip it for `cooldown` seconds."
+        with self._cond: self.down_until[i] = time.monotonic() + self.cooldown
+
+    def all_down(self) -> bool: return not self.live()
+
 # %% ../nbs/10_llm.ipynb #58090f10
 @BACKENDS.register("openai:", example="openai:<model>")
 class OpenAIBackend(CachedBackend):
-    "The OpenAI chat-completions API, or any compatible server (`base_url`)."
+    """The OpenAI API, or OpenAI-compatible servers (vLLM, SGLang; `base_url`: one URL or a pool of replicas).
+    With the model's tokenizer (`tokenizer=`, or a Hub id served at `base_url`) prompts are rendered here and sent
+    as token ids to the completions endpoint: the same ids as `hf:` and `vllm:`."""
     kind = "openai"
     supports_batching = False
     is_chat = True
     _threaded = True
 
-    def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, base_url: str | None = None,
+    def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, base_url: str | list | None = None,
                  api_key: str | None = None, concurrency: int = 4, timeout: float = 60.0, max_retries: int = 6,
                  backoff: float = 1.0, max_wait: float = 120.0, logprobs: bool = True, top_logprobs: int = 20,
                  prices=None, tokenizer=None, label: str | None = None, organization: str | None = None,
-                 prefill: bool = False, endpoint: str | None = None):
+                 prefill: bool = False, endpoint: str | None = None, api_key_env: str | None = None,
+                 max_model_len: int | None = None, api: str = "auto", cooldown: float = 5.0):
         super().__init__(model, cache, revision, label, batch_size=1, concurrency=concurrency)
+        urls = list(base_url) if isinstance(base_url, (list, tuple)) else [base_url or os.environ.get("OPENAI_BASE_URL") or None]
+        self.base_urls = [u for u in urls if u] or [None]
+        self.base_url = self.base_urls[0]   # names the server in cache keys (replicas serve the same model)
         self._endpoint = endpoint  # names the server in cache keys where its URL is not stable (default: from base_url)
-        self.supports_prefill = prefill   # vLLM / SGLang servers continue a final assistant message on request
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        self.__key = api_key   # never stored elsewhere; OPENAI_API_KEY is read when the client is built
+        self.supports_prefill = prefill   # chat API: vLLM / SGLang servers continue a final assistant message on request
+        self.__key, self._key_env = api_key, api_key_env   # the key is never stored elsewhere; read when a client is built
         self.timeout, self.max_retries, self.backoff, self.max_wait = timeout, max_retries, backoff, max_wait
         self.supports_logprobs, self.top_logprobs = logprobs, top_logprobs
         self.prices, self._tokenizer_spec, self._org = load_prices(prices), tokenizer, organization
-        self._client = self._enc = None
+        if api not in ("auto", "chat", "completions"): raise ClirError(f"api must be auto, chat or completions, got {api!r}")
+        self.api, self.max_model_len = api, max_model_len
+        self.pool = _ServerPool(self.base_urls, concurrency, cooldown)
+        self._clients, self._enc, self._renderer = {}, None, None
+        if self.renderer is not None: self.supports_prefill, self.is_chat = True, self.renderer.is_chat   # the prefill is rendered here
 
-    def __repr__(self): return f"OpenAIBackend({self.name!r}, base_url={redact(self.base_url)!r})"
+    def __repr__(self): return f"OpenAIBackend({self.name!r}, base_url={', '.join(map(str, map(redact, self.base_urls)))!r})"
+    def _workers(self) -> int: return max(1, self.concurrency) * len(self.base_urls)
 
-    @property
-    def client(self):
-        if self._client is None:
-            import openai
-            key = self.__key or os.environ.get("OPENAI_API_KEY")
+    def client_for(self, i: int = 0):
+        "The client of server `i` of the pool (built on first use; the key from `api_key`, `$<api_key_env>` or OPENAI_API_KEY)."
+        if i in self._clients: return self._clients[i]
+        import openai
+        with self._lock:      # one client per server, also when several threads start at once
+            if i in self._clients: return self._clients[i]
+            key = self.__key or os.environ.get(self._key_env or "OPENAI_API_KEY")
             if not key:
+                if self._key_env: raise LLMError(f"{self.name}: the environment variable {self._key_env} (api_key_env) is not set")
                 if not self.base_url: raise LLMError(f"{self.name}: set OPENAI_API_KEY (or pass base_url= for a local server)")
                 key = "not-needed"   # local OpenAI-compatible servers usually accept any key
-            self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0,
-                                         organization=self._org)
-        return self._client
+            self._clients[i] = openai.OpenAI(api_key=key, base_url=self.base_urls[i], timeout=self.timeout, max_retries=0,
+                                             organization=self._org)
+        return self._clients[i]
 
-    def _render(self, prompt): return {"messages": _messages(prompt)}
-    def _render_score(self, prompt, candidates): return {"messages": _messages(prompt), "cands": list(candidates)}
+    @property
+    def client(self): return self.client_for(0)
+    @property
+    def _client(self): return self._clients.get(0)   # None until a call needs the server (replay never builds one)
 
-    def _generate_batch(self, items, params):
-        (it,) = items
-        ch, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
-        rec = {"text": ch.message.content or "", "finish_reason": ch.finish_reason, "model": model,
-               "tokens_in": getattr(usage, "prompt_tokens", 0) or 0, "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
-               "seconds": dt, "time": time.time()}
-        if usage is None: self._count("missing_usage")
-        lp = getattr(ch, "logprobs", None)
-        if lp is not None and getattr(lp, "content", None):
-            rec["logprobs"] = [{"token": t.token, "logprob": t.logprob,
-                                "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
-        return [rec]
+    def _render(self, prompt): return {"ids": self.renderer._ids(prompt)} if self.renderer else {"messages": _messages(prompt)}
+    def _render_score(self, prompt, candidates):
+        return self.renderer._render_score(prompt, candidates) if self.renderer else {"messages": _messages(prompt), "cands": list(candidates)}
+    def _generate_batch(self, items, params): return [self._generate_one(items[0], params)]
+
+# %% ../nbs/10_llm.ipynb #e4fb79fb
+def _load_tokenizer(spec):
+    "An HF tokenizer from a Hub id or folder (an object is returned as is)."
+    if not isinstance(spec, str): return spec
+    from transformers import AutoTokenizer
+    try: return AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError) as e: raise LLMError(f"cannot load tokenizer {spec!r}: {' '.join(str(e).split())[:200]}") from None
+
+class _LocalRenderer(_HFRenderMixin):
+    "The `hf:` / `vllm:` prompt rendering (chat template, prefill, special tokens) with a tokenizer alone, for `openai:`."
+    is_encoder_decoder, system_prompt = False, None
+    def __init__(self, tokenizer): self.tokenizer, self.is_chat = tokenizer, tokenizer.chat_template is not None
+
+@patch(as_prop=True)
+def renderer(self: OpenAIBackend) -> _LocalRenderer | None:
+    "The local renderer when prompts go to the completions endpoint as token ids (None: the chat API renders them)."
+    if self.api == "chat" or self.__dict__.get("_renderer_done"): return self._renderer
+    tok = self._tokenizer_spec
+    if tok is None and (self.api == "completions" or (self.base_url and "/" in self.model)): tok = self.model  # a Hub id served here
+    if isinstance(tok, str) and tok.startswith("tiktoken:"): tok = None
+    if tok is not None:
+        try: self._renderer = _LocalRenderer(_load_tokenizer(tok))
+        except LLMError as e:
+            raise LLMError(f"{e}; openai: renders open models' prompts with their tokenizer (pass tokenizer=<id or folder>, "
+                           "or the option api: chat to let the server render them)") from None
+    elif self.api == "completions": raise LLMError(f"{self.name}: api='completions' needs the model's tokenizer (tokenizer=)")
+    self.__dict__["_renderer_done"] = True
+    return self._renderer
+
+@patch
+def render_text(self: OpenAIBackend, prompt) -> str:
+    "The exact text sent (completions: the chat template applied here, as `hf:` does; chat API: the messages as plain text)."
+    return self.renderer.render_text(prompt) if self.renderer else _plain(prompt)
 
 # %% ../nbs/10_llm.ipynb #b68d4cce
 @patch
@@ -686,22 +866,24 @@ def _account(self: OpenAIBackend, rec, cached):
 
 # %% ../nbs/10_llm.ipynb #e293621e
 @patch
-def _call(self: OpenAIBackend, **kw):
-    "One chat completion with retries; returns (choice, usage, model, seconds)."
+def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
+    """One request (`chat` or `completions`) with retries, sent to the least busy live server of the pool; a refused
+    or dropped connection fails over to another replica at once. Returns (choices, usage, model, seconds)."""
     import openai
-    kinds = []
-    for attempt in range(self.max_retries + 1):
-        wait = None
+    kinds, attempt, failovers, n = [], 0, 0, len(self.base_urls)
+    while True:
+        wait, i, ok = None, self.pool.acquire(), False
         try:
             t0 = time.perf_counter()
-            resp = self.client.chat.completions.create(model=self.model, **kw)
+            c = self.client_for(i)
+            resp = (c.chat.completions if endpoint == "chat" else c.completions).create(model=self.model, **kw)
             dt = time.perf_counter() - t0
             if not isinstance(getattr(resp, "choices", None), list):
                 raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
             if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
-            ch = resp.choices[0]
-            if getattr(ch, "message", None) is None: raise _BadResponse("malformed", "choice without a message")
-            return ch, resp.usage, getattr(resp, "model", None), dt
+            if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
+            ok = True
+            return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0), resp.usage, getattr(resp, "model", None), dt
         except openai.APIStatusError as e:
             code = e.status_code
             kind = f"http_{code}"
@@ -710,16 +892,57 @@ def _call(self: OpenAIBackend, **kw):
                 raise LLMError(_redact(f"{self.name}: HTTP {code} (not retried): {e.message}")) from None
             wait = _retry_after(e)
         except openai.APITimeoutError: kind = "timeout"
-        except openai.APIConnectionError: kind = "connection"
+        except openai.APIConnectionError: kind = "connection"; self.pool.mark_down(i)
         except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError): kind = "malformed"
         except _BadResponse as e: kind = e.kind
+        finally: self.pool.release(i, ok)
         kinds.append(kind); self._count(f"errors_{kind}")
+        if kind == "connection" and n > 1 and failovers < n and not self.pool.all_down():
+            failovers += 1; self._count("failovers"); continue     # another replica takes the request now
         if attempt == self.max_retries: break
-        if wait is None: wait = random.uniform(0, self.backoff * 2 ** attempt)   # full jitter
+        attempt += 1
+        if wait is None: wait = random.uniform(0, self.backoff * 2 ** (attempt - 1))   # full jitter
         time.sleep(min(wait, self.max_wait))
     self._count("failed_calls")
+    down = f"; all {n} servers are down: {', '.join(map(str, self.base_urls))}" if n > 1 and self.pool.all_down() else ""
     raise LLMError(_redact(f"{self.name}: call failed after {len(kinds)} attempts ({', '.join(kinds)})"
-                           f"{' at ' + self.base_url if self.base_url else ''}"))
+                           f"{' at ' + self.base_url if self.base_url and n == 1 else ''}{down}"))
+
+# %% ../nbs/10_llm.ipynb #e3d101b7
+@patch
+def _generate_one(self: OpenAIBackend, it: dict, params: dict) -> dict:
+    "One prompt: token ids to the completions endpoint, or messages to the chat API."
+    if "ids" in it:
+        chs, usage, model, dt = self._call("completions", prompt=it["ids"], **self._api_params(params))
+        ch, text = chs[0], chs[0].text or ""
+    else:
+        chs, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
+        ch = chs[0]; text = ch.message.content or ""
+    rec = {"text": text, "finish_reason": ch.finish_reason, "model": model,
+           "tokens_in": getattr(usage, "prompt_tokens", 0) or 0, "tokens_out": getattr(usage, "completion_tokens", 0) or 0,
+           "seconds": dt, "time": time.time()}
+    if usage is None: self._count("missing_usage")
+    lp = getattr(ch, "logprobs", None)
+    if lp is not None and getattr(lp, "content", None):
+        rec["logprobs"] = [{"token": t.token, "logprob": t.logprob,
+                            "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
+    return rec
+
+@patch
+def _score_ids(self: OpenAIBackend, it: dict) -> dict:
+    "Exact log-likelihoods of the candidates from the server's prompt logprobs (`echo=True`): one request per prompt."
+    n = len(it["ids"])
+    chs, usage, model, dt = self._call("completions", prompt=[it["ids"] + c for c in it["cands"]], max_tokens=1,
+                                       temperature=0.0, echo=True, logprobs=1)
+    scores = []
+    for ch, c in zip(chs, it["cands"]):
+        lps = getattr(getattr(ch, "logprobs", None), "token_logprobs", None)
+        if len(chs) != len(it["cands"]) or not lps or len(lps) < n + len(c) or any(x is None for x in lps[n:n + len(c)]):
+            self._count("errors_no_logprobs")
+            raise LLMError(f"{self.name}: the server returned no prompt logprobs (echo=True); construct with logprobs=False to turn scoring off")
+        scores.append(float(sum(lps[n:n + len(c)])))
+    return {"scores": scores, "model": model, "tokens_in": getattr(usage, "prompt_tokens", 0) or n + sum(map(len, it["cands"])),
+            "tokens_out": 0, "seconds": dt, "time": time.time()}
 
 # %% ../nbs/10_llm.ipynb #75d4646b
 @patch
@@ -738,9 +961,10 @@ def _prefill_kw(self: OpenAIBackend, messages) -> dict:
 @patch
 def _score_batch(self: OpenAIBackend, items, params):
     (it,) = items
-    ch, usage, model, dt = self._call(messages=it["messages"], max_tokens=1, temperature=0.0,
-                                      logprobs=True, top_logprobs=self.top_logprobs, **self._prefill_kw(it["messages"]))
-    lp = getattr(ch, "logprobs", None)
+    if "ids" in it: return [self._score_ids(it)]
+    chs, usage, model, dt = self._call(messages=it["messages"], max_tokens=1, temperature=0.0,
+                                       logprobs=True, top_logprobs=self.top_logprobs, **self._prefill_kw(it["messages"]))
+    lp = getattr(chs[0], "logprobs", None)
     content = getattr(lp, "content", None) if lp is not None else None
     if not content or not content[0].top_logprobs:
         self._count("errors_no_logprobs")
@@ -755,27 +979,37 @@ def _score_batch(self: OpenAIBackend, items, params):
              "seconds": dt, "time": time.time()}]
 
 # %% ../nbs/10_llm.ipynb #35a9bc14
+_TIKTOKEN_PAT = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+
+def _tiktoken_file(path: str):
+    "A tiktoken encoding from a local BPE file (`tokenizer='tiktoken:<file>'`; cl100k's split pattern), for offline counting."
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+    try: ranks = load_tiktoken_bpe(str(Path(path).expanduser()))
+    except (OSError, ValueError) as e: raise LLMError(f"cannot read the tiktoken BPE file {path!r}: {e}") from None
+    return tiktoken.Encoding(name=Path(path).stem, pat_str=_TIKTOKEN_PAT, mergeable_ranks=ranks, special_tokens={})
+
 @patch
 def _encoder(self: OpenAIBackend):
     if self._enc is None:
-        if self._tokenizer_spec is not None:
-            from transformers import AutoTokenizer
-            self._enc = ("hf", AutoTokenizer.from_pretrained(self._tokenizer_spec) if isinstance(self._tokenizer_spec, str)
-                         else self._tokenizer_spec)
+        spec = self._tokenizer_spec
+        if isinstance(spec, str) and spec.startswith("tiktoken:"): self._enc = ("tiktoken", _tiktoken_file(spec[len("tiktoken:"):]))
+        elif spec is not None: self._enc = ("hf", _load_tokenizer(spec))
         else:
             try:
                 import tiktoken
                 try: enc = tiktoken.encoding_for_model(self.model)
                 except KeyError: enc = tiktoken.get_encoding("o200k_base")
                 self._enc = ("tiktoken", enc)
-            except Exception:   # tiktoken missing, or its BPE file cannot be downloaded (offline)
+            except Exception:   # tiktoken missing, or its BPE file cannot be downloaded (offline; see TIKTOKEN_CACHE_DIR)
                 warnings.warn(f"{self.name}: no tokenizer available (pass tokenizer=); counting ~4 characters per token")
                 self._enc = ("approx", None)
     return self._enc
 
 @patch
 def count_tokens(self: OpenAIBackend, text: str) -> int:
-    "Tokens of `text` by the model's tokenizer (`tokenizer=` an HF tokenizer for compatible servers, else tiktoken; else ~4 chars/token)."
+    "Tokens of `text` by the model's tokenizer (the HF tokenizer for open models, tiktoken for OpenAI's; else ~4 chars/token)."
+    if self.renderer is not None: return self.renderer.count_tokens(text)   # exactly as hf: counts
     kind, enc = self._encoder()
     if kind == "hf": return len(enc(text, add_special_tokens=False)["input_ids"])
     if kind == "tiktoken": return len(enc.encode(text))
@@ -784,6 +1018,7 @@ def count_tokens(self: OpenAIBackend, text: str) -> int:
 @patch
 def truncate(self: OpenAIBackend, text: str, max_tokens: int) -> str:
     "The longest prefix of `text` with at most `max_tokens` tokens."
+    if self.renderer is not None: return self.renderer.truncate(text, max_tokens)   # exactly as hf: cuts
     kind, enc = self._encoder()
     if max_tokens <= 0: return ""
     if kind == "hf": return _truncate_with(enc, text, max_tokens)
@@ -807,7 +1042,7 @@ class VLLMBackend(_HFRenderMixin, CachedBackend):
                            "(a CUDA GPU machine; on a CPU use hf:<model> or openai:<model> with base_url=)") from None
         super().__init__(model, cache, revision, label, batch_size)
         from transformers import AutoTokenizer
-        self.tokenizer = AutoTokenizer.from_pretrained(model, revision=revision)
+        self.tokenizer = AutoTokenizer.from_pretrained(engine_kw.get("tokenizer") or model, revision=None if engine_kw.get("tokenizer") else revision)
         self.is_encoder_decoder, self.system_prompt = False, system_prompt
         self.is_chat = self.tokenizer.chat_template is not None if chat is None else chat
         self._engine_kw, self._llm = engine_kw, None
@@ -923,33 +1158,83 @@ def truncate(self: LlamaCppBackend, text, max_tokens):
 @patch(cls_method=True)
 def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
     "`hf:`: a transformers model, or an offline stand-in of `clir_llm.assets`."
-    if (om := offline_model(spec.key())) is not None: return f"{om.label} via transformers (offline GGUF)"
-    return f"transformers model {spec.key().partition(':')[2]}"
+    if (om := offline_model(spec.base)) is not None: return f"{om.label} via transformers (offline GGUF)"
+    return f"transformers model {spec.base.partition(':')[2]}"
 
 @patch(cls_method=True)
 def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> HFBackend:
-    "`hf:<id or folder>`; an offline stand-in loads from its prepared folder and keeps the cache identity of its GGUF."
-    om = offline_model(spec.key())
-    if om is None: return super(HFBackend, cls).from_spec(spec, cache, **kw)
-    # the GGUF converted once into a plain folder: loads in seconds, identical logits
-    b = cls(str(om.prepare()), cache, revision=om.revision, label=om.label, **kw)
-    b.gguf_file = om.gguf_file  # keeps the cache identity of calls recorded from the GGUF
-    b.model = spec.model        # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
-    return b
+    """`hf:<id or folder>` with its options (`device_map` goes to accelerate, `tokenizer` is loaded from its id or folder);
+    an offline stand-in loads from its prepared folder and keeps the cache identity of its GGUF."""
+    opts = spec.options()
+    device_map, max_len = opts.pop("device_map", None), opts.pop("max_model_len", None)
+    if "tokenizer" in opts: opts["tokenizer"] = _load_tokenizer(opts["tokenizer"])
+    kw = {**opts, **kw}
+    om = offline_model(spec.base)
+    if om is None: b = cls(spec.model, cache, **({"revision": spec.revision} if spec.revision else {}), **kw)
+    else:   # the GGUF converted once into a plain folder: loads in seconds, identical logits
+        b = cls(str(om.prepare()), cache, revision=om.revision, label=om.label, **kw)
+        b.gguf_file = om.gguf_file  # keeps the cache identity of calls recorded from the GGUF
+        b.model = spec.model        # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
+    b._device_map, b.max_model_len = device_map, max_len
+    return _with_spec(b, spec)
 
 @patch(cls_method=True)
 def describe_spec(cls: OpenAIBackend, spec: BackendSpec) -> str:
-    "`openai:`: the model and its price (from the price table)."
+    "`openai:`: the model and its price (from the price table), or the servers of a compatible pool."
     model, price = spec.model, PRICES["usd_per_million_tokens"].get(spec.model)
+    urls = [spec.base_url] if isinstance(spec.base_url, str) else spec.base_url or []
+    if urls: return f"OpenAI-compatible server{'s' if len(urls) > 1 else ''} {', '.join(redact(u) for u in urls)} model {model}"
     return f"OpenAI chat API {model}" + (f" (${price['input']}/${price['output']} per M tokens in/out, prices of {PRICES['as_of']})"
                                        if price else " (no price in the table: cost reported as 0)")
 
 @patch(cls_method=True)
-def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str: return f"vLLM (GPU extra) model {spec.key().partition(':')[2]}"
+def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str: return f"vLLM (GPU extra) model {spec.base.partition(':')[2]}"
 @patch(cls_method=True)
-def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llama.cpp model {spec.key().partition(':')[2]}"
+def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llama.cpp model {spec.base.partition(':')[2]}"
+
+# %% ../nbs/10_llm.ipynb #772eb861
+HFBackend.options = ("dtype", "tokenizer", "max_model_len", "device", "device_map", "batch_size")
+OpenAIBackend.options = ("prefill", "tokenizer", "max_model_len", "api", "base_url", "api_key_env", "endpoint", "concurrency")
+VLLMBackend.options = ("dtype", "tokenizer", "max_model_len", "tensor_parallel_size", "enable_prefix_caching",
+                       "gpu_memory_utilization", "batch_size")
+LlamaCppBackend.options = ("max_model_len",)
+@patch(cls_method=True)
+def from_spec(cls: LlamaCppBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> LlamaCppBackend:
+    "`gguf:<file>`; the `max_model_len` option is llama.cpp's context size (`n_ctx`)."
+    if spec.revision is not None: kw["revision"] = spec.revision
+    if spec.max_model_len: kw.setdefault("n_ctx", spec.max_model_len)
+    return _with_spec(cls(spec.model, cache=cache, **kw), spec)
 
 # %% ../nbs/10_llm.ipynb #802c3fac
 def get_backend(spec: str | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
     "A backend from `kind:model` (`hf:`, `openai:`, `vllm:`, `gguf:`, or any registered kind) or a `BackendSpec`; `cache=None` caches nothing."
     return BackendSpec.parse(spec).build(cache, **kw)
+
+# %% ../nbs/10_llm.ipynb #bf62c8fb
+def add_backend_arguments(ap, group: str = "LLM backend options"):
+    "Add `--llm-option KEY=VALUE` (repeatable) and one `--llm-<option>` per `BackendSpec` option to an argparse parser."
+    import argparse
+    from clir_llm.specs import _arg_type
+    g = ap.add_argument_group(group)
+    g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a backend option (repeatable), e.g. --llm-option concurrency=16 --llm-option base_url=http://h:8000/v1")
+    for name, f in BackendSpec.model_fields.items():
+        if name in ("kind", "model"): continue
+        typ, choices, is_bool = _arg_type(f.annotation)
+        flag, dest = "--llm-" + name.replace("_", "-"), "llm_opt_" + name
+        if is_bool: g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=f.description)
+        else: g.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=f.description)
+    return ap
+
+def backend_spec_from_args(ns, llm: str | None = None) -> BackendSpec | None:
+    "The `BackendSpec` of `--llm` (or `llm`) with the options given on the command line; None without `--llm`."
+    llm = llm if llm is not None else getattr(ns, "llm", None)
+    opts = {k[len("llm_opt_"):]: v for k, v in vars(ns).items() if k.startswith("llm_opt_") and v is not None}
+    for kv in getattr(ns, "llm_option", None) or []:
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip(): raise ClirError(f"--llm-option {kv!r}: expected KEY=VALUE")
+        opts[k.strip().replace("-", "_")] = v.strip()
+    if llm is None:
+        if opts: raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
+        return None
+    return BackendSpec.parse(llm, **opts)

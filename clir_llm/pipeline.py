@@ -107,10 +107,11 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
 def backend(self: Pipeline, spec):
     "One backend object per spec (its usage is read as a difference around each rerank); None for no spec."
     if spec is None: return None
-    if str(spec) not in self._backends:
-        from clir_llm.llm import get_backend
-        self._backends[str(spec)] = get_backend(spec, cache=self.cache)
-    return self._backends[str(spec)]
+    from clir_llm.llm import BackendSpec, get_backend
+    spec = BackendSpec.parse(spec)
+    key = spec.model_dump_json()   # every option: two rows with other servers or concurrency get their own backend
+    if key not in self._backends: self._backends[key] = get_backend(spec, cache=self.cache)
+    return self._backends[key]
 
 @patch
 def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[str]:

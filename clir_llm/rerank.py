@@ -280,6 +280,8 @@ def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
                     help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
     ap.add_argument("--top-k", type=int, default=100, help="how many documents of each query to rerank")
     add_spec_arguments(ap, RerankerSpec, skip=("method",), group="reranker options")
+    from clir_llm.llm import add_backend_arguments
+    add_backend_arguments(ap)      # --llm-option KEY=VALUE and --llm-<option>: base URL(s), concurrency, dtype, ...
     ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     ap.add_argument("--cache-mode", default="readwrite", choices=("readwrite", "readonly", "replay", "off"))
     ap.add_argument("--out", required=True, help="where to write the reranked run")
@@ -293,6 +295,8 @@ def cli_rerank(argv=None) -> int:
     import_plugins(pre.parse_known_args(argv)[0].plugin)   # before --method's choices are read from the registry
     a = _rerank_parser(RERANKERS.names()).parse_args(argv)
     spec = spec_from_args(RerankerSpec, a)
+    from clir_llm.llm import backend_spec_from_args
+    backend_spec_from_args(a)      # bad backend options fail here, before any input is read
     if spec.reranker.needs_backend and not a.llm: raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
     from clir_llm.cache import Cache
     from clir_llm.collections import load_collection
@@ -303,7 +307,7 @@ def cli_rerank(argv=None) -> int:
     backend = None
     if a.llm:
         from clir_llm.llm import get_backend  # imports torch: only once the inputs are known to be good
-        backend = get_backend(a.llm, cache=Cache(a.cache, mode=a.cache_mode))
+        backend = get_backend(backend_spec_from_args(a), cache=Cache(a.cache, mode=a.cache_mode))
     rr = get_reranker(spec, backend)
     out = rr.rerank(collection, run, k=a.top_k)
     out.write(a.out, tag=f"{rr.name}-{a.docs}")

@@ -55,7 +55,7 @@ def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int
 
 # %% ../nbs/15_testing.ipynb #745898dc
 def _fake_handler(outer: "FakeOpenAIServer") -> type:
-    "The request handler of `outer`: answers `/chat/completions`, consuming one scripted fault per request."
+    "The request handler of `outer`: answers `/chat/completions` and `/completions`, consuming one scripted fault per request."
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         def log_message(self, *a): pass
@@ -65,29 +65,41 @@ def _fake_handler(outer: "FakeOpenAIServer") -> type:
             for k, v in headers: self.send_header(k, v)
             self.end_headers(); self.wfile.write(body)
         def do_POST(self):
+            if outer.dead: self.close_connection = True; self.connection.shutdown(2); return   # a killed server
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if not self.path.endswith("/chat/completions"): return self._send(404, b'{"error": {"message": "not found"}}')
-            msgs = body.get("messages", [])
+            chat = self.path.endswith("/chat/completions")
+            if not chat and not self.path.endswith("/completions"): return self._send(404, b'{"error": {"message": "not found"}}')
+            msgs = body.get("messages", []) if chat else []
             with outer._lock:
                 fault = outer.faults.pop(0) if outer.faults else None
-                outer.requests.append({"time": time.time(), "prompt": msgs[-1]["content"] if msgs else "", "fault": fault,
+                outer.requests.append({"time": time.time(), "prompt": (msgs[-1]["content"] if msgs else "") if chat else body.get("prompt"),
+                                       "endpoint": "chat" if chat else "completions", "fault": fault,
                                        "auth": bool(self.headers.get("Authorization")), "body": body})
                 outer.inflight += 1; outer.max_inflight = max(outer.max_inflight, outer.inflight)
-            try: self._answer(body, msgs, fault)
+            try:
+                with outer._capacity:              # a server answers `capacity` requests at a time, each in `latency` s
+                    if outer.latency: time.sleep(outer.latency)
+                    self._answer(body, msgs, fault) if chat else _completions(self, outer, body, fault)
             finally:
                 with outer._lock: outer.inflight -= 1
-        def _answer(self, body, msgs, fault):
+        def _fault(self, body, fault) -> bool:
+            "Answer a scripted fault (True), or go on (False)."
             err = lambda m: json.dumps({"error": {"message": m, "type": "test"}}).encode()
-            if fault == "429": return self._send(429, err("rate limited"))
-            if fault and fault.startswith("429:"): return self._send(429, err("rate limited"), [("Retry-After", fault[4:])])
-            if fault == "500": return self._send(500, err("server error"))
-            if fault == "401": return self._send(401, err(f"Incorrect API key provided: {self.headers.get('Authorization')}"))
-            if fault == "drop": self.close_connection = True; self.connection.shutdown(2); return
-            if fault == "malformed": return self._send(200, b'{"id": "x", "choices": [{"message": ')
-            if fault == "empty": return self._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
-                                                                      "model": body.get("model"), "choices": []}).encode())
-            if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
-            if fault == "hold": outer.holding.set(); outer.release.wait(60)
+            if fault == "429": self._send(429, err("rate limited"))
+            elif fault and fault.startswith("429:"): self._send(429, err("rate limited"), [("Retry-After", fault[4:])])
+            elif fault == "500": self._send(500, err("server error"))
+            elif fault == "401": self._send(401, err(f"Incorrect API key provided: {self.headers.get('Authorization')}"))
+            elif fault == "drop": self.close_connection = True; self.connection.shutdown(2)
+            elif fault == "malformed": self._send(200, b'{"id": "x", "choices": [{"message": ')
+            elif fault == "empty": self._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
+                                                               "model": body.get("model"), "choices": []}).encode())
+            else:
+                if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
+                if fault == "hold": outer.holding.set(); outer.release.wait(60)
+                return False
+            return True
+        def _answer(self, body, msgs, fault):
+            if self._fault(body, fault): return
             text = outer.responder(msgs, body)
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
             if body.get("logprobs"):
@@ -96,21 +108,83 @@ def _fake_handler(outer: "FakeOpenAIServer") -> type:
                 choice["logprobs"] = {"content": [{"token": best, "logprob": top[best], "bytes": None, "top_logprobs":
                     [{"token": t, "logprob": l, "bytes": None} for t, l in list(top.items())[:body.get("top_logprobs", 5)]]}]}
             n_in = sum(len(m["content"].split()) for m in msgs)
-            resp = {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-                    "choices": [choice], "usage": {"prompt_tokens": n_in, "completion_tokens": len(text.split()),
-                                                   "total_tokens": n_in + len(text.split())}}
+            self._ok("chat.completion", body, [choice], n_in, len(text.split()))
+        def _ok(self, obj, body, choices, n_in, n_out):
+            resp = {"id": "cmpl-test", "object": obj, "created": int(time.time()), "model": body.get("model"),
+                    "choices": choices, "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}}
             try: self._send(200, json.dumps(resp).encode())
             except OSError: pass   # the client went away (killed, or timed out)
     return Handler
 
+# %% ../nbs/15_testing.ipynb #9ac50fc1
+def _completions(self, outer: "FakeOpenAIServer", body: dict, fault):
+    "`/completions`: one choice per prompt (text or token ids); `echo=True` with `logprobs` returns the prompt's logprobs."
+    if self._fault(body, fault): return
+    prompts = body.get("prompt")
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)): prompts = [prompts]
+    choices, n_in, n_out = [], 0, 0
+    for k, p in enumerate(prompts):
+        text, out_ids = outer.completer(p, body)
+        ch = {"index": k, "text": text, "finish_reason": "stop", "logprobs": None}
+        if body.get("echo") and body.get("logprobs") is not None:
+            if isinstance(p, str): return self._send(400, b'{"error": {"message": "echo needs token ids in this test server"}}')
+            seq = list(p) + list(out_ids)
+            lps = outer.prompt_logprobs(seq)
+            ch["logprobs"] = {"tokens": [f"token_id:{t}" for t in seq], "token_logprobs": lps,
+                              "top_logprobs": [None] + [{f"token_id:{t}": lp} for t, lp in zip(seq[1:], lps[1:])],
+                              "text_offset": list(range(len(seq)))}
+        choices.append(ch)
+        n_in += len(p) if not isinstance(p, str) else len(p.split()); n_out += len(out_ids)
+    self._ok("text_completion", body, choices, n_in, n_out)
+
+# %% ../nbs/15_testing.ipynb #d1580917
+class _HFEngine:
+    "A local HF causal LM answering completions requests as a vLLM server would: greedy text, and prompt logprobs."
+    def __init__(self, path):
+        import torch, transformers
+        self.tok = transformers.AutoTokenizer.from_pretrained(str(path))
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self._lock = threading.Lock()
+
+    def complete(self, prompt, body) -> tuple[str, list[int]]:
+        import torch
+        ids = self.tok(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else list(prompt)
+        eos = self.model.generation_config.eos_token_id
+        with self._lock, torch.inference_mode():
+            out = self.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                      max_new_tokens=int(body.get("max_tokens") or 16), do_sample=False,
+                                      pad_token_id=self.tok.pad_token_id, eos_token_id=eos)[0, len(ids):].tolist()
+        eos = set(eos if isinstance(eos, list) else [eos])
+        n = next((j + 1 for j, t in enumerate(out) if t in eos), len(out))
+        return self.tok.decode(out[:n], skip_special_tokens=True), out[:n]
+
+    def prompt_logprobs(self, seq: list[int]) -> list:
+        import torch
+        with self._lock, torch.inference_mode():
+            lp = torch.log_softmax(self.model(torch.tensor([seq])).logits[0].float(), -1)
+        return [None] + [float(lp[j - 1, t]) for j, t in enumerate(seq) if j > 0]
+
 # %% ../nbs/15_testing.ipynb #fc805d02
+def _toy_logprobs(seq: list[int]) -> list:
+    "Deterministic per-token log-probabilities of a token sequence (the first token has none), for tests without a model."
+    return [None] + [-(1 + (t * 7 + j) % 13) / 10 for j, t in enumerate(seq) if j > 0]
+
 class FakeOpenAIServer:
-    "A real HTTP server on 127.0.0.1 speaking the chat-completions protocol, with scripted faults (for tests and demos)."
-    def __init__(self, responder: Callable | None = None, top: Callable | None = None, faults: Sequence = ()):
+    """A real HTTP server on 127.0.0.1 speaking the chat-completions and completions protocols, with scripted faults,
+    a fixed per-request `latency` and `capacity` (requests answered at a time), for tests, demos and benchmarks.
+    `model=`: a local HF model folder that answers completions (greedy) and prompt logprobs, as vLLM would."""
+    def __init__(self, responder: Callable | None = None, top: Callable | None = None, faults: Sequence = (),
+                 completer: Callable | None = None, prompt_logprobs: Callable | None = None, model=None,
+                 latency: float = 0.0, capacity: int | None = None):
         self.responder = responder or (lambda msgs, body: "echo: " + msgs[-1]["content"])
         self.top = top or (lambda msgs: {"A": -0.5, "B": -1.5, " C": -3.0})
+        self.engine = _HFEngine(model) if model is not None else None
+        self.completer = completer or (self.engine.complete if self.engine else
+                                       lambda p, body: ("echo: " + (p if isinstance(p, str) else " ".join(map(str, p[-3:]))), []))
+        self.prompt_logprobs = prompt_logprobs or (self.engine.prompt_logprobs if self.engine else _toy_logprobs)
+        self.latency, self._capacity = latency, threading.BoundedSemaphore(capacity or 10_000)
         self.faults, self.requests, self.inflight, self.max_inflight = list(faults), [], 0, 0
-        self.holding, self.release = threading.Event(), threading.Event()
+        self.holding, self.release, self.dead = threading.Event(), threading.Event(), False
         self._lock = threading.Lock()
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -121,7 +195,13 @@ class FakeOpenAIServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self): self._thread.start(); return self
-    def __exit__(self, *a): self.release.set(); self.httpd.shutdown(); self.httpd.server_close()
+    def __exit__(self, *a):
+        self.release.set()
+        if not self.dead: self.httpd.shutdown(); self.httpd.server_close()
+
+    def kill(self):
+        "Stop answering now, as a crashed server: new connections are refused, open ones are dropped."
+        self.dead = True; self.release.set(); self.httpd.shutdown(); self.httpd.server_close()
 
     def count(self, prompt: str) -> int:
         "How many requests asked `prompt` (as the last message)."
