@@ -19,8 +19,9 @@ from .specs import import_plugins
 from .translate import TranslatorSpec
 
 # %% auto #0
-__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'Config',
-           'resolve_config', 'load_config', 'repo_root', 'experiment_notebook', 'results_dir']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
+           'paper_quirk_switches', 'Config', 'resolve_config', 'load_config', 'repo_root', 'experiment_notebook',
+           'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -119,6 +120,27 @@ class DocLengthConfig(_Strict):
     first_stages: list[Method]
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
 
+# %% ../nbs/13a_config.ipynb #51b9e4af
+def paper_quirk_switches(r: dict) -> dict:
+    """The authors' switches for one reranker entry of a configuration (a dict with `method`, `llm`, `prompt`):
+    listwise: rank_llm 0.21.0's short last window, and for RankZephyr-style prompts its query '[n]' rewrite; on `hf:`
+    its answer budget (max = min new tokens); on `openai:` its cl100k budgeting without max_tokens. Pairwise
+    (llm-rankers 0.0.2): heapsort's tie rule; on `hf:` two BOS where the template has one and no attention mask."""
+    from clir_llm.rerank import RERANKERS
+    method, llm = str(r.get("method", "")), str(r.get("llm") or "")
+    try: cls = RERANKERS.lookup(method)[0].obj
+    except ClirError: return {}
+    kind, out = llm.partition(":")[0], {}
+    if cls.family == "listwise":
+        out["last_window"] = "short"
+        if (r.get("prompt") or cls.default_prompt(method)) == "rankzephyr": out["query_numbers"] = "rewrite"
+        if kind == "hf": out["answer_budget"] = "rank_llm"
+        if kind == "openai": out["cl100k_budget"] = True
+    elif cls.family == "pairwise":
+        if method == "pairwise-heapsort": out["heapsort_ties"] = "llm-rankers"
+        if kind == "hf": out.update(double_bos=True, no_attention_mask=True)
+    return out
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
@@ -136,7 +158,21 @@ class Config(_Strict):
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
+    paper_quirks: StrictBool = False     # true: every switch of the authors' scripts on (`paper_quirk_switches`); a switch set in the file wins
     _path: Optional[Path] = PrivateAttr(None)
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_quirks(cls, data):
+        "With `paper_quirks: true`, each reranker and the first stage get the authors' switches (those the file does not set)."
+        if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
+        data = dict(data)
+        fs = data.get("first_stage")
+        if isinstance(fs, dict) and "dense_quirks" not in fs:
+            from clir_llm.dense import encoder_quirks
+            data["first_stage"] = {**fs, "dense_quirks": list(encoder_quirks())}
+        if isinstance(data.get("rerankers"), list):
+            data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
+        return data
 
     @field_validator("name")
     @classmethod

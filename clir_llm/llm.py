@@ -250,7 +250,7 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Cal
 # %% ../nbs/10_llm.ipynb #4c1b1cc3
 @patch
 def _params(self: CachedBackend, max_new_tokens: int, params: dict) -> dict:
-    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": int(max_new_tokens)}
+    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens)}   # None: no cap sent
     return {k: p[k] for k in sorted(p) if p[k] is not None}
 
 @patch
@@ -434,6 +434,7 @@ class _HFGenerateMixin:
         from transformers import GenerationConfig
         extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
+        if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
         sample = params.get("temperature", 0) > 0
         gc = GenerationConfig(max_new_tokens=params["max_new_tokens"], do_sample=sample, num_beams=1,
                               pad_token_id=self._pad_id(), eos_token_id=self._eos_ids(),
@@ -777,7 +778,7 @@ def _call(self: OpenAIBackend, **kw):
 @patch
 def _api_params(self: OpenAIBackend, params: dict) -> dict:
     p = dict(params)
-    kw = {"max_tokens": p.pop("max_new_tokens")}
+    kw = {"max_tokens": p.pop("max_new_tokens")} if "max_new_tokens" in p else {}   # absent: uncapped (rank_llm's calls)
     kw.update(p)
     return kw
 

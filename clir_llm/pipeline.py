@@ -13,7 +13,7 @@ from .config import Config, RerankerConfig, load_config, results_dir
 from .retrieve import FirstStage, docs_view, parse_method
 
 # %% auto #0
-__all__ = ['rerank_params', 'Pipeline']
+__all__ = ['doc_length_options', 'rerank_params', 'Pipeline']
 
 # %% ../nbs/13b_pipeline.ipynb #84097f55
 def _view_revision() -> tuple:
@@ -22,10 +22,17 @@ def _view_revision() -> tuple:
     return ("view", VIEW_REVISION)
 
 # %% ../nbs/13b_pipeline.ipynb #205e53ee
+def doc_length_options(rc: RerankerConfig, passage_tokens: int) -> dict:
+    """The options of a document-length run: passages cut to `passage_tokens` tokens of the reranker's own tokenizer
+    (pairwise rerankers always cut in tokens; a listwise one is switched to `cut: tokens`, not whitespace words)."""
+    opts = {"passage_tokens": passage_tokens, "max_words": passage_tokens}
+    if "cut" in rc.reranker.switches_for(rc.method): opts["cut"] = "tokens"
+    return opts
+
 def rerank_params(rc: RerankerConfig, passage_tokens: int | None = None) -> dict:
     "The parameters of `rc` that name its runs (`doc_title` only when false, so earlier run files keep their names)."
     params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"} | ({"doc_title"} if rc.doc_title else set()))
-    if passage_tokens is not None: params.update(passage_tokens=passage_tokens, max_words=passage_tokens)
+    if passage_tokens is not None: params.update(doc_length_options(rc, passage_tokens))
     return params
 
 def _slug(s: str) -> str:
@@ -104,13 +111,14 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
 
 # %% ../nbs/13b_pipeline.ipynb #9d4d7e57
 @patch
-def backend(self: Pipeline, spec):
-    "One backend object per spec (its usage is read as a difference around each rerank); None for no spec."
+def backend(self: Pipeline, spec, **options):
+    "One backend object per spec and options (a reranker's backend switches); its usage is read as a difference around each rerank. None for no spec."
     if spec is None: return None
-    if str(spec) not in self._backends:
+    key = (str(spec), tuple(sorted(options.items())))
+    if key not in self._backends:
         from clir_llm.llm import get_backend
-        self._backends[str(spec)] = get_backend(spec, cache=self.cache)
-    return self._backends[str(spec)]
+        self._backends[key] = get_backend(spec, cache=self.cache, **options)
+    return self._backends[key]
 
 @patch
 def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[str]:
@@ -133,8 +141,8 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
                       + ((_view_revision(),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
     from clir_llm.rerank import get_reranker
-    cut = {"passage_tokens": passage_tokens, "max_words": passage_tokens} if passage_tokens else {}
-    rr = get_reranker(rc, self.backend(rc.llm), progress=self.progress, **cut)
+    cut = doc_length_options(rc, passage_tokens) if passage_tokens else {}
+    rr = get_reranker(rc, self.backend(rc.llm, **rc.backend_options()), progress=self.progress, **cut)
     run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
     rr.save(path); run.write(path, tag=_slug(label))
