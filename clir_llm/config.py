@@ -50,6 +50,24 @@ class FirstStageConfig(_Strict):
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
     dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
+    dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}   # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
+    @field_validator("dense_dtype")
+    @classmethod
+    def _dense_dtype(cls, v):
+        from clir_llm.dense import ENCODERS
+        if bad := [k for k in v if k not in ENCODERS]:
+            raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
+        return v
+    def dtypes_of(self, method) -> tuple[str, ...]:
+        """'encoder=dtype' for `method`'s encoders run in another GPU dtype than float16 (they name its runs; float16 runs keep
+        their names): a `dense_dtype` override, or a registry dtype other than float16 (stand-ins excepted: their runs keep their names)."""
+        from clir_llm.dense import get_encoder_spec
+        out = []
+        for e in parse_method(method).encoders:
+            spec = get_encoder_spec(e)
+            d = self.dense_dtype.get(e) or (spec.half if not spec.stand_in else "float16")
+            if d != "float16": out.append(f"{e}={d}")
+        return tuple(out)
 
     @field_validator("dense_quirks")
     @classmethod

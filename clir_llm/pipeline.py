@@ -88,7 +88,8 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
     text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
     return self._path(pair, str(m), (str(m), str(fs.translator) if m.translated and fs.translator else None, fs.depth, coll.key)
                       + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((_view_revision(),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ()))
+                      + ((_view_revision(),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
+                      + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
 def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
@@ -99,7 +100,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
         return None
     path = self.first_stage_path(pair, m)
     if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
-    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m),
+    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
                    doc_max_length=fs.dense_doc_max_length if m.encoders else None)
     t0 = time.time()
     run = retr.retrieve(self.collection(pair), k=fs.depth)

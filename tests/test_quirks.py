@@ -335,3 +335,28 @@ def test_doc_length_cuts_listwise_passages_in_the_rerankers_tokens():
     b = TwoTokenWords(coll)
     get_reranker(lw, b, progress=False, **doc_length_options(lw, 16)).rerank(coll, first, k=20)
     assert {len(line.split()) - 1 for line in _passages(b)} <= {8}   # 16 tokens = 8 two-token words, not 16 words
+
+
+def test_dense_dtypes_are_the_authors_and_name_the_runs(tmp_path):
+    import yaml
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import Pipeline
+    from clir_llm.retrieve import parse_method
+    assert {n: D.get_encoder_spec(n).half for n in ("mgte", "m3", "e5", "repllama", "nv-embed-v2")} == \
+        {"mgte": "float32", "m3": "float16", "e5": "float16", "repllama": "float16", "nv-embed-v2": "float32"}
+    cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               first_stage=dict(methods=["dense:mgte", "dense:m3", "dense:e5-small"]))
+    paths = {}
+    for dd in ({}, {"mgte": "float16", "m3": "bfloat16"}):
+        (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_dtype": dd}}))
+        c = load_config(tmp_path / "q.yaml")
+        paths[bool(dd)] = {m: Pipeline(c, tmp_path / "out", progress=False).first_stage_path("en-de", m) for m in cfg["first_stage"]["methods"]}
+        if dd: assert c.first_stage.dtypes_of("dense:m3") == ("m3=bfloat16",) and c.first_stage.dtypes_of("dense:mgte") == ()
+        else: assert c.first_stage.dtypes_of("dense:mgte") == ("mgte=float32",) and c.first_stage.dtypes_of("dense:e5-small") == ()
+    assert paths[True]["dense:e5-small"] == paths[False]["dense:e5-small"]      # the stand-in's runs keep their names
+    assert paths[True]["dense:mgte"] != paths[False]["dense:mgte"] and paths[True]["dense:m3"] != paths[False]["dense:m3"]
+    from clir_llm.cache import Cache
+    r = parse_method("dense:m3").build(cache=Cache(tmp_path / "c"), dense_dtype={"m3": "bfloat16"}, progress=False)
+    assert r.encoder.spec.half == "bfloat16"
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_dtype": {"m4": "float16"}}}))
+    with pytest.raises(ClirError, match="unknown dense encoder 'm4'"): load_config(tmp_path / "q.yaml")
