@@ -51,6 +51,15 @@ class FirstStageConfig(_Strict):
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
     dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
     dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}   # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
+    nllb_output: Literal["256-new-tokens", "model-max-length"] = "256-new-tokens"   # NLLB's output cap; the authors': the model's max_length (200)
+    def translator_options(self) -> dict:
+        "Keyword arguments of the translator for this configuration's switches (only when off their default)."
+        return {"max_new_tokens": None} if self.nllb_output == "model-max-length" else {}
+    @model_validator(mode="after")
+    def _nllb_output(self):
+        if self.nllb_output != "256-new-tokens" and (self.translator is None or self.translator.kind != "nllb"):
+            raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
+        return self
     @field_validator("dense_dtype")
     @classmethod
     def _dense_dtype(cls, v):
@@ -185,9 +194,11 @@ class Config(_Strict):
         if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
         data = dict(data)
         fs = data.get("first_stage")
-        if isinstance(fs, dict) and "dense_quirks" not in fs:
+        if isinstance(fs, dict):
             from clir_llm.dense import encoder_quirks
-            data["first_stage"] = {**fs, "dense_quirks": list(encoder_quirks())}
+            extra = {"dense_quirks": list(encoder_quirks())}
+            if str(fs.get("translator") or "").startswith("nllb:"): extra["nllb_output"] = "model-max-length"
+            data["first_stage"] = {**extra, **fs}
         if isinstance(data.get("rerankers"), list):
             data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
         return data

@@ -977,7 +977,11 @@ def truncate(self: LlamaCppBackend, text, max_tokens):
 def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
     "`hf:`: a transformers model, or an offline stand-in of `clir_llm.assets`."
     if (om := offline_model(spec.key())) is not None: return f"{om.label} via transformers (offline GGUF)"
-    return f"transformers model {spec.key().partition(':')[2]}"
+    out = f"transformers model {spec.key().partition(':')[2]}"
+    if (card := model_card(spec.model)) is not None:   # a paper model: its dtype, and a warning where no revision is pinned
+        out += f" ({card.dtype} on a GPU as the authors" + ("" if spec.revision or card.revision else
+               "; WARNING revision not pinned: the commit resolved on first download is recorded in each run's .rerank.json") + ")"
+    return out
 
 @patch(cls_method=True)
 def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> HFBackend:

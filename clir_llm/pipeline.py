@@ -16,10 +16,12 @@ from .retrieve import FirstStage, docs_view, parse_method
 __all__ = ['doc_length_options', 'rerank_params', 'Pipeline']
 
 # %% ../nbs/13b_pipeline.ipynb #84097f55
-def _view_revision() -> tuple:
-    "How translated views are made (`translate.VIEW_REVISION`): part of the name of every run that reads one, so a run made from older translations is never reused."
+def _view_revision(fs=None) -> tuple:
+    """How translated views are made (`translate.VIEW_REVISION`, and the translator's switches of first-stage config `fs`
+    when off their default): part of the name of every run that reads one, so a run made from other translations is never reused."""
     from clir_llm.translate import VIEW_REVISION
-    return ("view", VIEW_REVISION)
+    opts = fs.translator_options() if fs is not None else {}
+    return ("view", VIEW_REVISION) + ((("translator", tuple(sorted(opts.items()))),) if opts else ())
 
 # %% ../nbs/13b_pipeline.ipynb #205e53ee
 def doc_length_options(rc: RerankerConfig, passage_tokens: int) -> dict:
@@ -62,7 +64,7 @@ def translator(self: Pipeline):
     "The configuration's translator (one object, so its sentence accounting covers the whole pipeline)."
     if self._translator is None and self.cfg.first_stage.translator:
         from clir_llm.translate import get_translator
-        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache)
+        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, **self.cfg.first_stage.translator_options())
     return self._translator
 
 @patch
@@ -88,7 +90,7 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
     text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
     return self._path(pair, str(m), (str(m), str(fs.translator) if m.translated and fs.translator else None, fs.depth, coll.key)
                       + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((_view_revision(),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
+                      + ((_view_revision(fs),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
                       + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
@@ -139,7 +141,7 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     params = rerank_params(rc, passage_tokens)
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
-                      + ((_view_revision(),) if docs != "og" else ()))
+                      + ((_view_revision(self.cfg.first_stage),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
     from clir_llm.rerank import get_reranker
     cut = doc_length_options(rc, passage_tokens) if passage_tokens else {}

@@ -318,6 +318,35 @@ def test_paper_quirks_variant_configs_set_every_switch():
         assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == {"last_window": "short", "cl100k_budget": True}
         assert got["Llama-3.1-8B"] == got["Aya-101"] == {"double_bos": True, "no_attention_mask": True}
         assert [str(m) for m in quirks.first_stage.methods] == [str(m) for m in base.first_stage.methods]
+        assert (base.first_stage.nllb_output, quirks.first_stage.nllb_output) == ("256-new-tokens", "model-max-length")
+        assert quirks.first_stage.translator_options() == {"max_new_tokens": None} and base.first_stage.translator_options() == {}
+
+
+def test_nllb_output_cap_switch(tmp_path):
+    import yaml
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import Pipeline
+    from clir_llm.translate import NLLBTranslator, tiny_nllb
+    cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               first_stage=dict(methods=["bm25-qt", "bm25-og"], translator="nllb:facebook/nllb-200-1.3B"))
+    paths = {}
+    for v in ("256-new-tokens", "model-max-length"):
+        (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "nllb_output": v}}))
+        p = Pipeline(load_config(tmp_path / "q.yaml"), tmp_path / "out", progress=False)
+        paths[v] = {m: p.first_stage_path("en-de", m) for m in ("bm25-qt", "bm25-og")}
+        assert p.translator().max_new_tokens == (256 if v == "256-new-tokens" else None)
+    assert paths["256-new-tokens"]["bm25-og"] == paths["model-max-length"]["bm25-og"]
+    assert paths["256-new-tokens"]["bm25-qt"] != paths["model-max-length"]["bm25-qt"]
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "translator": "dict:freedict", "nllb_output": "model-max-length"}}))
+    with pytest.raises(ClirError, match="needs an nllb: translator"): load_config(tmp_path / "q.yaml")
+    seen = []
+    class M:   # what generate is handed
+        def generate(self, **kw): seen.append(kw); import torch; return torch.zeros((len(kw["input_ids"]), 2), dtype=torch.long)
+    for cap in (256, None):
+        t = NLLBTranslator(str(tiny_nllb(tmp_path / "nllb")), max_new_tokens=cap, progress=False, device="cpu")
+        t.load(); t._model = M()
+        t._translate_batch(["Hallo Welt."], "de", "en")
+    assert seen[0]["max_new_tokens"] == 256 and "max_new_tokens" not in seen[1]
 
 
 def test_doc_length_cuts_listwise_passages_in_the_rerankers_tokens():

@@ -127,3 +127,11 @@ def test_dtype_of_the_model_table(monkeypatch):
     assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct").identity()["dtype"] == "float32"   # the authors' code on a CPU
     local = HFBackend(str(FX / "qwen25"))
     assert "dtype" not in local.identity()        # models outside the table keep their identity (and cache keys)
+
+
+def test_the_plan_warns_where_no_revision_is_pinned():
+    from clir_llm.llm import BackendSpec
+    for m in HF_MODELS:
+        d = BackendSpec.parse(f"hf:{m}").describe()
+        assert "float16 on a GPU as the authors" in d and "WARNING revision not pinned" in d, d
+    assert "WARNING" not in BackendSpec.parse("hf:meta-llama/Llama-3.1-8B-Instruct@0e9e39f").describe()
