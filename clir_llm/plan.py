@@ -65,6 +65,10 @@ def plan(cfg: Config) -> list[str]:
         lines.append(f"reranker {r.name}: {r.method}{llm}; first stages {', '.join(map(str, r.first_stages))}; "
                      f"docs {'/'.join(r.docs)} ({'title + text' if r.doc_title else 'text only'}); top {r.top_k}; "
                      f"pairs {', '.join(cfg.reranker_pairs(r))}" + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
+    for r in cfg.rerankers:   # the authors' switches (README "Where the authors' scripts differ"), named in the runs' identities
+        if sw := r.non_default_switches(): lines.append(f"reranker {r.name} switches: " + ", ".join(f"{k} {v}" for k, v in sw.items()))
+    if fs.nllb_output != "256-new-tokens": lines.append(f"NLLB output cap: {fs.nllb_output} (the model's generation config, 200 tokens, as the authors)")
+    if fs.dense_dtype: lines.append("dense dtypes on a GPU: " + ", ".join(f"{e} {d}" for e, d in fs.dense_dtype.items()))
     if any(m.translated for m in fs.methods) or any("dt" in r.docs for r in cfg.rerankers):
         lines.append(f"DT documents (first stage and rerankers): {_dt_text(cfg)}")
     if cfg.doc_length:

@@ -138,7 +138,8 @@ class RerankerSpec(Spec):
     query_numbers: Literal["keep", "rewrite"] = Field("keep", description="listwise: '[n]' in the query kept, or rewritten '(n)' as rank_llm's RankZephyr path does (its passages' '[n]' always are)")
     cl100k_budget: bool = Field(False, strict=True, description="listwise on openai: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message overhead and send no max_tokens (rank_llm's SafeOpenai)")
     double_bos: bool = Field(False, strict=True, description="hf backends: the tokenizer's BOS after the chat template's (llm-rankers gave Llama-3.1 two)")
-    no_attention_mask: bool = Field(False, strict=True, description="hf backends: generate without an attention mask (llm-rankers' calls)")
+    no_attention_mask: bool = Field(False, strict=True, description="hf backends: generate without an attention mask (llm-rankers' calls)",
+                                    json_schema_extra={"flag": "--omit-attention-mask"})   # argparse reads a '--no-' flag as a negation
     dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(None, description="hf backends: the model's dtype (default: the authors', from the model table llm.HF_MODELS)")
 
     SWITCHES: ClassVar[tuple[str, ...]] = ("heapsort_ties", "last_window", "cut", "answer_budget", "query_numbers", "cl100k_budget",

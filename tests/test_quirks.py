@@ -178,6 +178,13 @@ def test_switches_are_cli_flags():
     assert spec_from_args(RerankerSpec, a).non_default_switches() == {"last_window": "short", "cut": "tokens"}
     a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "pairwise-heapsort", "--heapsort-ties", "llm-rankers"])
     assert spec_from_args(RerankerSpec, a).heapsort_ties == "llm-rankers"
+    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "pairwise-heapsort", "--double-bos", "--omit-attention-mask",
+                                                                 "--dtype", "bfloat16"])
+    s = spec_from_args(RerankerSpec, a)
+    assert s.backend_options() == {"double_bos": True, "no_attention_mask": True, "dtype": "bfloat16"} and "double_bos=True" in s.key()
+    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "listwise", "--answer-budget", "rank_llm", "--query-numbers",
+                                                                 "rewrite", "--cl100k-budget"])
+    assert spec_from_args(RerankerSpec, a).non_default_switches() == {"answer_budget": "rank_llm", "query_numbers": "rewrite", "cl100k_budget": True}
 
 
 def test_dense_quirks_by_name_and_revisions(tmp_path):
