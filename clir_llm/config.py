@@ -20,7 +20,8 @@ from .translate import TranslatorSpec
 
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
-           'ReferenceRow', 'Config', 'resolve_config', 'load_config', 'repo_root', 'experiment_notebook', 'results_dir']
+           'ReferenceRow', 'paper_quirk_switches', 'Config', 'resolve_config', 'load_config', 'repo_root',
+           'experiment_notebook', 'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -49,6 +50,33 @@ class FirstStageConfig(_Strict):
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
     dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
+    dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}   # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
+    nllb_output: Literal["256-new-tokens", "model-max-length"] = "256-new-tokens"   # NLLB's output cap; the authors': the model's max_length (200)
+    def translator_options(self) -> dict:
+        "Keyword arguments of the translator for this configuration's switches (only when off their default)."
+        return {"max_new_tokens": None} if self.nllb_output == "model-max-length" else {}
+    @model_validator(mode="after")
+    def _nllb_output(self):
+        if self.nllb_output != "256-new-tokens" and (self.translator is None or self.translator.kind != "nllb"):
+            raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
+        return self
+    @field_validator("dense_dtype")
+    @classmethod
+    def _dense_dtype(cls, v):
+        from clir_llm.dense import ENCODERS
+        if bad := [k for k in v if k not in ENCODERS]:
+            raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
+        return v
+    def dtypes_of(self, method) -> tuple[str, ...]:
+        """'encoder=dtype' for `method`'s encoders run in another GPU dtype than float16 (they name its runs; float16 runs keep
+        their names): a `dense_dtype` override, or a registry dtype other than float16 (stand-ins excepted: their runs keep their names)."""
+        from clir_llm.dense import get_encoder_spec
+        out = []
+        for e in parse_method(method).encoders:
+            spec = get_encoder_spec(e)
+            d = self.dense_dtype.get(e) or (spec.half if not spec.stand_in else "float16")
+            if d != "float16": out.append(f"{e}={d}")
+        return tuple(out)
 
     @field_validator("dense_quirks")
     @classmethod
@@ -136,6 +164,27 @@ class ReferenceRow(_Strict):
         return v
 
 
+# %% ../nbs/13a_config.ipynb #51b9e4af
+def paper_quirk_switches(r: dict) -> dict:
+    """The authors' switches for one reranker entry of a configuration (a dict with `method`, `llm`, `prompt`):
+    listwise: rank_llm 0.21.0's short last window, and for RankZephyr-style prompts its query '[n]' rewrite; on `hf:`
+    its answer budget (max = min new tokens); on `openai:` its cl100k budgeting without max_tokens. Pairwise
+    (llm-rankers 0.0.2): heapsort's tie rule; on `hf:` two BOS where the template has one and no attention mask."""
+    from clir_llm.rerank import RERANKERS
+    method, llm = str(r.get("method", "")), str(r.get("llm") or "")
+    try: cls = RERANKERS.lookup(method)[0].obj
+    except ClirError: return {}
+    kind, out = llm.partition(":")[0], {}
+    if cls.family == "listwise":
+        out["last_window"] = "short"
+        if (r.get("prompt") or cls.default_prompt(method)) == "rankzephyr": out["query_numbers"] = "rewrite"
+        if kind == "hf": out["answer_budget"] = "rank_llm"
+        if kind == "openai": out["cl100k_budget"] = True
+    elif cls.family == "pairwise":
+        if method == "pairwise-heapsort": out["heapsort_ties"] = "llm-rankers"
+        if kind == "hf": out.update(double_bos=True, no_attention_mask=True)
+    return out
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
@@ -154,7 +203,23 @@ class Config(_Strict):
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
+    paper_quirks: StrictBool = False     # true: every switch of the authors' scripts on (`paper_quirk_switches`); a switch set in the file wins
     _path: Optional[Path] = PrivateAttr(None)
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_quirks(cls, data):
+        "With `paper_quirks: true`, each reranker and the first stage get the authors' switches (those the file does not set)."
+        if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
+        data = dict(data)
+        fs = data.get("first_stage")
+        if isinstance(fs, dict):
+            from clir_llm.dense import encoder_quirks
+            extra = {"dense_quirks": list(encoder_quirks())}
+            if str(fs.get("translator") or "").startswith("nllb:"): extra["nllb_output"] = "model-max-length"
+            data["first_stage"] = {**extra, **fs}
+        if isinstance(data.get("rerankers"), list):
+            data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
+        return data
 
     @field_validator("name")
     @classmethod

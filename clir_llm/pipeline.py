@@ -13,19 +13,28 @@ from .config import Config, RerankerConfig, load_config, results_dir
 from .retrieve import FirstStage, docs_view, parse_method
 
 # %% auto #0
-__all__ = ['rerank_params', 'Pipeline']
+__all__ = ['doc_length_options', 'rerank_params', 'Pipeline']
 
 # %% ../nbs/13b_pipeline.ipynb #84097f55
-def _view_revision() -> tuple:
-    "How translated views are made (`translate.VIEW_REVISION`): part of the name of every run that reads one, so a run made from older translations is never reused."
+def _view_revision(fs=None) -> tuple:
+    """How translated views are made (`translate.VIEW_REVISION`, and the translator's switches of first-stage config `fs`
+    when off their default): part of the name of every run that reads one, so a run made from other translations is never reused."""
     from clir_llm.translate import VIEW_REVISION
-    return ("view", VIEW_REVISION)
+    opts = fs.translator_options() if fs is not None else {}
+    return ("view", VIEW_REVISION) + ((("translator", tuple(sorted(opts.items()))),) if opts else ())
 
 # %% ../nbs/13b_pipeline.ipynb #205e53ee
+def doc_length_options(rc: RerankerConfig, passage_tokens: int) -> dict:
+    """The options of a document-length run: passages cut to `passage_tokens` tokens of the reranker's own tokenizer
+    (pairwise rerankers always cut in tokens; a listwise one is switched to `cut: tokens`, not whitespace words)."""
+    opts = {"passage_tokens": passage_tokens, "max_words": passage_tokens}
+    if "cut" in rc.reranker.switches_for(rc.method): opts["cut"] = "tokens"
+    return opts
+
 def rerank_params(rc: RerankerConfig, passage_tokens: int | None = None) -> dict:
     "The parameters of `rc` that name its runs (`doc_title` only when false, so earlier run files keep their names)."
     params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"} | ({"doc_title"} if rc.doc_title else set()))
-    if passage_tokens is not None: params.update(passage_tokens=passage_tokens, max_words=passage_tokens)
+    if passage_tokens is not None: params.update(doc_length_options(rc, passage_tokens))
     return params
 
 def _slug(s: str) -> str:
@@ -55,7 +64,7 @@ def translator(self: Pipeline):
     "The configuration's translator (one object, so its sentence accounting covers the whole pipeline)."
     if self._translator is None and self.cfg.first_stage.translator:
         from clir_llm.translate import get_translator
-        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache)
+        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, **self.cfg.first_stage.translator_options())
     return self._translator
 
 @patch
@@ -81,7 +90,8 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
     text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
     return self._path(pair, str(m), (str(m), str(fs.translator) if m.translated and fs.translator else None, fs.depth, coll.key)
                       + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((_view_revision(),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ()))
+                      + ((_view_revision(fs),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
+                      + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
 def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
@@ -92,7 +102,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
         return None
     path = self.first_stage_path(pair, m)
     if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
-    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m),
+    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
                    doc_max_length=fs.dense_doc_max_length if m.encoders else None)
     t0 = time.time()
     run = retr.retrieve(self.collection(pair), k=fs.depth)
@@ -104,13 +114,14 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
 
 # %% ../nbs/13b_pipeline.ipynb #9d4d7e57
 @patch
-def backend(self: Pipeline, spec):
-    "One backend object per spec (its usage is read as a difference around each rerank); None for no spec."
+def backend(self: Pipeline, spec, **options):
+    "One backend object per spec and options (a reranker's backend switches); its usage is read as a difference around each rerank. None for no spec."
     if spec is None: return None
     from clir_llm.llm import BackendSpec, get_backend
     spec = BackendSpec.parse(spec)
-    key = spec.model_dump_json()   # every option: two rows with other servers or concurrency get their own backend
-    if key not in self._backends: self._backends[key] = get_backend(spec, cache=self.cache)
+    # every option: two rows with other servers, concurrency or reranker switches get their own backend
+    key = (spec.model_dump_json(), tuple(sorted(options.items())))
+    if key not in self._backends: self._backends[key] = get_backend(spec, cache=self.cache, **options)
     return self._backends[key]
 
 @patch
@@ -131,11 +142,11 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     params = rerank_params(rc, passage_tokens)
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
-                      + ((_view_revision(),) if docs != "og" else ()))
+                      + ((_view_revision(self.cfg.first_stage),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
     from clir_llm.rerank import get_reranker
-    cut = {"passage_tokens": passage_tokens, "max_words": passage_tokens} if passage_tokens else {}
-    rr = get_reranker(rc, self.backend(rc.llm), progress=self.progress, **cut)
+    cut = doc_length_options(rc, passage_tokens) if passage_tokens else {}
+    rr = get_reranker(rc, self.backend(rc.llm, **rc.backend_options()), progress=self.progress, **cut)
     run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
     rr.save(path); run.write(path, tag=_slug(label))

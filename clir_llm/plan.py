@@ -496,6 +496,10 @@ def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str
     for ref in cfg.references:
         lines.append(f"reference row (copied, not run): {ref.row} in the {ref.table} table ({ref.measure}) after {ref.after or 'the last row'}: "
                      + ", ".join(f"{p} {v:.4f}" for p, v in ref.values.items()) + f"; {ref.source}")
+    for r in cfg.rerankers:   # the authors' switches (README "Where the authors' scripts differ"), named in the runs' identities
+        if sw := r.non_default_switches(): lines.append(f"reranker {r.name} switches: " + ", ".join(f"{k} {v}" for k, v in sw.items()))
+    if fs.nllb_output != "256-new-tokens": lines.append(f"NLLB output cap: {fs.nllb_output} (the model's generation config, 200 tokens, as the authors)")
+    if fs.dense_dtype: lines.append("dense dtypes on a GPU: " + ", ".join(f"{e} {d}" for e, d in fs.dense_dtype.items()))
     if any(m.translated for m in fs.methods) or any("dt" in r.docs for r in cfg.rerankers):
         lines.append(f"DT documents (first stage and rerankers): {_dt_text(cfg)}")
     if cfg.doc_length:

@@ -95,8 +95,11 @@ def _truncated(self: Reranker, q, lang, n_tokens):
 def save(self: Reranker, run_path) -> Path:
     "Save the per-query diagnostics as `<run>.rerank.json` and the usage as `<run>.usage.json`."
     self.usage.save(usage_path(run_path))
+    b = getattr(self, "backend", None)   # the backend's identity and the Hub commit it resolved (`resolved_revision`)
+    meta = {"backend": {**b.identity(), **({"resolved_revision": b.resolved_revision} if getattr(b, "resolved_revision", None) else {})}} \
+        if b is not None and hasattr(b, "identity") else {}
     return write_json(Path(str(run_path) + ".rerank.json"),
-                      {"reranker": self.name, "params": self.params, "usage": self.usage.to_dict(), "per_query": self.diagnostics})
+                      {"reranker": self.name, "params": self.params, "usage": self.usage.to_dict(), "per_query": self.diagnostics, **meta})
 
 # %% ../nbs/11_rerank.ipynb #ced34532
 def _lang(doc, collection) -> str: return doc.lang or collection.doc_lang or "?"
@@ -131,8 +134,17 @@ class RerankerSpec(Spec):
     heapsort_ties: Literal["first-stage", "llm-rankers"] = Field("first-stage", description="pairwise-heapsort: a tied comparison counts as 'greater' for the document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
     last_window: Literal["full", "short"] = Field("full", description="listwise: on a list that is not a multiple of the step, the last window is a full window from the top (full) or holds only what is left (short, as rank_llm)")
     cut: Literal["words", "tokens"] = Field("words", description="listwise: cut passages to max_words words (words), or to passage_tokens tokens of the backend's tokenizer first (tokens)")
+    answer_budget: Literal["margin", "rank_llm"] = Field("margin", description="listwise: answer tokens of '[1] > ... > [w]' plus 2, no minimum (margin), or exactly those tokens as max and min new tokens (rank_llm 0.21.0)")
+    query_numbers: Literal["keep", "rewrite"] = Field("keep", description="listwise: '[n]' in the query kept, or rewritten '(n)' as rank_llm's RankZephyr path does (its passages' '[n]' always are)")
+    cl100k_budget: bool = Field(False, strict=True, description="listwise on openai: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message overhead and send no max_tokens (rank_llm's SafeOpenai)")
+    double_bos: bool = Field(False, strict=True, description="hf backends: the tokenizer's BOS after the chat template's (llm-rankers gave Llama-3.1 two)")
+    no_attention_mask: bool = Field(False, strict=True, description="hf backends: generate without an attention mask (llm-rankers' calls)",
+                                    json_schema_extra={"flag": "--omit-attention-mask"})   # argparse reads a '--no-' flag as a negation
+    dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(None, description="hf backends: the model's dtype (default: the authors', from the model table llm.HF_MODELS)")
 
-    SWITCHES: ClassVar[tuple[str, ...]] = ("heapsort_ties", "last_window", "cut")   # left out of dumps and keys at their default
+    SWITCHES: ClassVar[tuple[str, ...]] = ("heapsort_ties", "last_window", "cut", "answer_budget", "query_numbers", "cl100k_budget",
+                                           "double_bos", "no_attention_mask", "dtype")   # left out of dumps and keys at their default
+    BACKEND_SWITCHES: ClassVar[tuple[str, ...]] = ("double_bos", "no_attention_mask", "dtype")   # options of the LLM backend
 
     @field_validator("method")
     @classmethod
@@ -160,11 +172,17 @@ class RerankerSpec(Spec):
         "The switches set off their default, name -> value (what a run identity must name)."
         return {f: getattr(self, f) for f in self.SWITCHES if getattr(self, f) != type(self).model_fields[f].default}
 
+    def backend_options(self) -> dict:
+        "The backend switches set off their default, as keyword arguments of the backend (`get_backend(spec, **options)`)."
+        return {f: v for f, v in self.non_default_switches().items() if f in self.BACKEND_SWITCHES}
+
     @model_validator(mode="after")
     def _consistent(self):
         r = self.reranker
         for f, v in self.non_default_switches().items():
-            if f not in r.switches_for(self.method):
+            if f in self.BACKEND_SWITCHES:
+                if not r.needs_backend: raise ClirError(f"reranker {self.method!r} uses no LLM backend: {f} does not apply (got {v!r})")
+            elif f not in r.switches_for(self.method):
                 raise ClirError(f"reranker {self.method!r} has no switch {f} (got {v!r}); it honours: {', '.join(r.switches_for(self.method)) or 'none'}")
         if "window" in r.spec_fields and self.step > self.window:
             raise ClirError(f"reranker {self.method!r}: step ({self.step}) larger than the window ({self.window}) would skip documents")
@@ -307,7 +325,7 @@ def cli_rerank(argv=None) -> int:
     backend = None
     if a.llm:
         from clir_llm.llm import get_backend  # imports torch: only once the inputs are known to be good
-        backend = get_backend(backend_spec_from_args(a), cache=Cache(a.cache, mode=a.cache_mode))
+        backend = get_backend(backend_spec_from_args(a), cache=Cache(a.cache, mode=a.cache_mode), **spec.backend_options())
     rr = get_reranker(spec, backend)
     out = rr.rerank(collection, run, k=a.top_k)
     out.write(a.out, tag=f"{rr.name}-{a.docs}")

@@ -210,6 +210,7 @@ class DenseMethod(FirstStage):
         from clir_llm.dense import encoder_quirks   # named quirks (--quirk, first_stage.dense_quirks): this encoder's only
         if own := [q for q in kw.get("quirks") or () if encoder_quirks()[q][0] == self.encoder]: dkw["quirks"] = own
         if (title := _dense_title(dense_title, self.encoder)) is not None: dkw["title"] = bool(title)
+        if half := (kw.get("dense_dtype") or {}).get(self.encoder): dkw["half"] = half   # first_stage.dense_dtype
         return Dense(self.encoder, cache=cache, **dkw)
 
 # %% ../nbs/09_retrieve.ipynb #e4e821a5

@@ -217,7 +217,9 @@ def _hub_revision(model: str, revision: str | None) -> str | None:
 
 # %% ../nbs/06_translate.ipynb #a73f3429
 class NLLBTranslator(SentenceTranslator):
-    "NLLB-200 (transformers), sentence level: greedy decoding, inputs cut at `max_length` tokens, cached per sentence."
+    """NLLB-200 (transformers), sentence level: greedy decoding, inputs cut at `max_length` tokens, cached per sentence.
+    Outputs are capped at `max_new_tokens` (256); `max_new_tokens=None` leaves the cap to the model's generation config
+    (`max_length` 200 tokens for NLLB-200), as the authors' reranking/nllb_sentence_level.py (`first_stage.nllb_output`)."""
     DEFAULT_MODEL, MAX_LENGTH = "facebook/nllb-200-1.3B", 128    # the paper's model; input tokens kept per sentence
     def __init__(self, model: str = DEFAULT_MODEL, revision: str | None = None, device: str | None = None,
                  dtype: str | None = None, max_length: int = MAX_LENGTH, max_new_tokens: int = 256, batch_size: int = 32,
@@ -305,8 +307,8 @@ def _translate_batch(self: NLLBTranslator, sentences, src, tgt):
     t0 = time.perf_counter()
     enc = self.encode(sentences, src).to(self._device())
     with torch.inference_mode():
-        out = self._model.generate(**enc, forced_bos_token_id=self.lang_code_id(tgt), num_beams=1, do_sample=False,
-                                   max_new_tokens=self.max_new_tokens)
+        cap = {"max_new_tokens": self.max_new_tokens} if self.max_new_tokens else {}   # None: the model's max_length (200), as the authors
+        out = self._model.generate(**enc, forced_bos_token_id=self.lang_code_id(tgt), num_beams=1, do_sample=False, **cap)
     texts = self._tok.batch_decode(out, skip_special_tokens=True)
     u = self.usage
     n_full = [len(x) for x in self._tok(list(sentences), add_special_tokens=True)["input_ids"]]   # before the cut

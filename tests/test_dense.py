@@ -180,7 +180,8 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 def test_gpu_half_precision_choice(tmp_path):
     assert D.Encoder("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float16"
-    assert D.Encoder("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "bfloat16"
+    assert D.Encoder("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "float16"      # the authors' (tevatron --fp16)
+    assert D.Encoder("nv-embed-v2", device="cuda", cache=Cache(tmp_path)).dtype == "float32"   # the authors' (no dtype given)
     assert D.Encoder("e5", device="cpu", cache=Cache(tmp_path)).dtype == "float32"
 
 

@@ -59,7 +59,8 @@ def test_builtin_descriptions_unchanged():
     assert describe_backend("hf:qwen2.5-coder-0.5b-offline") == "Qwen2.5-Coder-0.5B (stand-in) via transformers (offline GGUF)"
     assert describe_backend("openai:gpt-4.1") == "OpenAI chat API gpt-4.1 ($2.0/$8.0 per M tokens in/out, prices of 2025-06-01)"
     assert describe_backend("openai:foo") == "OpenAI chat API foo (no price in the table: cost reported as 0)"
-    assert describe_backend("hf:castorini/rank_zephyr_7b_v1_full") == "transformers model castorini/rank_zephyr_7b_v1_full"
+    assert describe_backend("hf:castorini/rank_zephyr_7b_v1_full").startswith("transformers model castorini/rank_zephyr_7b_v1_full (float16")
+    assert describe_backend("hf:org/other-model") == "transformers model org/other-model"
     assert describe_backend("vllm:x/y") == "vLLM (GPU extra) model x/y" and describe_backend("gguf:/a.gguf") == "llama.cpp model /a.gguf"
 
 
