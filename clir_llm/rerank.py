@@ -294,7 +294,7 @@ def check_run(path, run: Run, collection, k: int = 100):
 
 # %% ../nbs/11_rerank.ipynb #9247c60d
 def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise or pairwise PRP) or any registered reranker.")
+    ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise PRP, setwise, pointwise) or any registered reranker.")
     ap.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")
     ap.add_argument("--pair", required=True, help="language pair, e.g. en-de")
     ap.add_argument("--run", required=True, help="first-stage run (TREC format)")
