@@ -17,7 +17,7 @@ COMMANDS = {
     "build-demo":("clir_llm.demo:cli_build_demo",      "rebuild the demo collection from Debian's manual pages"),
     "translate": ("clir_llm.translate:cli_translate",  "translate queries (QT) or documents (DT) of a collection"),
     "retrieve":  ("clir_llm.retrieve:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
-    "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise or pairwise)"),
+    "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
     "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),

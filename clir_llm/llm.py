@@ -64,6 +64,7 @@ class Backend(ABC):
     is_chat = False               # prompts are rendered with a chat template
     is_encoder_decoder = False    # mT5 / Aya-101: the prompt goes to the encoder, `decoder_prefix` starts the decoder
     supports_prefill = False      # a final {"role": "assistant"} message is continued rather than answered
+    scores_sequences = False      # `score` is exact for multi-token continuations (False: top-k logprobs of the first token, APIs)
     model: str = ""
     revision: str | None = None
     options: tuple[str, ...] = ()  # the `BackendSpec` options this kind takes (configs, `--llm-option`)
@@ -623,7 +624,7 @@ class _HFScoreMixin:
 class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
     "A transformers model in process: decoder-only (chat template) or encoder-decoder (decoder prefix)."
     kind = "hf"
-    supports_logprobs = supports_batching = True
+    supports_logprobs = supports_batching = scores_sequences = True
     supports_prefill = True       # a final assistant message is continued (chat) or starts the decoder (encoder-decoder)
 
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, gguf_file: str | None = None,
@@ -1085,7 +1086,7 @@ def truncate(self: OpenAIBackend, text: str, max_tokens: int) -> str:
 class VLLMBackend(_HFRenderMixin, CachedBackend):
     "vLLM in process (GPU machines; `pip install 'clir-llm[gpu]'`)."
     kind = "vllm"
-    supports_logprobs = supports_batching = supports_prefill = True
+    supports_logprobs = supports_batching = supports_prefill = scores_sequences = True
 
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, chat: bool | None = None,
                  system_prompt: str | None = None, batch_size: int = 256, label: str | None = None, **engine_kw):
@@ -1139,7 +1140,7 @@ def _score_batch(self: VLLMBackend, items, params):
 class LlamaCppBackend(CachedBackend):
     "A GGUF file through llama-cpp-python (`pip install 'clir-llm[gguf]'`)."
     kind = "gguf"
-    supports_logprobs = supports_prefill = True
+    supports_logprobs = supports_prefill = scores_sequences = True
 
     def __init__(self, model: str, cache: Cache | None = None, revision: str | None = None, n_ctx: int = 4096,
                  label: str | None = None, **llama_kw):

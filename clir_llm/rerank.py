@@ -17,7 +17,8 @@ from .llm import Backend
 from .retrieve import DT_SOURCES, docs_view
 
 # %% auto #0
-__all__ = ['RERANKERS', 'Reranker', 'doc_text', 'RerankerSpec', 'get_reranker', 'QrelsOracle', 'check_run', 'cli_rerank']
+__all__ = ['SCORING_NEEDS', 'RERANKERS', 'Reranker', 'doc_text', 'check_scoring', 'RerankerSpec', 'get_reranker', 'QrelsOracle',
+           'check_run', 'cli_rerank']
 
 # %% ../nbs/11_rerank.ipynb #ca17b234
 class Reranker(ABC):
@@ -114,8 +115,22 @@ def _quiet(fn) -> dict:
     except (TypeError, ValueError): return {}
     return {"progress": False} if "progress" in ps or any(p.kind is p.VAR_KEYWORD for p in ps.values()) else {}
 
+# %% ../nbs/11_rerank.ipynb #2313465c
+SCORING_NEEDS = ("first", "prefixed", "sequence")
+
+def check_scoring(backend, method: str, needs: str = "prefixed", hint: str = "") -> None:
+    "A `ClirError` unless `backend` can score what `method` reads: the answer's first token, a label after an answer prefix, or a whole continuation (`needs`)."
+    if needs not in SCORING_NEEDS: raise ClirError(f"needs must be one of {', '.join(SCORING_NEEDS)}, got {needs!r}")
+    name, exact, why = getattr(backend, "name", type(backend).__name__), getattr(backend, "scores_sequences", False), None
+    if not backend.supports_logprobs: why = "returns no log-probabilities"
+    elif needs == "sequence" and not exact: why = "cannot score a continuation of several tokens (only the first token's top logprobs)"
+    elif needs == "prefixed" and not (exact or backend.supports_prefill or not backend.is_chat):
+        why = "cannot continue an assistant turn, so the label is not the first token it scores"
+    if why: raise ClirError(f"reranker {method!r} reads likelihoods, and backend {name!r} {why}" + (f"; {hint}" if hint else ""))
+
 # %% ../nbs/11_rerank.ipynb #3c2153dc
-RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwise"), contract=Reranker)
+RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwise", "clir_llm.setwise", "clir_llm.pointwise",
+                                          "clir_llm.singletoken"), contract=Reranker)
 
 # %% ../nbs/11_rerank.ipynb #8b8452a9
 class RerankerSpec(Spec):
@@ -124,10 +139,10 @@ class RerankerSpec(Spec):
     prompt: Optional[str] = Field(None, description="prompt template (rankgpt, rankzephyr, prp or a YAML path); default: the method's")
     window: int = Field(20, gt=1, description="listwise: passages per window")
     step: int = Field(10, gt=0, description="listwise: how far the window moves up")
-    k: int = Field(10, gt=0, description="pairwise: how many top documents to sort", json_schema_extra={"flag": "--sort-k"})
+    k: int = Field(10, gt=0, description="pairwise and setwise: how many top documents to sort", json_schema_extra={"flag": "--sort-k"})
     passage_tokens: int = Field(300, gt=0, description="pairwise (and listwise with cut=tokens): passage cut (backend tokens)")
     query_tokens: int = Field(128, gt=0, description="pairwise: query cut (backend tokens)")
-    scoring: Literal["generation", "likelihood"] = Field("generation", description="pairwise: read the generated answer, or compare the likelihoods of A and B")
+    scoring: Literal["generation", "likelihood"] = Field("generation", description="pairwise and setwise: read the generated answer, or compare the likelihoods of the labels (A, B, ...)")
     max_words: int = Field(300, gt=0, description="listwise: passages cut to this many words")
     context: int = Field(4096, ge=64, description="listwise: prompt and answer must fit this many tokens")
     doc_title: bool = Field(True, strict=True, description="show each document's title before its text (false: text only, as the paper's authors)")
@@ -141,9 +156,10 @@ class RerankerSpec(Spec):
     no_attention_mask: bool = Field(False, strict=True, description="hf backends: generate without an attention mask (llm-rankers' calls)",
                                     json_schema_extra={"flag": "--omit-attention-mask"})   # argparse reads a '--no-' flag as a negation
     dtype: Optional[Literal["float16", "bfloat16", "float32"]] = Field(None, description="hf backends: the model's dtype (default: the authors', from the model table llm.HF_MODELS)")
+    num_child: int = Field(3, gt=0, description="setwise: children compared with their parent in one prompt (c; a prompt shows up to c + 1 passages)")
 
     SWITCHES: ClassVar[tuple[str, ...]] = ("heapsort_ties", "last_window", "cut", "answer_budget", "query_numbers", "cl100k_budget",
-                                           "double_bos", "no_attention_mask", "dtype")   # left out of dumps and keys at their default
+                                           "double_bos", "no_attention_mask", "dtype", "num_child")   # left out of dumps and keys at their default
     BACKEND_SWITCHES: ClassVar[tuple[str, ...]] = ("double_bos", "no_attention_mask", "dtype")   # options of the LLM backend
 
     @field_validator("method")
@@ -220,8 +236,9 @@ def get_reranker(spec: RerankerSpec | str, backend=None, progress: bool = True, 
 
 # %% ../nbs/11_rerank.ipynb #283b2b89
 class QrelsOracle(Backend):
-    "A backend that answers listwise and PRP prompts from the qrels of `collection` (whitespace tokens)."
+    "A backend that answers listwise, PRP, setwise and pointwise prompts from the qrels of `collection` (whitespace tokens)."
     supports_logprobs, supports_batching, is_chat, is_encoder_decoder = True, True, True, False
+    supports_prefill = scores_sequences = True
     def __init__(self, collection, qrels=None, name: str = "oracle:qrels"):
         self.collection, self.qrels, self.name = collection, qrels if qrels is not None else collection.qrels, name
         self.usage, self._grades = Usage(), {}
@@ -248,25 +265,35 @@ class QrelsOracle(Backend):
             if words and len(words) < 8 and dw[:len(words)] == words: return g
         return 0
 
-    def _answer(self, prompt) -> tuple[str, list[float]]:
+    def _answer(self, prompt, candidates=()) -> tuple[str, list[float]]:
         text = prompt_text(prompt)
+        if m := re.search(r"Passage: (.*)\nPlease write a question", text, re.S):   # query likelihood: the query is the candidate
+            return "", [float(self._grade(self._query(squash(c)), m.group(1))) for c in candidates]
         qid = self._query(squash(text))
         m = re.search(r'Passage A: "(.*)"\s*Passage B: "(.*)"\s*Output Passage A or Passage B', text, re.S)
         if m:
             ga, gb = self._grade(qid, m.group(1)), self._grade(qid, m.group(2))
             return ("Passage B" if gb > ga else "Passage A"), [0.0 if ga >= gb else -1.0, 0.0 if gb > ga else -1.0]
-        passages = re.findall(r"(?m)^\[(\d+)\] (.+)$", text)
-        order = sorted(range(len(passages)), key=lambda i: -self._grade(qid, passages[i][1]))  # stable: ties in input order
-        return " > ".join(f"[{passages[i][0]}]" for i in order), []
+        if "Output only the passage label" in text:   # setwise: the first passage of the highest grade
+            g = [self._grade(qid, t) for t in re.findall(r'Passage [A-W]: "(.*?)"(?=\n\nPassage [A-W]: "|\n\nOutput only)', text, re.S)]
+            best = g.index(max(g))
+            return f"Passage {chr(65 + best)}", [0.0 if i == best else -1.0 for i in range(len(g))]
+        if m := re.search(r"Passage: (.*)\nQuery: .*\nDoes the passage answer", text, re.S):
+            g = self._grade(qid, m.group(1))
+            return ("Yes" if g > 0 else "No"), [float(g), 0.0]
+        passages = re.findall(r"(?m)^\[(\d+|[A-Z])\] (.+)$", text)
+        grades = [self._grade(qid, p) for _, p in passages]
+        order = sorted(range(len(passages)), key=lambda i: -grades[i])  # stable: ties in input order
+        return " > ".join(f"[{passages[i][0]}]" for i in order), [float(x) for x in grades]
 
     def generate(self, prompts, max_new_tokens: int = 64, **params) -> list[str]:
         self.usage.calls += 1
         self.usage.tokens_in += sum(self.count_tokens(p) for p in prompts)
         return [self._answer(p)[0] for p in prompts]
     def score(self, prompts, candidates: list[str], **params) -> list[list[float]]:
-        "Log-likelihood stand-ins: 0 for the answer the qrels prefer, -1 for the other (`candidates` = A, B)."
+        "Log-likelihood stand-ins: 0 for the label the qrels prefer, -1 for the others; grades for identifiers, Yes, queries."
         self.usage.calls += 1
-        return [self._answer(p)[1][:len(candidates)] for p in prompts]
+        return [self._answer(p, candidates)[1][:len(candidates)] for p in prompts]
 
 # %% ../nbs/11_rerank.ipynb #9324fef2
 def check_run(path, run: Run, collection, k: int = 100):
@@ -285,7 +312,7 @@ def check_run(path, run: Run, collection, k: int = 100):
 
 # %% ../nbs/11_rerank.ipynb #9247c60d
 def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise or pairwise PRP) or any registered reranker.")
+    ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise PRP, setwise, pointwise) or any registered reranker.")
     ap.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")
     ap.add_argument("--pair", required=True, help="language pair, e.g. en-de")
     ap.add_argument("--run", required=True, help="first-stage run (TREC format)")

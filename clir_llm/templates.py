@@ -13,7 +13,7 @@ import yaml
 from .core import ClirError, FormatError
 
 # %% auto #0
-__all__ = ['PROMPT_FIELDS', 'prompts_dir', 'PromptTemplate', 'prompt_text', 'squash', 'cut_words', 'listwise_messages',
+__all__ = ['PROMPT_FIELDS', 'ALPHA', 'prompts_dir', 'PromptTemplate', 'prompt_text', 'squash', 'cut_words', 'listwise_messages',
            'render_text', 'prompt_tokens', 'parse_permutation', 'parse_prp']
 
 # %% ../nbs/11a_prompts.ipynb #71bff1a8
@@ -26,11 +26,24 @@ PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placehol
         "passage_assistant": ({"rank"}, set(), False),
         "suffix":            ({"num", "query"}, set(), True),
         "chat_format":       ({"system", "user", "dialogue"}, {"system"}, True),
+        "answer_prefix":     (set(), set(), False),   # the answer starts with it (single-token listwise: "[")
     },
     "pairwise": {
         "prompt":         ({"query", "a", "b"}, {"query", "a", "b"}, True),
         "answer_prefix":  (set(), set(), False),
         "decoder_prefix": (set(), set(), False),
+    },
+    "setwise": {
+        "prompt":         ({"query", "passages"}, {"query", "passages"}, True),
+        "passage":        ({"label", "passage"}, {"label", "passage"}, True),
+        "separator":      (set(), set(), True),
+        "answer_prefix":  (set(), set(), False),
+        "decoder_prefix": (set(), set(), False),
+    },
+    "pointwise": {
+        "prompt":         ({"query", "passage"}, {"passage"}, True),
+        "target":         ({"query"}, set(), False),   # qlm: the continuation scored (the query)
+        "answer_prefix":  (set(), set(), False),       # a plain-text (not chat) prompt ends with it
     },
 }
 
@@ -68,7 +81,21 @@ def _check_template(p: Path, data: dict, text: str) -> str:
         ch = data.get("choices")
         if not (isinstance(ch, dict) and set(ch) == {"A", "B"} and all(isinstance(v, str) and v.strip() for v in ch.values())):
             raise FormatError(p, line_of("choices"), "choices must map A and B to their answer tokens, e.g. {A: ' A', B: ' B'}")
+    if method == "listwise" and data.get("identifiers", "numeric") not in ("numeric", "alpha"):
+        raise FormatError(p, line_of("identifiers"), f"identifiers must be 'numeric' or 'alpha', got {data.get('identifiers')!r}")
+    if method == "pointwise": _check_pointwise(p, data, line_of)
     return method
+
+# %% ../nbs/11a_prompts.ipynb #3d8cea1a
+def _check_pointwise(p: Path, data: dict, line_of) -> None:
+    "A pointwise template's `scoring` and what it needs (yes/no `choices`, or a `target` with `{query}`), else a `FormatError`."
+    sc = data.get("scoring")
+    if sc not in ("yes_no", "qlm"): raise FormatError(p, line_of("scoring"), f"scoring must be 'yes_no' or 'qlm', got {sc!r}")
+    ch = data.get("choices")
+    if sc == "yes_no" and not (isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())):
+        raise FormatError(p, line_of("choices"), "choices must map yes and no to their answer tokens, e.g. {'yes': Yes, 'no': No} (keys quoted: YAML reads a bare yes as true)")
+    if sc == "qlm" and "query" not in _placeholders(data.get("target") or ""):
+        raise FormatError(p, line_of("target"), "a qlm template needs a target with {query} (the continuation scored)")
 
 # %% ../nbs/11a_prompts.ipynb #c99552f7
 @dataclass(frozen=True)
@@ -119,21 +146,24 @@ def cut_words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 # %% ../nbs/11a_prompts.ipynb #ea8188e1
+ALPHA = [chr(ord("A") + i) for i in range(26)]   # alphabetical identifiers (rank_llm's use_alpha; llm-rankers' setwise labels)
+
 def listwise_messages(t: PromptTemplate, query: str, passages: Sequence[str]) -> list[dict]:
     "The chat messages of one window (passages already cut)."
     num = len(passages)
     if t.get("replace_number"): passages = [re.sub(r"\[(\d+)\]", r"(\1)", p) for p in passages]
+    if t.get("identifiers") == "alpha": passages = dict(zip(ALPHA, passages))   # [A], [B], ... as rank_llm's use_alpha
     msgs = [{"role": "system", "content": t["system"]}]
     if t["turns"] == "multi":
         msgs.append({"role": "user", "content": t["prefix"].format(num=num, query=query)})
         if t.get("prefix_assistant"): msgs.append({"role": "assistant", "content": t["prefix_assistant"]})
-        for r, p in enumerate(passages, 1):
+        for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1)):
             msgs.append({"role": "user", "content": t["passage"].format(rank=r, passage=p)})
             if t.get("passage_assistant"): msgs.append({"role": "assistant", "content": t["passage_assistant"].format(rank=r)})
         msgs.append({"role": "user", "content": t["suffix"].format(num=num, query=query)})
     else:
         user = t["prefix"].format(num=num, query=query) + "".join(
-            t["passage"].format(rank=r, passage=p) for r, p in enumerate(passages, 1)) + t["suffix"].format(num=num, query=query)
+            t["passage"].format(rank=r, passage=p) for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1))) + t["suffix"].format(num=num, query=query)
         msgs.append({"role": "user", "content": user})
     return msgs
 

@@ -74,7 +74,7 @@ def test_template_missing_field_and_bad_yaml(tmp_path):
     with pytest.raises(FormatError, match="missing field 'system'"): PromptTemplate.load(tmp_path / "a.yaml")
     (tmp_path / "b.yaml").write_text("method: [unclosed\n")
     with pytest.raises(FormatError, match="b.yaml:.*not valid YAML"): PromptTemplate.load(tmp_path / "b.yaml")
-    (tmp_path / "c.yaml").write_text("method: setwise\nsource: me\n")
+    (tmp_path / "c.yaml").write_text("method: cardwise\nsource: me\n")
     with pytest.raises(FormatError, match="method must be one of"): PromptTemplate.load(tmp_path / "c.yaml")
 
 
