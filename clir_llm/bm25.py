@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable
 from fastcore.basics import patch
 from filelock import FileLock
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
 from .cache import Cache, default_cache_dir
 from .languages import language

@@ -26,12 +26,27 @@ COMMANDS = {
 
 def _usage() -> str:
     w = max(map(len, COMMANDS))
-    return "usage: clir-llm <command> [options]\n\ncommands:\n" + "\n".join(
-        f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + "\n\n'clir-llm <command> --help' for a command's options."
+    return "usage: clir-llm [-v|-q] <command> [options]\n\ncommands:\n" + "\n".join(
+        f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + ("\n\n'clir-llm <command> --help' for a command's options; "
+        "-v shows logs and warnings, -q prints nothing but errors (before or after the command).")
+
+_LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet"}
+
+def _verbosity(argv: list[str]) -> list[str]:
+    "Take `-v`/`-q` from anywhere in `argv` (no command uses them otherwise), set up logging, return the rest."
+    import logging, warnings
+    from clir_llm.progress import setup_logging
+    flags = {_LEVELS[a] for a in argv if a in _LEVELS}
+    if flags == {"verbose", "quiet"}: raise ClirError("-v and -q together: choose one")
+    setup_logging(verbose="verbose" in flags, quiet="quiet" in flags)
+    if "quiet" in flags: os.environ["TQDM_DISABLE"] = "1"; warnings.simplefilter("ignore")
+    return [a for a in argv if a not in _LEVELS]
 
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)
+    try: argv = _verbosity(argv)
+    except ClirError as e: print(f"clir-llm: error: {e}", file=sys.stderr); return 2
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage()); return 0
     if argv[0] == "--version":

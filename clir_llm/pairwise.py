@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Callable, Generator, Mapping, Sequence
 from fastcore.basics import patch
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, parse_prp, prompt_tokens, squash

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 from fastcore.basics import patch
 from pydantic import Field
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, Document, Query, Usage, stable_hash, write_json, atomic_write
 from .languages import language, parse_pair, LANGUAGES
 from .cache import Cache
