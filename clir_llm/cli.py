@@ -19,6 +19,7 @@ COMMANDS = {
     "retrieve":  ("clir_llm.retrieve:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
     "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise or pairwise)"),
     "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
+    "prepare":   ("clir_llm.reproduce:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
     "methods":   ("clir_llm.cli:cli_methods",           "every registered method, model and collection, as the strings the CLI and configs accept"),

