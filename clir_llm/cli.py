@@ -36,11 +36,12 @@ _LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "q
 def _verbosity(argv: list[str]) -> list[str]:
     "Take `-v`/`-q` from anywhere in `argv` (no command uses them otherwise), set up logging, return the rest."
     import logging, warnings
-    from clir_llm.progress import setup_logging
+    from clir_llm.progress import quiet_libraries, setup_logging
     flags = {_LEVELS[a] for a in argv if a in _LEVELS}
     if flags == {"verbose", "quiet"}: raise ClirError("-v and -q together: choose one")
     setup_logging(verbose="verbose" in flags, quiet="quiet" in flags)
     if "quiet" in flags: os.environ["TQDM_DISABLE"] = "1"; warnings.simplefilter("ignore")
+    if "verbose" not in flags: quiet_libraries()
     return [a for a in argv if a not in _LEVELS]
 
 def main(argv=None) -> int:

@@ -10,8 +10,8 @@ from fastcore.basics import patch
 from tqdm.std import tqdm as std_tqdm
 
 # %% auto #0
-__all__ = ['CHANNEL', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail', 'add_verbosity_arguments',
-           'setup_logging', 'verbosity']
+__all__ = ['CHANNEL', 'QUIET_ENV', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail',
+           'quiet_libraries', 'add_verbosity_arguments', 'setup_logging', 'verbosity']
 
 # %% ../nbs/00b_progress.ipynb #bba16bc7
 CHANNEL = "CLIR_LLM_PROGRESS"
@@ -138,6 +138,12 @@ def __exit__(self: ProgressTail, *exc):
     self._stop.set(); self._thread.join(); self._step(final=True)
 
 # %% ../nbs/00b_progress.ipynb #91fcac71
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+def quiet_libraries():
+    "Ask transformers and the Hub for errors only and no bars of their own (load reports, 'Loading weights'), unless the user set otherwise."
+    for k, v in QUIET_ENV.items(): os.environ.setdefault(k, v)
+
 def add_verbosity_arguments(ap: argparse.ArgumentParser):
     "Add `-v/--verbose` and `-q/--quiet` to a command's parser."
     g = ap.add_mutually_exclusive_group()

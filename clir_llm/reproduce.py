@@ -9,7 +9,7 @@ from pathlib import Path
 from .core import ClirError, atomic_write, write_json, stable_hash
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
 from .plan import plan
-from .progress import CHANNEL, ProgressTail, add_verbosity_arguments, setup_logging, verbosity
+from .progress import CHANNEL, QUIET_ENV, ProgressTail, add_verbosity_arguments, setup_logging, verbosity
 
 logger = logging.getLogger("clir_llm.reproduce")
 
@@ -111,7 +111,7 @@ def cli_prepare(argv=None) -> int:
     return 0
 
 # %% ../nbs/13_reproduce.ipynb #08dac895
-KERNEL_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}
+KERNEL_ENV = QUIET_ENV   # what a kernel gets unless -v (clir_llm.progress)
 
 def kernel_manager(log_file=None, env: dict | None = None) -> type:
     "A jupyter_client kernel manager class whose kernels write to `log_file` (None: inherit) with `env` added."
