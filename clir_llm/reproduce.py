@@ -150,8 +150,8 @@ def tidy_notebook(path, log_path=None) -> int:
 def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progress: bool, verbose: bool):
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
     import papermill as pm
-    logs.mkdir(parents=True, exist_ok=True)
-    channel, log_path = logs / f"{nb.stem}.progress.jsonl", logs / f"{nb.stem}.log"
+    logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
+    channel, log_path = logs / f"{nb.stem}.progress.{os.getpid()}.jsonl", logs / f"{nb.stem}.log"
     channel.write_text("")
     env = {CHANNEL: str(channel.resolve()), **({} if verbose else KERNEL_ENV)}
     with open(log_path, "w", encoding="utf-8") as log_file:
@@ -163,6 +163,7 @@ def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progres
                                 progress_bar=False, log_output=verbose, kernel_manager_class=km)
         finally:
             if tail: tail.__exit__()
+            channel.unlink(missing_ok=True); _scrub(log_path)
     return log_path
 
 # %% ../nbs/13_reproduce.ipynb #b97ea785
@@ -201,7 +202,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
                                    f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
         except BaseException:
             _scrub(tmp); raise
-        tidy_notebook(tmp, log_path); _scrub(tmp)
+        tidy_notebook(tmp, log_path); _scrub(tmp); _scrub(log_path)
         os.replace(tmp, target)
         atomic_write(stamp_file, stamp + "\n")
         status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
