@@ -27,7 +27,7 @@ def _run(tmp_path, *flags, pre=()):
     env = {**os.environ, "MPLBACKEND": "Agg", "CLIR_LLM_PROGRESS_INTERVAL": "0"}
     env.pop("TQDM_DISABLE", None)
     return subprocess.run([CLI, *pre, "reproduce", str(cfg), "--results", str(tmp_path / "res"),
-                           "--figures", str(tmp_path / "fig"), *flags], capture_output=True, text=True, timeout=600, env=env)
+                           "--figures", str(tmp_path / "fig"), *flags], capture_output=True, text=True, timeout=1800, env=env)
 
 
 def test_default_is_quiet_with_stage_progress_and_clean_notebook(cold):
