@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 from filelock import FileLock
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, write_json, stable_hash
 from .cache import default_cache_dir
 

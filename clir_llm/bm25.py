@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable
 from fastcore.basics import patch
 from filelock import FileLock
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
 from .cache import Cache, default_cache_dir
 from .languages import language
@@ -58,10 +58,14 @@ def anserini_jar() -> Path:
 
 _LUCENE = None
 
+_JUL = []
+
 def _quiet_search_log(jnius):
-    "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not): keep WARN and up."
+    "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not), Lucene one line per process: keep WARN and up."
     levels = jnius.autoclass("org.apache.logging.log4j.Level")
     jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel("io.anserini.search.SearchCollection", levels.WARN)
+    jul = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")   # Lucene's 'Using MemorySegmentIndexInput' INFO line
+    jul.setLevel(jnius.autoclass("java.util.logging.Level").WARNING); _JUL.append(jul)   # held: JUL keeps loggers weakly
 
 
 MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut

@@ -9,7 +9,7 @@ from pathlib import Path
 from fastcore.basics import patch
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, stable_hash
 
 # %% auto #0

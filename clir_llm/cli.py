@@ -19,6 +19,7 @@ COMMANDS = {
     "retrieve":  ("clir_llm.retrieve:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
     "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
     "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
+    "prepare":   ("clir_llm.reproduce:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
     "methods":   ("clir_llm.cli:cli_methods",           "every registered method, model and collection, as the strings the CLI and configs accept"),
@@ -26,12 +27,28 @@ COMMANDS = {
 
 def _usage() -> str:
     w = max(map(len, COMMANDS))
-    return "usage: clir-llm <command> [options]\n\ncommands:\n" + "\n".join(
-        f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + "\n\n'clir-llm <command> --help' for a command's options."
+    return "usage: clir-llm [-v|-q] <command> [options]\n\ncommands:\n" + "\n".join(
+        f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + ("\n\n'clir-llm <command> --help' for a command's options; "
+        "-v shows logs and warnings, -q prints nothing but errors (before or after the command).")
+
+_LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet"}
+
+def _verbosity(argv: list[str]) -> list[str]:
+    "Take `-v`/`-q` from anywhere in `argv` (no command uses them otherwise), set up logging, return the rest."
+    import logging, warnings
+    from clir_llm.progress import quiet_libraries, setup_logging
+    flags = {_LEVELS[a] for a in argv if a in _LEVELS}
+    if flags == {"verbose", "quiet"}: raise ClirError("-v and -q together: choose one")
+    setup_logging(verbose="verbose" in flags, quiet="quiet" in flags)
+    if "quiet" in flags: os.environ["TQDM_DISABLE"] = "1"; warnings.simplefilter("ignore")
+    if "verbose" not in flags: quiet_libraries()
+    return [a for a in argv if a not in _LEVELS]
 
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)
+    try: argv = _verbosity(argv)
+    except ClirError as e: print(f"clir-llm: error: {e}", file=sys.stderr); return 2
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage()); return 0
     if argv[0] == "--version":

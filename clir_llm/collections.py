@@ -207,7 +207,7 @@ class _SqliteDocs:
         root = Path(coll._cache_root) if coll._cache_root else default_cache_dir()
         path = root / "docstore" / f"{coll.key[:32]}.sqlite"
         if not path.exists():
-            from tqdm.auto import tqdm
+            from clir_llm.progress import progress_bar as tqdm
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             db = sqlite3.connect(tmp)

@@ -130,7 +130,7 @@ This folder is therefore distributed under GPL-3+, separately from the Apache-2.
 # %% ../nbs/04_demo.ipynb #939535dc
 def _render_pages(packages: list[str], deb_dir, workers: int, progress: bool) -> tuple[dict, dict, list, str]:
     "`(infos {package: (deb, info)}, page {lang: {pid: (name line, text)}}, duplicates skipped, groff version)`."
-    from tqdm.auto import tqdm
+    from clir_llm.progress import progress_bar as tqdm
     with tempfile.TemporaryDirectory(prefix="clir-demo-") as tmp:
         tmp = Path(tmp)
         if deb_dir:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 import numpy as np
 from fastcore.basics import patch
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Document, Retriever, Run, Usage
 from .cache import Cache
 from .specs import Registry

@@ -6,7 +6,7 @@
 from __future__ import annotations
 from typing import Callable, Sequence
 from fastcore.basics import patch
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
 from fastcore.basics import patch
 from pydantic import Field, field_validator, model_validator
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Usage, stable_hash
 from .cache import Cache, CacheMiss, SECRET_ENV_VARS, redact
 from .specs import Registry, Spec, validated

@@ -7,14 +7,14 @@ from __future__ import annotations
 from itertools import combinations
 from typing import Callable, Generator, Mapping, Sequence
 from fastcore.basics import patch
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
 from .templates import PromptTemplate, parse_prp, prompt_tokens, squash
 
 # %% auto #0
 __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts',
-           'run_sort', 'sort_with', 'PairwiseReranker']
+           'run_sort', 'sort_with', 'max_comparisons', 'PairwiseReranker']
 
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
@@ -130,6 +130,8 @@ def bubblesort(docids: list, k: int = 10) -> Sort:
 
 SORTS = {"allpair": allpair, "heapsort": heapsort, "bubblesort": bubblesort}
 
+
+
 # %% ../nbs/11c_pairwise.ipynb #fc0c74f2
 def drive_sorts(sorts: Mapping[str, Sort], judge: Callable[[dict], dict], groups: list[list[str]] | None = None) -> dict[str, list]:
     "The rankings of several sort generators (key -> sort); each round, `judge({key: pairs}) -> {key: values}` answers the pending comparisons of a group's sorts."
@@ -155,6 +157,18 @@ def sort_with(sort: str, docids: Sequence, compare: Callable[[object, object, ob
     "`docids` reranked by the sort named `sort`, `compare(query, a, b) -> 'A' | 'B' | None` judging each ordered pair (both orders asked)."
     if sort not in SORTS: raise ClirError(f"unknown sort {sort!r} (one of {', '.join(SORTS)})")
     return run_sort(SORTS[sort](list(docids), k=k), PairJudge(lambda pairs: [compare(query, a, b) for a, b in pairs]))
+
+
+
+# %% ../nbs/11c_pairwise.ipynb #a69f9e6d
+import math
+def max_comparisons(method: str, n: int, k: int | None = None) -> int:
+    "The most comparisons sort `method` asks for `n` documents and the best `k` (each asked in one or both orders)."
+    k = n if k is None else min(k, n)
+    if method == "allpair": return n * (n - 1) // 2
+    if method == "bubblesort": return sum(n - 1 - i for i in range(k) if i < n - 1)
+    depth = max(1, math.floor(math.log2(max(n, 1))))
+    return 2 * n + 2 * depth * max(k - 1, 0)   # heapsort: build (at most 2n) + a sift-down per pop
 
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseReranker(Reranker):
@@ -207,14 +221,15 @@ class PairwiseReranker(Reranker):
             judges[q] = PairJudge(cache=self.cache_comparisons)
             sorts[q] = SORTS[self.method](ids, k=self.sort_k if self.sort_k is not None else len(ids),
                                           **({"ties": self.heapsort_ties} if self.method == "heapsort" else {}))
-        bar = tqdm(desc=f"rerank prp-{self.method}", unit="cmp", disable=not self.progress, leave=False)
+        bound = sum(max_comparisons(self.method, len(run.docids(q, k)), self.sort_k) for q in self.diagnostics)
+        bar = tqdm(total=bound, desc=f"rerank prp-{self.method} (at most)", unit="cmp", disable=not self.progress, leave=False)
         def ask(owners, items):
             return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
         def judge(pending):
             bar.update(sum(map(len, pending.values())))
             return judge_many(judges, pending, ask, self.batch_orders)
         heads = drive_sorts(sorts, judge, groups=[list(sorts)] if self.batch_queries else [[q] for q in sorts])
-        bar.close()
+        bar.total = bar.n; bar.close()   # done: the bound was not reached
         for q, j in judges.items(): self.diagnostics[q].update(j.stats)
         return self._finish(run, heads, k)
 

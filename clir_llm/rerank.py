@@ -324,6 +324,8 @@ def _rerank_parser(methods: list[str]) -> argparse.ArgumentParser:
     ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
                     help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
     ap.add_argument("--top-k", type=int, default=100, help="how many documents of each query to rerank")
+    ap.add_argument("--max-queries", type=int, help="rerank only the first N queries of the run (sorted ids, as a config's max_queries) "
+                    "and write only them; evaluate with `--missing skip`")
     add_spec_arguments(ap, RerankerSpec, skip=("method",), group="reranker options")
     from clir_llm.llm import add_backend_arguments
     add_backend_arguments(ap)      # --llm-option KEY=VALUE and --llm-<option>: base URL(s), concurrency, dtype, ...
@@ -346,6 +348,9 @@ def cli_rerank(argv=None) -> int:
     from clir_llm.cache import Cache
     from clir_llm.collections import load_collection
     run = Run.read(a.run)
+    if a.max_queries is not None:
+        if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
+        run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
     og = load_collection(a.collection, a.pair)
     check_run(a.run, run, og, a.top_k)
     collection = docs_view(og, a.docs, a.translator, a.dt_source)

@@ -267,10 +267,13 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="BM25 search threads (default 2)")
     ap.add_argument("--batch-size", type=int, default=32, help="dense encoding batch size (default 32)")
     ap.add_argument("--device", help="dense encoding device (default: cuda if available, else cpu)")
+    ap.add_argument("--doc-max-length", type=int, help="cut documents to this many tokens for dense encoders (default: the "
+                    "encoder's, 512 for e5-small; the demo's table uses 256, as configs/demo.yaml sets)")
     ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
     ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
     a = ap.parse_args(argv)
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
+    if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
     import_plugins(a.plugin)
     method = parse_method(a.method)   # an unknown method fails before anything is loaded
     from clir_llm.cache import Cache
@@ -278,7 +281,8 @@ def cli_retrieve(argv=None) -> int:
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
-                              threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk)
+                              threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk,
+                              doc_max_length=a.doc_max_length)
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)

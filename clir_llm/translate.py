@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 from fastcore.basics import patch
 from pydantic import Field
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, Document, Query, Usage, stable_hash, write_json, atomic_write
 from .languages import language, parse_pair, LANGUAGES
 from .cache import Cache
@@ -22,9 +22,9 @@ from .specs import Registry, Spec
 # %% auto #0
 __all__ = ['TRANSLATORS', 'ISO639_3', 'FREEDICT_PAIRS', 'EN_FUNCTION_WORDS', 'EN_IRREGULAR', 'VIEW_REVISION', 'Translator',
            'save_accounting', 'Splitter', 'rule_split', 'sentence_splitter', 'SentenceTranslator', 'folder_fingerprint',
-           'NLLBTranslator', 'tiny_nllb', 'freedict_package', 'ensure_freedict', 'dictd_number', 'Sense', 'parse_entry',
-           'english_lemmas', 'FreeDict', 'DictionaryTranslator', 'TranslatorSpec', 'get_translator',
-           'translate_queries', 'translate_documents', 'cli_translate']
+           'NLLBTranslator', 'tiny_nllb', 'freedict_package', 'find_freedict', 'ensure_freedict', 'dictd_number',
+           'Sense', 'parse_entry', 'english_lemmas', 'FreeDict', 'DictionaryTranslator', 'TranslatorSpec',
+           'get_translator', 'translate_queries', 'translate_documents', 'cli_translate']
 
 # %% ../nbs/06_translate.ipynb #277525c5
 class Translator(ABC):
@@ -373,8 +373,8 @@ def freedict_package(pair: str) -> str:
         raise ClirError(f"no FreeDict dictionary for {key} ({a.name}→{b.name}); dict:freedict serves: {', '.join(FREEDICT_PAIRS)}")
     return f"dict-freedict-{ISO639_3[a.code]}-{ISO639_3[b.code]}"
 
-def ensure_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd") -> tuple[Path, Path, str]:
-    "Paths of the `.index` and `.dict.dz` of `pair` and the dictionary's version; downloads the Debian package if needed."
+def find_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd") -> tuple[Path, Path, str] | None:
+    "Paths of the `.index` and `.dict.dz` of `pair` and the dictionary's version where they are already on this machine, else None."
     pkg = freedict_package(pair)
     stem = pkg.replace("dict-", "", 1)                       # freedict-eng-deu
     env = os.environ.get("CLIR_LLM_FREEDICT")
@@ -388,6 +388,13 @@ def ensure_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/shar
     for d in sorted(root.glob(f"{pkg}_*")):
         f = d / "usr/share/dictd"
         if (f / f"{stem}.index").exists(): return f / f"{stem}.index", f / f"{stem}.dict.dz", d.name.split("_", 1)[1]
+    return None
+
+def ensure_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd") -> tuple[Path, Path, str]:
+    "`find_freedict`, else download the Debian package with `apt-get download` into the cache (`clir-llm prepare` does it ahead of a run)."
+    if found := find_freedict(pair, cache, system_dir): return found
+    pkg = freedict_package(pair)
+    stem, root = pkg.replace("dict-", "", 1), (cache or Cache()).root / "freedict"
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
         raise ClirError(f"the FreeDict dictionary for {pair} is not here and this machine has no apt-get/dpkg-deb. On Debian/Ubuntu run "
                         f"`apt-get download {pkg}` (or `apt-get install {pkg}`); elsewhere download the dictd files of "

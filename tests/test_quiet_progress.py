@@ -1,0 +1,78 @@
+"""Issue 16 item 4: `clir-llm reproduce` is quiet by default and shows stage progress; `-q` prints nothing but
+errors; `-v` shows the logs and the kernels' output. Executed notebooks keep tables and figures, no log spam.
+A tiny configuration (the shipped fixture collection, BM25 through the JVM and the mE5-small stand-in through
+transformers: the two sources of the noise) runs through the real command line."""
+import json, os, re, subprocess, sys
+from pathlib import Path
+import pytest, yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(Path(sys.executable).parent / "clir-llm")
+CONFIG = dict(name="tiny-quiet", collection="fixture", pairs=["en-de"], measure="MAP", extra_measures=["nDCG@20"],
+              experiments=["1_first_stage"], first_stage=dict(methods=["bm25-og", "dense:e5-small"]))
+NOISE = ("Kernel is running over TCP", "SLF4J", "org.apache.lucene", "LOAD REPORT", "IProgress not found",
+         "TqdmWarning", "WARNING", "Loading weights")
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory):
+    "One cold run at the default verbosity; the other tests re-execute its notebook with --force (runs read back)."
+    tmp = tmp_path_factory.mktemp("quiet")
+    return tmp, _run(tmp)
+
+
+def _run(tmp_path, *flags, pre=()):
+    cfg = tmp_path / "tiny-quiet.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    env = {**os.environ, "MPLBACKEND": "Agg", "CLIR_LLM_PROGRESS_INTERVAL": "0"}
+    env.pop("TQDM_DISABLE", None)
+    return subprocess.run([CLI, *pre, "reproduce", str(cfg), "--results", str(tmp_path / "res"),
+                           "--figures", str(tmp_path / "fig"), *flags], capture_output=True, text=True, timeout=1800, env=env)
+
+
+def test_default_is_quiet_with_stage_progress_and_clean_notebook(cold):
+    tmp_path, p = cold
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout + p.stderr
+    assert not [n for n in NOISE if n in out], out[-3000:]
+    assert "[1/1] 1_first_stage: running" in p.stderr and "[1/1] 1_first_stage: done in" in p.stderr
+    # a progress line from inside the kernel: stage, pair, step and n of N with tqdm's meter
+    assert re.search(r"\[1/1\] 1_first_stage en-de dense:e5-small \| .*\d+/\d+ \[", p.stderr), p.stderr
+    assert "1 notebooks ran, 0 up to date" in p.stdout
+    nb = json.loads((tmp_path / "res" / "tiny-quiet" / "1_first_stage.ipynb").read_text())
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    assert outputs and not [o for o in outputs if o.get("name") == "stderr"]
+    assert any("text/markdown" in o.get("data", {}) for o in outputs)          # the table is kept
+    text = json.dumps(nb)
+    assert not [n for n in NOISE if n in text] and "duration" not in text    # no log spam, no timings
+    log = (tmp_path / "res" / "tiny-quiet" / "logs" / "1_first_stage.log").read_text()
+    assert "Kernel is running over TCP" in log                               # kept, out of the terminal
+
+
+def test_quiet_prints_nothing_but_errors(cold):
+    tmp_path = cold[0]
+    p = _run(tmp_path, "-q", "--force")
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == "", (p.stdout, p.stderr)
+    p = _run(tmp_path, "-q", "--only", "9_nothing")
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.strip().splitlines() == [
+        "clir-llm reproduce: error: --only 9_nothing: not an experiment of 'tiny-quiet' (1_first_stage)"]
+
+
+def test_verbose_shows_logs_and_kernel_output(cold):
+    tmp_path = cold[0]
+    p = _run(tmp_path, "--force", pre=["-v"])   # before the command, as `clir-llm -v reproduce`
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "INFO clir_llm.reproduce: [1/1] 1_first_stage: running" in p.stderr
+    assert "Kernel is running over TCP" in p.stderr and "INFO papermill:" in p.stderr
+    assert "mE5-small: beats BM25-OG" in p.stderr           # the cells' output, logged as they run
+
+
+def test_cli_flags_and_help():
+    p = subprocess.run([CLI, "reproduce", "--help"], capture_output=True, text=True, timeout=120)
+    for opt in ("--force", "--results", "--figures", "--replay", "--only", "--dry-run", "--verbose", "--quiet"):
+        assert opt in p.stdout
+    readme = (ROOT / "README.md").read_text()
+    undocumented = [o for o in sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", p.stdout)) - {"--help"}) if f"`{o}" not in readme]
+    assert not undocumented, f"reproduce options missing from the README: {undocumented}"
+    p = subprocess.run([CLI, "-v", "-q", "methods"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "choose one" in p.stderr
