@@ -88,7 +88,8 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
 def complete_shards(self: DenseIndex) -> int | None:
     "The number of shards of a complete set on disk (made by earlier jobs), else None."
     for p in sorted(self.folder.glob("shard-*-of-*.npy")):
-        n = int(p.stem.rsplit("-", 1)[1])
+        if not (m := re.fullmatch(r"shard-\d+-of-(\d+)\.npy", p.name)): continue   # a killed job's temporary file
+        n = int(m.group(1))
         if all(self.shard_path(i, n).exists() for i in range(n)): return n
     return None
 

@@ -144,7 +144,10 @@ def load_translate_prompt(name_or_path: str = "translate") -> dict:
 def clean_answer(answer: str, tgt_name: str) -> str:
     "The translation in an LLM's answer: its first non-empty line, without an echoed '<language>:' label."
     line = next((l.strip() for l in (answer or "").splitlines() if l.strip()), "")
-    return line[len(tgt_name) + 1:].strip() if line.lower().startswith(tgt_name.lower() + ":") else line
+    if line.lower().startswith(tgt_name.lower() + ":"): line = line[len(tgt_name) + 1:].strip()
+    for a, b in ('""', "„“", "«»", "“”"):   # the whole answer in quotes: the quotes go
+        if len(line) > 1 and line[0] == a and line[-1] == b and a not in line[1:-1] and b not in line[1:-1]: return line[1:-1].strip()
+    return line
 
 # %% ../nbs/06a_translate_hf.ipynb #e1809abe
 class LLMTranslator(Translator):
