@@ -12,6 +12,11 @@ Each comparison runs both sides in this process on the same inputs and checks th
   the Python heap's working peak (tracemalloc peak minus what the returned result still holds: texts, batches,
   temporary lists) must not grow with the corpus; ratio peak(4N) / peak(N), goal <= 1.2x. What an exact index must
   keep (the FAISS vectors, outside the Python heap, and the list of docids, printed as "kept") is not counted.
+* dense-index-memory-flat: the persisted, sharded index (`clir_llm.dense_index`: shards encoded chunk by chunk into
+  memory-mapped files, merged into a FAISS index saved beside the cache) over a generated corpus of the demo's size
+  (909 documents, the demo's largest document set) and 10x that, in 4 shards, nothing cached: the Python heap's working
+  peak (as above) must not grow with the corpus, ratio peak(10N) / peak(N), goal <= 1.2x; the run of the sharded index
+  must equal the in-memory index's run, and a second run must load the index (index_loads = 1, nothing encoded).
 * bm25-batch-threads: `BM25.retrieve(batch=True)` (Anserini's `SearchCollection`, 2 Java threads) against
   `batch=False` (one `LuceneSearcher.search` call per query), on a Lucene index of the demo's German pages with the
   German analyzer; queries are the pages' first lines (`--quick`: the first 300). Best of 3 repeats; runs must be
@@ -104,6 +109,37 @@ def bench_memory(args, tmp):
     return True
 
 
+def bench_index_memory(args, tmp):
+    model = D.tiny_random_model("bert", tmp / "bert-index")
+    n = 909
+    peaks, kept = {}, {}
+    for m in (n // 2, n, 10 * n):   # the first, smaller run warms up one-time allocations
+        cache = Cache(tmp / f"index-{m}")
+        d = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32,
+                    progress=False, shards=4)
+        d.encoder.load()
+        coll = Stream(m); coll.queries = {f"q{i}": Query(f"q{i}", " ".join(D._WORDS[i:i + 3])) for i in range(5)}
+        tracemalloc.start(); tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        index, docids = d.index(coll)
+        held, peak = tracemalloc.get_traced_memory()
+        peaks[m], kept[m] = peak - held, held - base
+        tracemalloc.stop()
+        assert index.ntotal == m and len(docids) == m and d.usage.counters["shards_encoded"] == 4
+        if m == n:   # same run as the in-memory index; the second run loads the saved index
+            mem = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp / "off", mode="off"), chunk_size=256,
+                          batch_size=32, progress=False).retrieve(coll, k=10)
+            again = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32, progress=False)
+            same = again.retrieve(coll, k=10) == mem
+            loaded = again.usage.counters.get("index_loads") == 1 and not again.usage.counters.get("docs_encoded")
+            if not (same and loaded): print(f"ERROR: sharded run equal to in-memory: {same}; index loaded, not rebuilt: {loaded}"); return False
+    print(f"dense sharded index, tiny random BertModel, 4 shards, chunks of 256: Python heap working peak {peaks[n] / 2**20:.2f} MiB "
+          f"for {n} docs, {peaks[10 * n] / 2**20:.2f} MiB for {10 * n} docs; kept (the docid list) {kept[n] / 2**20:.2f} / "
+          f"{kept[10 * n] / 2**20:.2f} MiB; FAISS vectors not counted; run identical to the in-memory index, reloaded without encoding")
+    target("dense-index-memory-flat", peaks[10 * n] / peaks[n], 1.2, higher=False)
+    return True
+
+
 def bench_bm25(args, tmp):
     from clir_llm.bm25 import BM25
     docs = german_docs()
@@ -136,12 +172,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small inputs (< 1 minute on 2 idle cores)")
     ap.add_argument("--tiny", action="store_true", help="tiny random encoder instead of the e5-small stand-in")
-    ap.add_argument("--only", choices=["dense", "memory", "bm25"], help="run one benchmark")
+    ap.add_argument("--only", choices=["dense", "memory", "index", "bm25"], help="run one benchmark")
     args = ap.parse_args(argv)
     ok = True
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for name, fn in (("dense", bench_dense_sorting), ("memory", bench_memory), ("bm25", bench_bm25)):
+        for name, fn in (("dense", bench_dense_sorting), ("memory", bench_memory), ("index", bench_index_memory), ("bm25", bench_bm25)):
             if args.only in (None, name): ok &= fn(args, tmp)
     return 0 if ok else 1
 

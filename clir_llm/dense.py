@@ -51,6 +51,7 @@ class EncoderSpec:
     quirks: tuple = ()           # `Quirk`s: the authors' behaviour, off unless named (or paper_quirks=True)
     base_revision: str | None = None  # Hub commit of `base_model` (LoRA adapters)
     quirks_on: tuple = ()        # the names of the quirks switched on (set by `with_quirks`)
+    dtype: str | None = None     # one dtype on every device (dense:hf:...[dtype=...]); None: `half` on GPU, float32 on CPU
 
     def with_quirks(self, names=None) -> "EncoderSpec":
         "This spec with the authors' quirks `names` (a name or names; None: all of them) switched on."
@@ -93,8 +94,12 @@ for _s in [
 def get_encoder_spec(name: str, paper_quirks: bool = False, quirks=(), **overrides) -> EncoderSpec:
     "The registry entry `name` (or an `EncoderSpec` passed through), with the authors' quirks (all: `paper_quirks`; or those named in `quirks`) and `overrides` applied."
     if isinstance(name, EncoderSpec): spec = name
+    elif str(name).strip().lower().startswith("hf:"):   # any Hugging Face encoder by id or folder: clir_llm.dense_hf
+        from clir_llm.dense_hf import hf_encoder_spec
+        spec = hf_encoder_spec(name)
     else:
-        spec = ENCODERS.lookup(name)[0].obj
+        try: spec = ENCODERS.lookup(name)[0].obj
+        except ClirError as e: raise ClirError(f"{e}, or hf:<model id or folder>[options]") from None
     if paper_quirks: spec = spec.with_quirks()
     if quirks: spec = spec.with_quirks(quirks)
     return dataclasses.replace(spec, **overrides) if overrides else spec
@@ -150,7 +155,7 @@ class Encoder:
                  quirks=()):
         self.spec = get_encoder_spec(spec, paper_quirks=paper_quirks, quirks=quirks)
         self.device = device or _best_device()
-        self.dtype = dtype or (self.spec.half if self.device.startswith("cuda") else "float32")
+        self.dtype = dtype or self.spec.dtype or (self.spec.half if self.device.startswith("cuda") else "float32")
         self.batch_size, self.progress = batch_size, progress
         self.cache = cache or Cache()
         self.usage = Usage()
@@ -321,11 +326,12 @@ class Dense(Retriever):
     "Dense first stage: a registry encoder + exact FAISS inner-product search."
     def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
                  device: str | None = None, cache: Cache | None = None, paper_quirks: bool = False,
-                 progress: bool = True, sort: bool = True, quirks=(), **overrides):
+                 progress: bool = True, sort: bool = True, quirks=(), shards: int = 1, vectors: str = "float32", **overrides):
         spec = get_encoder_spec(model, paper_quirks=paper_quirks, quirks=quirks, **overrides)
         self.encoder = Encoder(spec, device=device, batch_size=batch_size, cache=cache, progress=False)
-        self.name = f"dense:{spec.name}" + _quirk_tag(spec, paper_quirks) + _title_tag(spec)
+        self.name = f"dense:{spec.name}" + _quirk_tag(spec, paper_quirks) + _title_tag(spec) + ("[fp16]" if vectors == "float16" else "")
         self.chunk_size, self.progress, self.sort = chunk_size, progress, sort
+        self.shards, self.vectors = shards, vectors   # the persisted index (clir_llm.dense_index): shards, vector dtype
 
     @property
     def spec(self) -> EncoderSpec: return self.encoder.spec
@@ -333,15 +339,21 @@ class Dense(Retriever):
     def usage(self) -> Usage: return self.encoder.usage
 
     def index(self, collection):
-        "Encode `collection`'s documents chunk by chunk into an exact FAISS index; returns (index, docids)."
-        import faiss
+        """The FAISS index of `collection`'s documents and their docids: the persisted index beside the cache (loaded, or
+        encoded in `shards` and merged: `clir_llm.dense_index`), or built in memory when the cache is not written."""
+        from clir_llm.dense_index import DenseIndex
+        return DenseIndex(self, collection, self.vectors).build(self.shards)
+
+    def index_in_memory(self, collection, vectors: str = "float32"):
+        "Encode `collection`'s documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
+        from clir_llm.dense_index import _new_index
         index, docids = None, []
         docs = iter(collection.iter_docs())
         bar = tqdm(total=getattr(collection, "num_docs", None), desc=f"{self.name} {collection.name} {collection.doc_lang}",
                    disable=not self.progress, leave=False)
         while chunk := list(islice(docs, self.chunk_size)):
             vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=False)
-            if index is None: index = faiss.IndexFlatIP(vecs.shape[1])
+            if index is None: index = _new_index(vecs.shape[1], vectors)
             index.add(vecs)
             docids.extend(d.docid for d in chunk)
             bar.update(len(chunk))

@@ -125,6 +125,10 @@ class FirstStage(Spec, ABC):
     def describe(self, translator: str | None = None, dense_title=None) -> str: "One line for the dry-run plan."
 
     def parts(self) -> tuple["FirstStage", ...]: return (self,)
+    def with_options(self, **options) -> "FirstStage":
+        "This method with `options` (only methods that take options, such as `dense:hf:`, accept any)."
+        if options: raise ClirError(f"{self} takes no options (got {', '.join(options)})")
+        return self
     def key(self) -> str: return str(self)
     @property
     def translated(self) -> bool: "Reads translated queries or documents." ; return False
@@ -137,8 +141,13 @@ class FirstStage(Spec, ABC):
 FIRST_STAGES = Registry("first-stage method", contract=FirstStage)
 
 def parse_method(method) -> FirstStage:
-    "Parse a method string (or pass a `FirstStage` through): the one place a first-stage string is read."
+    """Parse a method string (or pass a `FirstStage` through): the one place a first-stage string is read. A mapping
+    `{method: <string>, <option>: <value>, ...}` (a configuration's long form) gives the method's options apart."""
     if isinstance(method, FirstStage): return method
+    if isinstance(method, dict):
+        opts = dict(method)
+        if not isinstance(opts.get("method"), str): raise ClirError(f"a method mapping needs a 'method' string, got {method!r}")
+        return parse_method(opts.pop("method")).with_options(**opts)
     entry, arg = FIRST_STAGES.lookup(method)
     return entry.obj.parse(entry.name, arg)
 
@@ -203,15 +212,28 @@ class DenseMethod(FirstStage):
                 f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
                 "exact FAISS inner product" + (f"; {note}" if (note := s.revision_note()) else ""))
 
+    @property
+    def is_hf(self) -> bool: "An encoder named by Hugging Face id or folder (`dense:hf:`)." ; return self.encoder.startswith("hf:")
+
+    def with_options(self, **options):
+        "`dense:hf:` encoders take their options (pooling, prefixes, max_length, dtype, title, revision) apart too."
+        if not options: return self
+        if not self.is_hf: raise ClirError(f"{self}: options are for dense:hf:<model> encoders (a registry encoder's settings are its entry)")
+        from clir_llm.dense_hf import hf_encoder_spec
+        return type(self)(encoder=hf_encoder_spec(self.encoder, **options).name)
+
     def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw):
         from clir_llm.dense import Dense
-        keep = ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length")
+        keep = ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length", "shards", "vectors")
         dkw = {k: v for k, v in kw.items() if k in keep and v is not None}
         from clir_llm.dense import encoder_quirks   # named quirks (--quirk, first_stage.dense_quirks): this encoder's only
         if own := [q for q in kw.get("quirks") or () if encoder_quirks()[q][0] == self.encoder]: dkw["quirks"] = own
-        if (title := _dense_title(dense_title, self.encoder)) is not None: dkw["title"] = bool(title)
+        encoder = self.encoder
+        if (title := _dense_title(dense_title, self.encoder)) is not None:
+            if self.is_hf: encoder = self.with_options(title=bool(title)).encoder   # in the encoder's name, so in the run's
+            else: dkw["title"] = bool(title)
         if half := (kw.get("dense_dtype") or {}).get(self.encoder): dkw["half"] = half   # first_stage.dense_dtype
-        return Dense(self.encoder, cache=cache, **dkw)
+        return Dense(encoder, cache=cache, **dkw)
 
 # %% ../nbs/09_retrieve.ipynb #e4e821a5
 @FIRST_STAGES.register("rrf:", example="rrf:<method>+<method>[+...]")
@@ -250,6 +272,43 @@ def get_retriever(method, translator=None, cache=None, dense_title=None, dt_sour
     return parse_method(method).build(translator, cache, dense_title, dt_source, **kw)
 
 # %% ../nbs/09_retrieve.ipynb #2e83740f
+def _dense_arguments(ap):
+    "The `dense:hf:` option flags (from `HFEncoder`'s fields; not given = the method string's) and the index flags."
+    from clir_llm.dense_hf import HFEncoder
+    from clir_llm.specs import add_spec_arguments
+    add_spec_arguments(ap, HFEncoder, skip=("model",), group="dense:hf:<model> options (merged into the method string)")
+    ap.set_defaults(**{k: None for k in HFEncoder.OPTIONS})
+    g = ap.add_argument_group("dense index (saved beside the cache and reused)")
+    g.add_argument("--shards", type=int, default=1, help="encode the documents in this many shards, then merge (default 1)")
+    g.add_argument("--shard", help="encode only shard i/n (counted from 0) and stop: one job of a batch scheduler")
+    g.add_argument("--vectors", choices=["float32", "float16"], default="float32", help="stored vector dtype (default float32; float16 names the run [fp16])")
+
+def _with_cli_options(method, a):
+    "`method` with the `dense:hf:` flags given on the command line (an error for any other method)."
+    from clir_llm.dense_hf import HFEncoder
+    opts = {k: getattr(a, k) for k in HFEncoder.OPTIONS if getattr(a, k, None) is not None}
+    if not opts: return method
+    if not isinstance(method, DenseMethod) or not method.is_hf:
+        raise ClirError(f"--{next(iter(opts)).replace('_', '-')} is an option of dense:hf:<model> encoders, not of {method}")
+    return method.with_options(**opts)
+
+def _cli_shard(method, a) -> int:
+    "`--shard i/n`: encode one shard of the dense index of `method` and print where it is."
+    from clir_llm.cache import Cache
+    from clir_llm.collections import load_collection
+    from clir_llm.dense_index import DenseIndex, parse_shard
+    i, n = parse_shard(a.shard)
+    if not isinstance(method, DenseMethod): raise ClirError(f"--shard encodes a dense index; {method} is not a dense:<encoder> method")
+    dense = method.build(cache=Cache(a.cache) if a.cache else None, batch_size=a.batch_size, device=a.device,
+                         paper_quirks=a.paper_quirks, quirks=a.quirk, vectors=a.vectors)
+    coll = load_collection(a.collection, a.pair, root=a.root)
+    idx = DenseIndex(dense, coll, a.vectors)
+    if not idx.persisted: raise ClirError("--shard writes shards into the cache; the cache is not writable here")
+    path = idx.encode_shard(i, n)
+    print(f"{dense.name} {coll.name} {coll.pair}: shard {i}/{n} -> {path} ({dense.usage.counters.get('docs_encoded', 0)} documents encoded)")
+    return 0
+
+# %% ../nbs/09_retrieve.ipynb #680f9fcb
 def cli_retrieve(argv=None) -> int:
     "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
     ap = argparse.ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
@@ -260,7 +319,7 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
                     help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
     ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods); repeatable")
-    ap.add_argument("--out", required=True, help="TREC run file to write (usage JSON is written beside it)")
+    ap.add_argument("--out", help="TREC run file to write (usage JSON is written beside it); required unless --shard")
     ap.add_argument("--k", type=int, default=100, help="documents per query (default 100)")
     ap.add_argument("--root", help="folder of the collection (default: the registered location)")
     ap.add_argument("--cache", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
@@ -271,18 +330,21 @@ def cli_retrieve(argv=None) -> int:
                     "encoder's, 512 for e5-small; the demo's table uses 256, as configs/demo.yaml sets)")
     ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
     ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
+    _dense_arguments(ap)
     a = ap.parse_args(argv)
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
     if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
+    if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
     import_plugins(a.plugin)
-    method = parse_method(a.method)   # an unknown method fails before anything is loaded
+    method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
+    if a.shard: return _cli_shard(method, a)
     from clir_llm.cache import Cache
     from clir_llm.collections import load_collection
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
                               threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk,
-                              doc_max_length=a.doc_max_length)
+                              doc_max_length=a.doc_max_length, shards=a.shards, vectors=a.vectors)
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 from fastcore.basics import patch
-from tqdm.auto import tqdm
+from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .rerank import RERANKERS, Reranker, _lang, _quiet, check_scoring, doc_text
 from .pairwise import Sort, _keep_rest, drive_sorts

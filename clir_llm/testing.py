@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['make_tiny_hf_model', 'FakeOpenAIServer', 'TinyCollection', 'tiny_setup']
+__all__ = ['make_tiny_hf_model', 'make_tiny_mt_model', 'FakeOpenAIServer', 'TinyCollection', 'tiny_setup']
 
 # %% ../nbs/15_testing.ipynb #823b9c99
 _CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -51,6 +51,51 @@ def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int
     else: raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2' or 'mt5', got {arch!r}")
     model.generation_config.eos_token_id = cfg.eos_token_id
     model.save_pretrained(path); tok.save_pretrained(path)
+    return path
+
+# %% ../nbs/15_testing.ipynb #e2999317
+_TINY_MT_TEXT = ["the cat sleeps on the sofa.", "die Katze schläft auf dem Sofa.", "the dog runs in the park.",
+                 "ein Hund läuft im Park.", "water of the river and the city.", "Wasser des Flusses und der Stadt.",
+                 "kissa nukkuu sohvalla.", "il gatto dorme.", "кошка спит на диване."]
+
+def _tiny_spm(path: Path) -> list[str]:
+    "Train a tiny unigram SentencePiece model into `path`; returns its pieces."
+    import io, sentencepiece as spm
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(_TINY_MT_TEXT * 5), model_writer=buf, vocab_size=80, model_type="unigram",
+                                   character_coverage=1.0, pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
+                                   minloglevel=2)
+    path.write_bytes(buf.getvalue())
+    sp = spm.SentencePieceProcessor(model_file=str(path))
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+def make_tiny_mt_model(path, arch: str = "marian", seed: int = 0, d_model: int = 16) -> Path:
+    "Save a tiny random `marian` (one direction, `source.spm`/`target.spm`) or `m2m100` (language codes) model and tokenizer under `path`."
+    import tempfile, torch, transformers as T
+    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    src = Path(tempfile.mkdtemp())
+    small = dict(d_model=d_model, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                 encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model, max_position_embeddings=128)
+    if arch == "marian":
+        pieces = _tiny_spm(src / "source.spm"); (src / "target.spm").write_bytes((src / "source.spm").read_bytes())
+        vocab = {"</s>": 0, "<unk>": 1}
+        for p in pieces: vocab.setdefault(p, len(vocab))
+        vocab["<pad>"] = len(vocab)
+        (src / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        tok = T.MarianTokenizer(str(src / "source.spm"), str(src / "target.spm"), str(src / "vocab.json"))
+        cfg = T.MarianConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=0, decoder_start_token_id=tok.pad_token_id, **small)
+        torch.manual_seed(seed); model = T.MarianMTModel(cfg)
+    elif arch == "m2m100":
+        pieces = _tiny_spm(src / "sentencepiece.bpe.model")
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+        for p in pieces: vocab.setdefault(p, len(vocab))
+        (src / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        tok = T.M2M100Tokenizer(str(src / "vocab.json"), str(src / "sentencepiece.bpe.model"))
+        cfg = T.M2M100Config(vocab_size=max(tok.lang_token_to_id.values()) + 1 + tok.num_madeup_words, pad_token_id=1,
+                             bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, **small)
+        torch.manual_seed(seed); model = T.M2M100ForConditionalGeneration(cfg)
+    else: raise ClirError(f"make_tiny_mt_model: arch must be 'marian' or 'm2m100', got {arch!r}")
+    tok.save_pretrained(path); model.eval().save_pretrained(path)
     return path
 
 # %% ../nbs/15_testing.ipynb #745898dc

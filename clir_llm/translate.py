@@ -67,7 +67,7 @@ def save_accounting(path, translator: Translator, **extra) -> Path:
     "Write `translator.accounting()` (plus `extra` fields such as the collection and direction) as JSON at `path`."
     return write_json(path, {**translator.accounting(), **extra})
 
-TRANSLATORS = Registry("translator", contract=Translator)
+TRANSLATORS = Registry("translator", plugins=("clir_llm.translate_hf",), contract=Translator)   # mt:hf:, mt:llm: register there
 
 # %% ../nbs/06_translate.ipynb #24c11018
 @dataclass
@@ -703,7 +703,7 @@ def cli_translate(argv=None) -> int:
     p.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")
     p.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
     p.add_argument("--what", choices=["queries", "documents"], default="queries", help="QT (queries) or DT (documents)")
-    p.add_argument("--translator", default="dict:freedict", help="dict:freedict | nllb:<model id or local folder>")
+    p.add_argument("--translator", default="dict:freedict", help="dict:freedict | nllb:<model id or local folder> | mt:hf:<model id or folder> | mt:llm:<backend spec>")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--root", default=None, help="collection data folder (collection-specific)")
     p.add_argument("--batch-tokens", type=int, default=0, help="NLLB batches of as many sentences as fit in this many padded source tokens, e.g. 4096 on a GPU (0: --batch-size sentences each)")
@@ -716,7 +716,7 @@ def cli_translate(argv=None) -> int:
     coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
     spec = TranslatorSpec.parse(a.translator)
     kw = ({"batch_size": a.batch_size, "batch_tokens": a.batch_tokens or None, "device": a.device, "max_new_tokens": a.max_new_tokens}
-          if spec.kind == "nllb" else {})
+          if spec.kind in ("nllb", "mt:hf") else {"max_new_tokens": a.max_new_tokens} if spec.kind == "mt:llm" else {})
     tr = spec.build(**kw)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

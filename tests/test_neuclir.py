@@ -1,0 +1,41 @@
+"""The NeuCLIR 2022 extension: `configs/neuclir-2022.yaml` passes its dry run here (nothing downloaded), its
+regression cells cite the published BM25 baselines, and the `neuclir22` collection reads NeuCLIR-format topics,
+documents, judgements (a locally registered ir_datasets fixture) and the organizers' translations (a folder)."""
+import json
+import pytest
+import yaml
+from clir_llm.cli import main
+from clir_llm.core import ClirError
+
+
+def test_dry_run(capsys):
+    assert main(["reproduce", "configs/neuclir-2022.yaml", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "collection neuclir22" in out and "pairs: en-zh, en-fa, en-ru" in out
+    assert 'dense:hf:intfloat/multilingual-e5-base[query_prefix="query: ",passage_prefix="passage: ",title=false]' in out
+    assert "nothing was loaded or downloaded" in out
+
+
+def test_regression_cells_cite_published_values():
+    from clir_llm.config import load_config
+    from clir_llm.regression import load_regression, regression_path
+    reg = load_regression(regression_path(load_config("configs/neuclir-2022.yaml")))
+    cells = {c.col: c for c in reg.cells}
+    assert {k: cells[k].expected for k in ("en-zh", "en-fa", "en-ru")} == {"en-zh": 0.3723, "en-fa": 0.3670, "en-ru": 0.3080}
+    assert all("Anserini regressions-neuclir22" in cells[k].source for k in ("en-zh", "en-fa", "en-ru"))
+    assert abs(cells["AVG"].expected - (0.3723 + 0.3670 + 0.3080) / 3) < 1e-4
+
+
+def test_collection_on_a_neuclir_format_fixture(tmp_path, monkeypatch):
+    import irds_fixture  # registers clir-llm-test/neuclir-like (tests/ is on sys.path under pytest)
+    from clir_llm.neuclir import load_neuclir22
+    c = load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like")
+    ids = [d.docid for d in c.iter_docs()]
+    assert c.query_translations and not c.has_translations
+    (tmp_path / "zho.mt.jsonl").write_text("".join(json.dumps({"id": d, "title": "t", "text": f"english {d}"}) + "\n" for d in ids))
+    monkeypatch.setenv("NEUCLIR_MT_HOME", str(tmp_path))
+    t = load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like")
+    assert [d.text for d in t.translated().iter_docs()] == [f"english {d}" for d in ids] and t.key != c.key
+    (tmp_path / "zho.mt.jsonl").write_text('{"id": "x"}\n')
+    with pytest.raises(ClirError, match="zho.mt.jsonl:1"):
+        list(load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like").translated().iter_docs())
