@@ -112,6 +112,17 @@ class Cache:
             conns[stage] = self._open_ro(path) if self.mode in ("readonly", "replay") else self._open_rw(path)
         return conns[stage]
 
+    def replays(self, stage: str) -> bool:
+        """Whether a miss in `stage` is an error: replay mode, or `stage` named in `$CLIR_LLM_REPLAY_STAGES` (comma
+        separated; `clir-llm reproduce` sets `llm` when it seeds the cache from recorded responses)."""
+        return self.mode == "replay" or stage in os.environ.get("CLIR_LLM_REPLAY_STAGES", "").split(",")
+
+    @property
+    def replay_hint(self) -> str:
+        "What to do about a replay miss (set with the stages, in `$CLIR_LLM_REPLAY_HINT`)."
+        h = os.environ.get("CLIR_LLM_REPLAY_HINT", "")
+        return f"; {h}" if h else ""
+
     def namespace(self, stage: str, **identity) -> "Namespace":
         "A namespace of `stage` whose keys include `identity` (model, revision, parameters)."
         return Namespace(self, stage, identity)
@@ -237,13 +248,17 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
     return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
 
 @patch
-def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | None = None):
-    "Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes)."
+def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | list | None = None):
+    """Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes).
+    `meta`: one dict for all entries, or one per pair (e.g. the prompt an LLM answer belongs to, for `export_entries`)."""
     if self.cache.mode != "readwrite": return
-    rows = []
-    for item, value in pairs:
+    rows, pairs = [], list(pairs)
+    metas = meta if isinstance(meta, list) else [meta] * len(pairs)
+    for (item, value), m in zip(pairs, metas):
         blob, codec = _encode(value)
-        rows.append((self.key(item), blob, codec, json.dumps(meta) if meta else None, time.time()))
+        text = json.dumps(m, ensure_ascii=False, sort_keys=True) if m else None
+        if text: check_no_secret(text, "cache note")
+        rows.append((self.key(item), blob, codec, text, time.time()))
     if not rows: return
     db = self.cache._db(self.stage)
     def write():
