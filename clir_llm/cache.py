@@ -277,3 +277,39 @@ def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | lis
         msg = _advice(path, e)
         raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
             f" ({NO_SPACE})" if _no_space(e) else "")) from None
+
+# %% ../nbs/02_cache.ipynb #bda4e643
+@patch
+def export_entries(self: Cache, stage: str, keys: Iterable[str] | None = None) -> list[dict]:
+    "Entries of `stage` as `{key, value, meta}` dicts sorted by key: all of them, or those whose key is in `keys`."
+    db = self._db(stage)
+    if db is None or not (self.root / f"{stage}.sqlite").exists(): return []
+    want = set(keys) if keys is not None else None
+    out = []
+    for k, v, c, m in _retry(lambda: db.execute("SELECT key, value, codec, meta FROM entries ORDER BY key").fetchall()):
+        if want is not None and k not in want: continue
+        if c != "json": raise CacheError(f"{stage} entry {k[:12]} holds an array: only JSON entries can be exported")
+        out.append({"key": k, "value": _decode(v, c), "meta": json.loads(m) if m else None})
+    return out
+
+@patch
+def import_entries(self: Cache, stage: str, entries: Iterable[dict]) -> int:
+    "Store `{key, value, meta}` dicts as they are (one transaction; an entry with the same key is replaced); how many."
+    if self.mode != "readwrite": raise CacheError(f"cannot import into a cache opened in {self.mode!r} mode")
+    rows = []
+    for e in entries:
+        blob, codec = _encode(e["value"])
+        rows.append((e["key"], blob, codec, json.dumps(e["meta"], ensure_ascii=False, sort_keys=True) if e.get("meta") else None, time.time()))
+    if not rows: return 0
+    db = self._db(stage)
+    def write():
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction: db.execute("ROLLBACK")
+            raise
+    try: _retry(write)
+    except (sqlite3.Error, OSError) as e: raise CacheError(_advice(self.root / f"{stage}.sqlite", e)) from None
+    return len(rows)
