@@ -259,8 +259,12 @@ def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | lis
         text = json.dumps(m, ensure_ascii=False, sort_keys=True) if m else None
         if text: check_no_secret(text, "cache note")
         rows.append((self.key(item), blob, codec, text, time.time()))
-    if not rows: return
-    db = self.cache._db(self.stage)
+    if rows: self.cache._write_rows(self.stage, rows)
+
+@patch
+def _write_rows(self: Cache, stage: str, rows: list[tuple]):
+    "Insert or replace `(key, value, codec, meta, created)` rows of `stage` in one transaction (retried while busy)."
+    db = self._db(stage)
     def write():
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -273,7 +277,7 @@ def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | lis
             raise
     try: _retry(write)
     except (sqlite3.Error, OSError) as e:
-        path = self.cache.root / (self.stage + ".sqlite")
+        path = self.root / (stage + ".sqlite")
         msg = _advice(path, e)
         raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
             f" ({NO_SPACE})" if _no_space(e) else "")) from None
@@ -300,16 +304,5 @@ def import_entries(self: Cache, stage: str, entries: Iterable[dict]) -> int:
     for e in entries:
         blob, codec = _encode(e["value"])
         rows.append((e["key"], blob, codec, json.dumps(e["meta"], ensure_ascii=False, sort_keys=True) if e.get("meta") else None, time.time()))
-    if not rows: return 0
-    db = self._db(stage)
-    def write():
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?)", rows)
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction: db.execute("ROLLBACK")
-            raise
-    try: _retry(write)
-    except (sqlite3.Error, OSError) as e: raise CacheError(_advice(self.root / f"{stage}.sqlite", e)) from None
+    if rows: self._write_rows(stage, rows)
     return len(rows)

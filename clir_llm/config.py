@@ -135,6 +135,7 @@ class Config(_Strict):
     doc_length: Optional[DocLengthConfig] = None
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
+    recorded: Optional[str] = None       # recorded LLM responses (JSONL, relative to the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
     _path: Optional[Path] = PrivateAttr(None)
 

@@ -5,6 +5,7 @@
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
 import os, time
+from contextlib import contextmanager
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import ClirError, atomic_write, write_json, stable_hash
@@ -12,7 +13,8 @@ from .config import Config, load_config, repo_root, experiment_notebook, results
 from .plan import plan
 
 # %% auto #0
-__all__ = ['code_fingerprint', 'clean_stale', 'reproduce', 'cli_reproduce']
+__all__ = ['code_fingerprint', 'clean_stale', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce',
+           'cli_reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #6c8b4fcb
 def code_fingerprint() -> str:
@@ -48,10 +50,53 @@ def _scrub(nb: Path):
     text = nb.read_text(encoding="utf-8")
     if (clean := redact(text)) != text: atomic_write(nb, clean)
 
+# %% ../nbs/13_reproduce.ipynb #eea65667
+def recorded_path(cfg: Config) -> Path | None:
+    "The recorded LLM responses `cfg` names (relative to the configuration file), or None."
+    if not cfg.recorded: return None
+    return (cfg.path.parent / cfg.recorded) if cfg.path else Path(cfg.recorded)
+
+@contextmanager
+def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, log=print):
+    """Around a run of `cfg`: with `use`, seed the cache from its recorded LLM responses and make a call missing
+    from them an error; without, log the key of every LLM call into `out/.llm-keys.log` (for `record_responses`)."""
+    from clir_llm.cache import Cache
+    from clir_llm.llm import seed_llm_calls
+    path, env = recorded_path(cfg), {}
+    if path is not None and use:
+        if not path.is_file():
+            raise ClirError(f"config {cfg.name!r}: recorded LLM responses {path} not found (--no-recorded computes and records them)")
+        t0, n = time.time(), seed_llm_calls(Cache(), path)
+        log(f"recorded LLM responses: {n} calls from {path} seeded into the cache in {time.time() - t0:.0f} s")
+        env = {"CLIR_LLM_REPLAY_STAGES": "llm", "CLIR_LLM_REPLAY_HINT": f"they are not among the recorded responses "
+               f"{path}: `clir-llm reproduce {cfg.path or cfg.name} --no-recorded` computes and records them"}
+    elif path is not None and out is not None:
+        keylog = Path(out) / ".llm-keys.log"; keylog.unlink(missing_ok=True)
+        env = {"CLIR_LLM_KEY_LOG": str(keylog.resolve())}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try: yield env
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
+def record_responses(cfg: Config, out: Path, log=print) -> dict:
+    "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
+    from clir_llm.cache import Cache
+    from clir_llm.llm import export_llm_calls, get_backend
+    keylog = Path(out) / ".llm-keys.log"
+    keys = sorted(set(keylog.read_text().split())) if keylog.exists() else []
+    backends = [get_backend(s, Cache(mode="off")) for s in dict.fromkeys(r.llm.key() for r in cfg.rerankers if r.llm)]
+    res = export_llm_calls(Cache(), recorded_path(cfg), backends, keys)
+    log(f"recorded {res['calls']} LLM calls in {recorded_path(cfg)}")
+    return res
+
 # %% ../nbs/13_reproduce.ipynb #08dac895
 def reproduce(config, only: list[str] | None = None, replay: bool = False, results_root="results",
-              figures_dir="figures", force: bool = False, progress: bool = True, log=print) -> list[dict]:
-    "Execute the configuration's experiment notebooks with papermill; return one status dict per notebook."
+              figures_dir="figures", force: bool = False, progress: bool = True, log=print, recorded: bool = True) -> list[dict]:
+    """Execute the configuration's experiment notebooks with papermill; return one status dict per notebook.
+    `recorded`: seed the cache from the configuration's recorded LLM responses first (False: compute, then record them)."""
     import papermill as pm
     cfg = config if isinstance(config, Config) else load_config(config)
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
@@ -61,30 +106,34 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
     status = []
-    for name in tqdm(names, desc=f"reproduce {cfg.name}", disable=not progress):
-        nb = experiment_notebook(name)
-        params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
-        stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
-        stamp = _stamp(nb, cfg, params)
-        if not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
-            log(f"{name}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
-        t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
-        log(f"{name}: running")
-        try:
-            pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
-                                progress_bar=False, log_output=False)
-        except pm.PapermillExecutionError as e:
-            from clir_llm.cache import redact
+    with recorded_responses(cfg, use=recorded, out=out, log=log):
+        for name in tqdm(names, desc=f"reproduce {cfg.name}", disable=not progress):
+            nb = experiment_notebook(name)
+            params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
+            stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
+            stamp = _stamp(nb, cfg, params)
+            if not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
+                log(f"{name}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
+            t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
+            log(f"{name}: running")
+            try:
+                pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
+                                    progress_bar=False, log_output=False)
+            except pm.PapermillExecutionError as e:
+                from clir_llm.cache import redact
+                _scrub(tmp)
+                raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
+                                       f"(executed notebook with the traceback: {tmp})")) from None
+            except BaseException:
+                _scrub(tmp); raise
             _scrub(tmp)
-            raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
-                                   f"(executed notebook with the traceback: {tmp})")) from None
-        except BaseException:
-            _scrub(tmp); raise
-        _scrub(tmp)
-        os.replace(tmp, target)
-        atomic_write(stamp_file, stamp + "\n")
-        status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
-        log(f"{name}: done in {time.time() - t0:.0f} s")
+            os.replace(tmp, target)
+            atomic_write(stamp_file, stamp + "\n")
+            status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
+            log(f"{name}: done in {time.time() - t0:.0f} s")
+    if not recorded and recorded_path(cfg) is not None:
+        if only is None and all(st["status"] == "ran" for st in status): record_responses(cfg, out, log)
+        else: log(f"recorded responses not written: only a complete run (no --only; --force if up to date) records every call")
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status
 
@@ -100,12 +149,16 @@ def cli_reproduce(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
     ap.add_argument("--results", default="results", help="results root (default: results/)")
     ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
+    ap.add_argument("--no-recorded", dest="recorded", action="store_false",
+                    help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
+                         "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
     if a.dry_run:
         for l in plan(cfg): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
-    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force)
+    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force,
+                   recorded=a.recorded)
     print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
           f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/")
     return 0
