@@ -105,7 +105,7 @@ def test_missing_recorded_call_is_an_error(tmp_path, monkeypatch):
 
 def test_demo_recorded_file_is_clean():
     "The committed file: every line checked, sorted by key, no duplicates, a few MB at most, named by the demo config."
-    assert recorded_path(load_config("configs/demo.yaml")) == R.ROOT / "configs" / "recorded" / "demo-llm.jsonl"
+    assert recorded_path(load_config(R.ROOT / "configs" / "demo.yaml")).resolve() == DEMO_RECORDED.resolve()
     calls = read_llm_calls(DEMO_RECORDED)
     keys = [c["key"] for c in calls]
     assert keys == sorted(set(keys)) and len(keys) > 1000
