@@ -12,8 +12,16 @@ Model calls are counted by wrapping the model's `forward`: the warm re-run must 
     python benchmarks/llm.py --quick
     python benchmarks/llm.py                       # the offline Qwen stand-in
     python benchmarks/llm.py --model hf:/path/to/model --batch-size 16
+
+Then the stand-in's speed (`target stand-in-speed`, also in `--quick`, with fewer prompts): the real stand-in
+`hf:qwen2.5-coder-0.5b-offline` on the demo's own prompts (PRP likelihood scoring and listwise generation, taken from
+the recorded responses `configs/recorded/demo-llm.jsonl`), in prompt+generated tokens per second, side by side:
+`before` (fp32, batch 8, the vocabulary projection of every position: the `hf:` path before issue 16), `now` (the
+stand-in as `get_backend` builds it: fp32, batch 32, last-position logits only) and `bf16` (the same in bfloat16,
+measured only on a CPU with AVX512-BF16 or AMX; elsewhere torch emulates bf16 matmuls, which a 512x896x4864 matmul
+shows). The ratio is the fastest of `now`/`bf16` over `before`; answers must agree (same text, same PRP choice).
 """
-import argparse, sys, tempfile, time
+import argparse, json, sys, tempfile, time
 from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
@@ -44,6 +52,85 @@ def load(args, tmp: Path):
     return get_backend(f"hf:{path}"), "small random Qwen2 (4 layers, hidden 128; stand-in, ratios only)"
 
 
+DEMO_RECORDED = Path(__file__).resolve().parent.parent / "configs" / "recorded" / "demo-llm.jsonl"
+
+
+def demo_prompts(n_score: int, n_generate: int, path=None):
+    "The first recorded demo calls of each kind (sorted by cache key, so a fixed, mixed sample): (op, prompt, candidates, params)."
+    from clir_llm.llm import read_llm_calls
+    calls = read_llm_calls(path or DEMO_RECORDED)
+    pick = lambda op, n: [(c["op"], c["prompt"], c.get("candidates"), c["params"]) for c in calls if c["op"] == op][:n]
+    return pick("score", n_score) + pick("generate", n_generate)
+
+
+def has_native_bf16() -> bool:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def matmul_ratio() -> float:
+    "bf16 over fp32 time of the stand-in's MLP matmul shape (512x896 by 896x4864), 2 threads."
+    import torch
+    out = {}
+    for dt in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(512, 896, dtype=dt), torch.randn(896, 4864, dtype=dt)
+        a @ b; t0 = time.perf_counter(); a @ b; out[dt] = time.perf_counter() - t0
+    return out[torch.bfloat16] / out[torch.float32]
+
+
+def run_calls(b, calls):
+    "Answers and prompt+generated tokens per second of `calls` through backend `b` (no cache)."
+    sc = [c for c in calls if c[0] == "score"]; ge = [c for c in calls if c[0] == "generate"]
+    t0 = time.perf_counter()
+    scores = b.score([c[1] for c in sc], [c[2] for c in sc], progress=False) if sc else []
+    texts = []
+    for params in sorted({json.dumps(c[3], sort_keys=True) for c in ge}):
+        group = [c for c in ge if json.dumps(c[3], sort_keys=True) == params]
+        p = json.loads(params); n = p.pop("max_new_tokens")
+        texts += b.generate([c[1] for c in group], max_new_tokens=n, progress=False, **p)
+    dt = time.perf_counter() - t0
+    tokens = b.usage.tokens_in + b.usage.tokens_out
+    choices = [max(range(len(s)), key=s.__getitem__) for s in scores]
+    return choices + texts, tokens / dt, dt
+
+
+def stand_in_speed(quick: bool, recorded=None) -> float:
+    import torch
+    from clir_llm.cache import Cache
+    recorded = Path(recorded or DEMO_RECORDED)
+    if not recorded.exists():
+        print(f"stand-in speed: {recorded} missing (run `clir-llm reproduce configs/demo.yaml --no-recorded`)")
+        return 0.0
+    calls = demo_prompts(*((16, 32) if quick else (64, 64)), recorded)
+    now = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(mode="off"))
+    model, tok = now.hf_model, now.tokenizer
+    def variant(batch, last_only, hf_model):
+        b = HFBackend(now._source, cache=Cache(mode="off"), revision=now.revision, batch_size=batch, tokenizer=tok, hf_model=hf_model)
+        b.last_logits_only = last_only
+        return b
+    print(f"\nstand-in speed: {len([c for c in calls if c[0] == 'score'])} PRP scoring + "
+          f"{len([c for c in calls if c[0] == 'generate'])} listwise generation prompts of the demo; torch threads {torch.get_num_threads()}")
+    run_calls(variant(8, True, model), calls[:2])                                   # warm-up
+    before, tps_before, t_before = run_calls(variant(8, False, model), calls)
+    print(f"before (fp32, batch 8, all-position logits): {tps_before:8.1f} tokens/s  ({t_before:.1f} s)")
+    after, tps_now, t_now = run_calls(variant(32, True, model), calls)
+    print(f"now    (fp32, batch 32, last-position logits): {tps_now:8.1f} tokens/s  ({t_now:.1f} s)")
+    best = tps_now
+    if has_native_bf16():
+        bf, tps_bf, t_bf = run_calls(variant(32, True, model.to(torch.bfloat16)), calls)
+        agree = sum(x == y for x, y in zip(bf, before))
+        print(f"bf16   (batch 32, last-position logits):       {tps_bf:8.1f} tokens/s  ({t_bf:.1f} s); answers as fp32: {agree}/{len(before)}")
+        best = max(best, tps_bf)
+    else:
+        print(f"bf16: not measured: this CPU has no AVX512-BF16/AMX, bf16 matmuls are emulated "
+              f"({matmul_ratio():.0f}x slower than fp32 on the stand-in's MLP matmul); the stand-in stays fp32")
+    same = sum(x == y for x, y in zip(after, before))
+    print(f"answers now vs before: {same}/{len(before)} identical")
+    ratio = best / tps_before if same == len(before) else 0.0
+    target("stand-in-speed", ratio, 3.0)
+    return ratio
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small random model (< 1 minute on 2 cores)")
@@ -51,6 +138,8 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=32, help="number of prompts")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=8)
+    ap.add_argument("--no-stand-in", action="store_true", help="skip the stand-in speed comparison")
+    ap.add_argument("--recorded", help="recorded responses to take the demo prompts from (default: configs/recorded/demo-llm.jsonl)")
     args = ap.parse_args(argv)
     import torch
     tmp = Path(tempfile.mkdtemp(prefix="bench-llm-"))
@@ -94,6 +183,9 @@ def main(argv=None):
     if warm_calls or warm_b.usage.calls: print("WARM RE-RUN CALLED THE MODEL")
     target("hf-batched-generation", (n / t_batched) / (n / t_single) if same else 0.0, 2.0)
     target("warm-rerun", t_batched / t_warm if same and not warm_calls and not warm_b.usage.calls else 0.0, 100.0)
+    if not args.no_stand_in:
+        try: stand_in_speed(args.quick, args.recorded)
+        except ClirError as e: print(f"stand-in speed: not measured ({e})")
     return 0 if same and not warm_calls else 1
 
 

@@ -112,6 +112,17 @@ class Cache:
             conns[stage] = self._open_ro(path) if self.mode in ("readonly", "replay") else self._open_rw(path)
         return conns[stage]
 
+    def replays(self, stage: str) -> bool:
+        """Whether a miss in `stage` is an error: replay mode, or `stage` named in `$CLIR_LLM_REPLAY_STAGES` (comma
+        separated; `clir-llm reproduce` sets `llm` when it seeds the cache from recorded responses)."""
+        return self.mode == "replay" or stage in os.environ.get("CLIR_LLM_REPLAY_STAGES", "").split(",")
+
+    @property
+    def replay_hint(self) -> str:
+        "What to do about a replay miss (set with the stages, in `$CLIR_LLM_REPLAY_HINT`)."
+        h = os.environ.get("CLIR_LLM_REPLAY_HINT", "")
+        return f"; {h}" if h else ""
+
     def namespace(self, stage: str, **identity) -> "Namespace":
         "A namespace of `stage` whose keys include `identity` (model, revision, parameters)."
         return Namespace(self, stage, identity)
@@ -237,15 +248,23 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
     return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
 
 @patch
-def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | None = None):
-    "Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes)."
+def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | list | None = None):
+    """Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes).
+    `meta`: one dict for all entries, or one per pair (e.g. the prompt an LLM answer belongs to, for `export_entries`)."""
     if self.cache.mode != "readwrite": return
-    rows = []
-    for item, value in pairs:
+    rows, pairs = [], list(pairs)
+    metas = meta if isinstance(meta, list) else [meta] * len(pairs)
+    for (item, value), m in zip(pairs, metas):
         blob, codec = _encode(value)
-        rows.append((self.key(item), blob, codec, json.dumps(meta) if meta else None, time.time()))
-    if not rows: return
-    db = self.cache._db(self.stage)
+        text = json.dumps(m, ensure_ascii=False, sort_keys=True) if m else None
+        if text: check_no_secret(text, "cache note")
+        rows.append((self.key(item), blob, codec, text, time.time()))
+    if rows: self.cache._write_rows(self.stage, rows)
+
+@patch
+def _write_rows(self: Cache, stage: str, rows: list[tuple]):
+    "Insert or replace `(key, value, codec, meta, created)` rows of `stage` in one transaction (retried while busy)."
+    db = self._db(stage)
     def write():
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -258,7 +277,32 @@ def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | Non
             raise
     try: _retry(write)
     except (sqlite3.Error, OSError) as e:
-        path = self.cache.root / (self.stage + ".sqlite")
+        path = self.root / (stage + ".sqlite")
         msg = _advice(path, e)
         raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
             f" ({NO_SPACE})" if _no_space(e) else "")) from None
+
+# %% ../nbs/02_cache.ipynb #bda4e643
+@patch
+def export_entries(self: Cache, stage: str, keys: Iterable[str] | None = None) -> list[dict]:
+    "Entries of `stage` as `{key, value, meta}` dicts sorted by key: all of them, or those whose key is in `keys`."
+    db = self._db(stage)
+    if db is None or not (self.root / f"{stage}.sqlite").exists(): return []
+    want = set(keys) if keys is not None else None
+    out = []
+    for k, v, c, m in _retry(lambda: db.execute("SELECT key, value, codec, meta FROM entries ORDER BY key").fetchall()):
+        if want is not None and k not in want: continue
+        if c != "json": raise CacheError(f"{stage} entry {k[:12]} holds an array: only JSON entries can be exported")
+        out.append({"key": k, "value": _decode(v, c), "meta": json.loads(m) if m else None})
+    return out
+
+@patch
+def import_entries(self: Cache, stage: str, entries: Iterable[dict]) -> int:
+    "Store `{key, value, meta}` dicts as they are (one transaction; an entry with the same key is replaced); how many."
+    if self.mode != "readwrite": raise CacheError(f"cannot import into a cache opened in {self.mode!r} mode")
+    rows = []
+    for e in entries:
+        blob, codec = _encode(e["value"])
+        rows.append((e["key"], blob, codec, json.dumps(e["meta"], ensure_ascii=False, sort_keys=True) if e.get("meta") else None, time.time()))
+    if rows: self._write_rows(stage, rows)
+    return len(rows)

@@ -202,6 +202,7 @@ class Config(_Strict):
     references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
+    recorded: Optional[str] = None       # recorded LLM responses (JSONL, relative to the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
     paper_quirks: StrictBool = False     # true: every switch of the authors' scripts on (`paper_quirk_switches`); a switch set in the file wins
     _path: Optional[Path] = PrivateAttr(None)

@@ -18,10 +18,10 @@ from .specs import Registry, Spec, validated
 from .assets import offline_model
 
 # %% auto #0
-__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'HF_MODELS', 'PRICES', 'LLMError', 'endpoint', 'Backend',
-           'BackendSpec', 'CachedBackend', 'ModelCard', 'model_card', 'HFBackend', 'load_prices', 'price_of',
-           'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend', 'add_backend_arguments',
-           'backend_spec_from_args']
+__all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'HF_MODELS', 'PRICES', 'STAND_IN_DTYPE', 'STAND_IN_BATCH', 'LLMError',
+           'endpoint', 'Backend', 'BackendSpec', 'CachedBackend', 'ModelCard', 'model_card', 'HFBackend', 'load_prices',
+           'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend', 'add_backend_arguments',
+           'backend_spec_from_args', 'export_llm_calls', 'read_llm_calls', 'seed_llm_calls', 'recompute_llm_calls']
 
 # %% ../nbs/10_llm.ipynb #22ee3079
 class LLMError(ClirError):
@@ -301,8 +301,9 @@ def _check_length(self: CachedBackend, items: list, params: dict):
 
 @patch
 def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Callable, on_error: str = "raise",
-           progress: bool = True) -> list[dict | None]:
-    "Records for `items` (rendered inputs): cache hits, then misses computed in batches and committed as they finish."
+           progress: bool = True, notes: list | None = None) -> list[dict | None]:
+    """Records for `items` (rendered inputs): cache hits, then misses computed in batches and committed as they finish.
+    `notes` (one per item, e.g. `{"prompt": ...}`) are stored beside each new record, for `export_llm_calls`."""
     if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
     self._check_length(items, params)
     ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
@@ -312,15 +313,18 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Cal
     todo, seen = [], set()
     for i, it in enumerate(items):
         if i not in hits and keys[i] not in seen: seen.add(keys[i]); todo.append(it)
-    if todo and self.cache.mode == "replay":
+    if todo and self.cache.replays("llm"):
         raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.name} {op} calls are not in the cache "
-                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
+                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})" + self.cache.replay_hint)
+    note = {keys[i]: {**notes[i], "backend": self.name, "op": op, "params": params} for i in range(len(items))} if notes else {}
+    if log := os.environ.get("CLIR_LLM_KEY_LOG"):     # `reproduce --no-recorded` records the calls a run used
+        with open(log, "a", encoding="utf-8") as f: f.write("".join(k + "\n" for k in dict.fromkeys(keys)))
     done: dict[str, dict | None] = {}
     bar = tqdm(total=len(todo), desc=f"{self.name} {op}", disable=not progress or not todo, leave=False)
     if self._threaded:
         def one(it):
             rec = compute([it], params)[0]
-            ns.put(it, rec)      # committed by the worker before it takes the next prompt
+            ns.put(it, rec, note.get(ns.key(it)))      # committed by the worker before it takes the next prompt
             return rec
         with ThreadPoolExecutor(max_workers=self._workers()) as pool:
             futs = {pool.submit(one, it): it for it in todo}
@@ -340,7 +344,7 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, compute: Cal
         for b in range(0, len(todo), self.batch_size):
             batch = todo[b:b + self.batch_size]
             recs = compute(batch, params)
-            ns.put_many(zip(batch, recs))
+            ns.put_many(zip(batch, recs), [note.get(ns.key(it)) for it in batch])
             for it, rec in zip(batch, recs):
                 self._account(rec, cached=False); done[ns.key(it)] = rec
             bar.update(len(batch))
@@ -359,7 +363,7 @@ def complete(self: CachedBackend, prompts: Sequence, max_new_tokens: int = 128, 
     "Full records (`text`, `tokens_in`, `tokens_out`, `seconds`, `time`, ...) for `prompts`; `None` where a call failed and `on_error='empty'`."
     items = [self._render(p) for p in prompts]
     return self._serve("generate", self._params(max_new_tokens, params), items, self._generate_batch,
-                       on_error, progress)
+                       on_error, progress, [{"prompt": p} for p in prompts])
 
 @patch
 def generate(self: CachedBackend, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
@@ -379,7 +383,8 @@ def score(self: CachedBackend, prompts: Sequence, candidates: Sequence, on_error
     cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
     if len(cands) != len(prompts): raise ClirError(f"score: {len(prompts)} prompts but {len(cands)} candidate lists")
     items = [self._render_score(p, c) for p, c in zip(prompts, cands)]
-    recs = self._serve("score", {}, items, self._score_batch, on_error, progress)
+    recs = self._serve("score", {}, items, self._score_batch, on_error, progress,
+                       [{"prompt": p, "candidates": c} for p, c in zip(prompts, cands)])
     return [r["scores"] if r is not None else [math.nan] * len(c) for r, c in zip(recs, cands)]
 
 # %% ../nbs/10_llm.ipynb #7369ec46
@@ -597,8 +602,18 @@ class _HFScoreMixin:
         else:
             ids, mask = self._batch(seqs, left=True)
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = self.hf_model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -1]
+            kw = {"logits_to_keep": 1} if self._keeps_logits() else {}   # the vocabulary projection of the last position only
+            logits = self.hf_model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits[:, -1]
         return torch.log_softmax(logits.float(), -1)
+
+    last_logits_only = True      # False: the vocabulary projection of every position, as before (benchmarks/llm.py)
+
+    def _keeps_logits(self) -> bool:
+        "Whether the model's forward takes `logits_to_keep` (transformers decoder-only models: about 1.7x faster scoring on CPU)."
+        import inspect
+        if not self.last_logits_only: return False
+        try: return "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters
+        except (TypeError, ValueError): return False
 
     def _seq_logprobs(self, ids: list[int], cands: list[list[int]], dec=None) -> list[float]:
         "Sum of log-probabilities of each multi-token candidate after `ids` (one forward pass over the candidates)."
@@ -666,9 +681,16 @@ class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
         d = super().identity()
         if self.gguf_file: d["gguf_file"] = self.gguf_file
         if self._named_dtype: d["dtype"] = self._named_dtype            # a table model's or a given dtype (others: as before)
+        elif self.dtype_name != "float32": d["dtype"] = self.dtype_name   # bf16/fp16 answers never mix with fp32 ones (fp32 keys stay as they were)
         if self.double_bos: d["double_bos"] = True                      # the authors' switches, named only when on
         if self.no_attention_mask: d["no_attention_mask"] = True
         return d      # the decoder prefix is part of each rendered input (`dec`), not of the identity
+
+    @property
+    def dtype_name(self) -> str:
+        "The weights' dtype the model runs in (`float32`, `bfloat16`, ...): the one given, else the device's default."
+        if self._model is not None: return str(self._model.dtype).removeprefix("torch.")
+        return str(_auto_device_dtype(self._device, self._dtype)[1]).removeprefix("torch.")
 
     @property
     def tokenizer(self):
@@ -1219,6 +1241,9 @@ def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
                "; WARNING revision not pinned: the commit resolved on first download is recorded in each run's .rerank.json") + ")"
     return out
 
+STAND_IN_DTYPE = "float32"   # bf16 is 150x slower without AVX512-BF16 (AVX2 hosts); `dtype="bfloat16"` opts in (own cache keys)
+STAND_IN_BATCH = 32          # a CPU decode step costs one read of all weights (memory-bound): large batches share it
+
 @patch(cls_method=True)
 def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **kw) -> HFBackend:
     """`hf:<id or folder>` with its options (`device_map` goes to accelerate, `tokenizer` is loaded from its id or folder);
@@ -1230,9 +1255,12 @@ def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **k
     om = offline_model(spec.base)
     if om is None: b = cls(spec.model, cache, **({"revision": spec.revision} if spec.revision else {}), **kw)
     else:   # the GGUF converted once into a plain folder: loads in seconds, identical logits
+        kw.setdefault("dtype", STAND_IN_DTYPE)   # fixed on every machine, so recorded answers replay anywhere
+        kw.setdefault("batch_size", STAND_IN_BATCH)
         b = cls(str(om.prepare()), cache, revision=om.revision, label=om.label, **kw)
         b.gguf_file = om.gguf_file  # keeps the cache identity of calls recorded from the GGUF
         b.model = spec.model        # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
+        if b._named_dtype == STAND_IN_DTYPE: b._named_dtype = None   # its fixed default is not named: the recorded keys hold
     b._device_map, b.max_model_len = device_map, max_len
     return _with_spec(b, spec)
 
@@ -1296,3 +1324,101 @@ def backend_spec_from_args(ns, llm: str | None = None) -> BackendSpec | None:
         if opts: raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
         return None
     return BackendSpec.parse(llm, **opts)
+
+# %% ../nbs/10_llm.ipynb #6e2297ba
+def _check(d: dict) -> str:
+    "A short hash of a recorded line's fields (all but `check`): a line edited by hand no longer matches it."
+    return stable_hash({k: v for k, v in d.items() if k != "check"}, n=16)
+
+def _call_key(backend: Backend, op: str, params: dict, prompt, candidates=None) -> str:
+    "The cache key `backend` gives this call (its prompt rendered as the backend renders it)."
+    item = backend._render_score(prompt, candidates) if op == "score" else backend._render(prompt)
+    return Cache(mode="off").namespace("llm", op=op, params=params, **backend.identity()).key(item)
+
+def _match_call(backend: Backend, meta: dict, key: str) -> dict | None:
+    "`{op, params}` under which `backend` gives `key` to the prompt noted in `meta`, or None."
+    op = meta.get("op") or ("score" if "candidates" in meta else "generate")
+    if "params" in meta: tries = [meta["params"]]
+    elif op == "score": tries = [{}]
+    else: tries = [backend._params(n, {}) for n in range(1, 513)]    # entries noted before the parameters were
+    item = backend._render_score(meta["prompt"], meta["candidates"]) if op == "score" else backend._render(meta["prompt"])
+    for params in tries:
+        if Cache(mode="off").namespace("llm", op=op, params=params, **backend.identity()).key(item) == key:
+            return {"op": op, "params": params}
+    return None
+
+# %% ../nbs/10_llm.ipynb #370cafb2
+def export_llm_calls(cache: Cache, path, backends: Sequence[Backend], keys: Sequence[str] | None = None) -> dict:
+    """Write the LLM calls of `cache` (those in `keys`, else all) that one of `backends` made to `path` as JSONL.
+    Each line is checked on the way out: the backend renders the noted prompt to the very cache key. Returns counts."""
+    lines, skipped = [], 0
+    for r in cache.export_entries("llm", keys):
+        meta = r["meta"] or {}
+        hit = None
+        if "prompt" in meta:
+            hit = next(((b, m) for b in backends if (meta.get("backend") in (None, b.name)) and (m := _match_call(b, meta, r["key"]))), None)
+        if hit is None:
+            if keys is not None:
+                raise ClirError(f"LLM call {r['key'][:12]} of this run: no prompt noted beside it, or none of "
+                                f"{', '.join(b.name for b in backends)} gives its key: compute it again in a fresh cache")
+            skipped += 1; continue
+        b, m = hit
+        d = {"key": r["key"], "backend": b.name, **m, "prompt": meta["prompt"], "response": r["value"]}
+        if "candidates" in meta: d["candidates"] = meta["candidates"]
+        d["check"] = _check(d)
+        lines.append(json.dumps(d, ensure_ascii=False, sort_keys=True))
+    from clir_llm.core import atomic_write
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(path), "".join(l + "\n" for l in lines))
+    return {"calls": len(lines), "skipped": skipped}
+
+# %% ../nbs/10_llm.ipynb #118cdc49
+_RECORDED_FIELDS = ("key", "backend", "op", "params", "prompt", "response", "check")
+
+def read_llm_calls(path) -> list[dict]:
+    "The lines of a recorded-responses file, each checked (fields, check hash); one ClirError naming the line otherwise."
+    path, out = Path(path), []
+    redo = "restore it from git, or record the responses again (`clir-llm reproduce CONFIG --no-recorded` in a fresh cache)"
+    try: text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e: raise ClirError(f"recorded LLM responses {path}: cannot read it ({e})") from None
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip(): continue
+        try: d = json.loads(line)
+        except json.JSONDecodeError as e: raise ClirError(f"{path} line {i}: not a JSON object ({e.msg}): {redo}") from None
+        if not isinstance(d, dict) or (miss := [f for f in _RECORDED_FIELDS if f not in d]):
+            raise ClirError(f"{path} line {i}: fields {', '.join(miss) if isinstance(d, dict) else 'all'} missing: {redo}")
+        if d["check"] != _check(d): raise ClirError(f"{path} line {i}: the line does not match its check hash (edited?): {redo}")
+        out.append(d)
+    return out
+
+def seed_llm_calls(cache: Cache, path) -> int:
+    "Store the recorded calls of `path` in `cache` (checked first: nothing is stored if one line is bad); how many."
+    calls = read_llm_calls(path)
+    return cache.import_entries("llm", [{"key": d["key"], "value": d["response"],
+                                         "meta": {k: d[k] for k in ("backend", "op", "params", "prompt", "candidates") if k in d}}
+                                        for d in calls])
+
+# %% ../nbs/10_llm.ipynb #71794dda
+def recompute_llm_calls(path, n: int = 10, seed: int = 0, backend: Backend | None = None, atol: float = 1e-3) -> list[dict]:
+    """Compute `n` recorded calls of `path` (a seeded random sample) again with their backend, without any cache:
+    one dict per call (line, key, same_key, same, recorded, recomputed). Generated text must be identical; scores
+    must pick the same candidate and agree within `atol` (batching changes the last bits of fp32 sums)."""
+    import random as _random
+    calls = read_llm_calls(path)
+    idx = sorted(_random.Random(seed).sample(range(len(calls)), min(n, len(calls))))
+    out, backends = [], {}
+    for i in idx:
+        d = calls[i]
+        b = backend or backends.setdefault(d["backend"], get_backend(d["backend"], Cache(mode="off")))
+        same_key = _call_key(b, d["op"], d["params"], d["prompt"], d.get("candidates")) == d["key"]
+        if d["op"] == "score":
+            got = b.score([d["prompt"]], d["candidates"], progress=False)[0]
+            want = d["response"]["scores"]
+            same = (max(range(len(got)), key=got.__getitem__) == max(range(len(want)), key=want.__getitem__)
+                    and all(abs(x - y) <= atol for x, y in zip(got, want)))
+        else:
+            p = {k: v for k, v in d["params"].items() if k != "max_new_tokens"}
+            got = b.generate([d["prompt"]], max_new_tokens=d["params"]["max_new_tokens"], progress=False, **p)[0]
+            want = d["response"]["text"]; same = got == want
+        out.append(dict(line=i + 1, key=d["key"], same_key=same_key, same=same, recorded=want, recomputed=got))
+    return out

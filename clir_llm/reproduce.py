@@ -5,6 +5,7 @@
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
 import json, logging, os, time
+from contextlib import contextmanager
 from pathlib import Path
 from .core import ClirError, atomic_write, write_json, stable_hash
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
@@ -15,7 +16,7 @@ logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
 __all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'needs', 'prepare', 'cli_prepare', 'kernel_manager',
-           'tidy_notebook', 'reproduce', 'cli_reproduce']
+           'tidy_notebook', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce', 'cli_reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #6c8b4fcb
 def code_fingerprint() -> str:
@@ -166,13 +167,56 @@ def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progres
             channel.unlink(missing_ok=True); _scrub(log_path)
     return log_path
 
+# %% ../nbs/13_reproduce.ipynb #eea65667
+def recorded_path(cfg: Config) -> Path | None:
+    "The recorded LLM responses `cfg` names (relative to the configuration file), or None."
+    if not cfg.recorded: return None
+    return (cfg.path.parent / cfg.recorded) if cfg.path else Path(cfg.recorded)
+
+@contextmanager
+def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, log=print):
+    """Around a run of `cfg`: with `use`, seed the cache from its recorded LLM responses and make a call missing
+    from them an error; without, log the key of every LLM call into `out/.llm-keys.log` (for `record_responses`)."""
+    from clir_llm.cache import Cache
+    from clir_llm.llm import seed_llm_calls
+    path, env = recorded_path(cfg), {}
+    if path is not None and use:
+        if not path.is_file():
+            raise ClirError(f"config {cfg.name!r}: recorded LLM responses {path} not found (--no-recorded computes and records them)")
+        t0, n = time.time(), seed_llm_calls(Cache(), path)
+        log(f"recorded LLM responses: {n} calls from {path} seeded into the cache in {time.time() - t0:.0f} s")
+        env = {"CLIR_LLM_REPLAY_STAGES": "llm", "CLIR_LLM_REPLAY_HINT": f"they are not among the recorded responses "
+               f"{path}: `clir-llm reproduce {cfg.path or cfg.name} --no-recorded` computes and records them"}
+    elif path is not None and out is not None:
+        keylog = Path(out) / ".llm-keys.log"; keylog.unlink(missing_ok=True)
+        env = {"CLIR_LLM_KEY_LOG": str(keylog.resolve())}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try: yield env
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
+def record_responses(cfg: Config, out: Path, log=print) -> dict:
+    "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
+    from clir_llm.cache import Cache
+    from clir_llm.llm import export_llm_calls, get_backend
+    keylog = Path(out) / ".llm-keys.log"
+    keys = sorted(set(keylog.read_text().split())) if keylog.exists() else []
+    backends = [get_backend(s, Cache(mode="off")) for s in dict.fromkeys(r.llm.key() for r in cfg.rerankers if r.llm)]
+    res = export_llm_calls(Cache(), recorded_path(cfg), backends, keys)
+    log(f"recorded {res['calls']} LLM calls in {recorded_path(cfg)}")
+    return res
+
 # %% ../nbs/13_reproduce.ipynb #b97ea785
 def _skip(name, target, stamp_file, stamp, force) -> bool:
     return not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp
 
 def reproduce(config, only: list[str] | None = None, replay: bool = False, results_root="results",
-              figures_dir="figures", force: bool = False, progress: bool = True, log=None) -> list[dict]:
-    "Execute the configuration's experiment notebooks with papermill; return one status dict per notebook."
+              figures_dir="figures", force: bool = False, progress: bool = True, log=None, recorded: bool = True) -> list[dict]:
+    """Execute the configuration's experiment notebooks with papermill; return one status dict per notebook.
+    `recorded`: seed the cache from the configuration's recorded LLM responses first (False: compute, then record them)."""
     import papermill as pm
     log, verbose = log or logger.info, verbosity() <= logging.DEBUG
     cfg = config if isinstance(config, Config) else load_config(config)
@@ -184,35 +228,39 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
     prepare(cfg, log)   # every download and model build happens here, said on the terminal; the notebooks fetch nothing
     status = []
-    for i, name in enumerate(names, 1):
-        nb, prefix = experiment_notebook(name), f"[{i}/{len(names)}] {name}"
-        params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
-        stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
-        stamp = _stamp(nb, cfg, params)
-        if _skip(name, target, stamp_file, stamp, force):
-            log(f"{prefix}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
-        t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
-        log(f"{prefix}: running")
-        try:
-            log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
-        except pm.PapermillExecutionError as e:
-            from clir_llm.cache import redact
-            _scrub(tmp)
-            raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
-                                   f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
-        except BaseException:
-            _scrub(tmp); raise
-        tidy_notebook(tmp, log_path); _scrub(tmp); _scrub(log_path)
-        os.replace(tmp, target)
-        atomic_write(stamp_file, stamp + "\n")
-        status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
-        log(f"{prefix}: done in {time.time() - t0:.0f} s")
+    with recorded_responses(cfg, use=recorded, out=out, log=log):
+        for i, name in enumerate(names, 1):
+            nb, prefix = experiment_notebook(name), f"[{i}/{len(names)}] {name}"
+            params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
+            stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
+            stamp = _stamp(nb, cfg, params)
+            if _skip(name, target, stamp_file, stamp, force):
+                log(f"{prefix}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
+            t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
+            log(f"{prefix}: running")
+            try:
+                log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
+            except pm.PapermillExecutionError as e:
+                from clir_llm.cache import redact
+                _scrub(tmp)
+                raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
+                                       f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
+            except BaseException:
+                _scrub(tmp); raise
+            tidy_notebook(tmp, log_path); _scrub(tmp); _scrub(log_path)
+            os.replace(tmp, target)
+            atomic_write(stamp_file, stamp + "\n")
+            status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
+            log(f"{prefix}: done in {time.time() - t0:.0f} s")
+    if not recorded and recorded_path(cfg) is not None:
+        if only is None and all(st["status"] == "ran" for st in status): record_responses(cfg, out, log)
+        else: log(f"recorded responses not written: only a complete run (no --only; --force if up to date) records every call")
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status
 
 # %% ../nbs/13_reproduce.ipynb #c3c820cd
 def cli_reproduce(argv=None) -> int:
-    "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [-v|-q]`"
+    "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [--no-recorded] [-v|-q]`"
     import argparse
     ap = argparse.ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
@@ -223,6 +271,9 @@ def cli_reproduce(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
     ap.add_argument("--results", default="results", help="results root (default: results/)")
     ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
+    ap.add_argument("--no-recorded", dest="recorded", action="store_false",
+                    help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
+                         "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
     add_verbosity_arguments(ap)
     a = ap.parse_args(argv)
     if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
@@ -232,7 +283,8 @@ def cli_reproduce(argv=None) -> int:
         for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
     quiet = verbosity() >= logging.ERROR
-    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet)
+    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet,
+                   recorded=a.recorded)
     if not quiet: print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
           f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/")
     return 0
