@@ -8,6 +8,7 @@ import json, os, re
 from itertools import islice
 from pathlib import Path
 import numpy as np
+from .progress import progress_bar as tqdm
 from fastcore.basics import patch
 from .core import ClirError, stable_hash
 
@@ -70,11 +71,14 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     docs = islice(iter(self.collection.iter_docs()), start, stop)
     tmp, ids_tmp = path.with_suffix(f".{os.getpid()}.tmp.npy"), path.with_suffix(f".{os.getpid()}.tmp.docids")
     arr, row, ids = None, 0, []
+    bar = tqdm(total=stop - start, desc=f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else ""),
+               disable=not self.dense.progress, leave=False)
     while chunk := list(islice(docs, self.dense.chunk_size)):
         v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=False)
         if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
         arr[row:row + len(v)] = v; row += len(v)
-        ids.extend(d.docid for d in chunk)
+        ids.extend(d.docid for d in chunk); bar.update(len(chunk))
+    bar.close()
     if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(0, 0))
     if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
     arr.flush(); del arr

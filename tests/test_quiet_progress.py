@@ -21,10 +21,20 @@ def cold(tmp_path_factory):
     return tmp, _run(tmp)
 
 
+def _fresh_cache(tmp_path) -> Path:
+    "A cache of its own (so the dense index is encoded, with its bar, not loaded), sharing the prepared models."
+    from clir_llm.cache import Cache
+    root, cache = Cache().root, tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    for sub in ("models", "jvm", "freedict"):
+        if (root / sub).exists() and not (cache / sub).exists(): (cache / sub).symlink_to(root / sub)
+    return cache
+
+
 def _run(tmp_path, *flags, pre=()):
     cfg = tmp_path / "tiny-quiet.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
-    env = {**os.environ, "MPLBACKEND": "Agg", "CLIR_LLM_PROGRESS_INTERVAL": "0"}
+    env = {**os.environ, "MPLBACKEND": "Agg", "CLIR_LLM_PROGRESS_INTERVAL": "0", "CLIR_LLM_CACHE": str(_fresh_cache(tmp_path))}
     env.pop("TQDM_DISABLE", None)
     return subprocess.run([CLI, *pre, "reproduce", str(cfg), "--results", str(tmp_path / "res"),
                            "--figures", str(tmp_path / "fig"), *flags], capture_output=True, text=True, timeout=1800, env=env)

@@ -18,7 +18,7 @@ def tok(name): return AutoTokenizer.from_pretrained(FX / name)
 
 class FakeModel:
     "Records what `generate` is handed (and answers one pad token per row); `config` is the folder's."
-    def __init__(self, config): self.config, self.calls, self.device = config, [], torch.device("cpu")
+    def __init__(self, config): self.config, self.calls, self.device, self.dtype = config, [], torch.device("cpu"), torch.float32
     def generate(self, input_ids, generation_config=None, **kw):
         self.calls.append({"input_ids": input_ids.tolist(), **kw, "gc": generation_config})
         start = kw["decoder_input_ids"] if "decoder_input_ids" in kw else input_ids
