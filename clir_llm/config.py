@@ -17,6 +17,7 @@ from .rerank import RerankerSpec
 from .retrieve import DT_SOURCES, FirstStage, parse_method
 from .specs import import_plugins
 from .translate import TranslatorSpec
+from .engine import ExecutionSpec
 
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
@@ -136,6 +137,7 @@ class ReferenceRow(_Strict):
         return v
 
 
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
@@ -154,6 +156,7 @@ class Config(_Strict):
     experiments: list[str]               # notebooks of nbs/experiments, in dependency order
     regression: Optional[str] = None     # regression file, relative to the config
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
+    execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
     _path: Optional[Path] = PrivateAttr(None)
 
     @field_validator("name")
