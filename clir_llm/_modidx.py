@@ -353,6 +353,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.engine.RayEngine.start': ('engine.html#rayengine.start', 'clir_llm/engine.py'),
                                  'clir_llm.engine.RayEngine.warm': ('engine.html#rayengine.warm', 'clir_llm/engine.py'),
                                  'clir_llm.engine._parts': ('engine.html#_parts', 'clir_llm/engine.py'),
+                                 'clir_llm.engine.add_execution_arguments': ('engine.html#add_execution_arguments', 'clir_llm/engine.py'),
+                                 'clir_llm.engine.execution_args': ('engine.html#execution_args', 'clir_llm/engine.py'),
                                  'clir_llm.engine.execution_of': ('engine.html#execution_of', 'clir_llm/engine.py'),
                                  'clir_llm.engine.make_engine': ('engine.html#make_engine', 'clir_llm/engine.py')},
             'clir_llm.evaluate': { 'clir_llm.evaluate.Cell': ('evaluate.html#cell', 'clir_llm/evaluate.py'),

@@ -12,7 +12,8 @@ from .core import ClirError
 from .specs import Spec, validated
 
 # %% auto #0
-__all__ = ['EXECUTION_ENV', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'RayEngine', 'make_engine']
+__all__ = ['EXECUTION_ENV', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'RayEngine', 'make_engine',
+           'add_execution_arguments', 'execution_args']
 
 # %% ../nbs/13g_engine.ipynb #b05fc5d7
 class ExecutionSpec(Spec):
@@ -169,3 +170,15 @@ def warm(self: RayEngine, retriever) -> list[int]:
 def make_engine(spec: ExecutionSpec | None, **kw) -> Optional[RayEngine]:
     "The engine of `spec`: None for local, a `RayEngine` for ray."
     return RayEngine(spec, **kw) if spec is not None and spec.engine == "ray" else None
+
+# %% ../nbs/13g_engine.ipynb #2bebed7e
+def add_execution_arguments(ap):
+    "Add the `ExecutionSpec` options to an argparse parser; each defaults to None (the configuration's value)."
+    from clir_llm.specs import add_spec_arguments
+    add_spec_arguments(ap, ExecutionSpec, group="execution (where heavy work runs; outputs are the same)")
+    ap.set_defaults(**{k: None for k in ExecutionSpec.model_fields})
+    return ap
+
+def execution_args(ns) -> dict:
+    "The execution options given on the command line (parsed by a parser with `add_execution_arguments`)."
+    return {k: v for k in ExecutionSpec.model_fields if (v := getattr(ns, k, None)) is not None}

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
-import os, time
+import json, os, time
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import ClirError, atomic_write, write_json, stable_hash
@@ -101,9 +101,14 @@ def cli_reproduce(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
     ap.add_argument("--results", default="results", help="results root (default: results/)")
     ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
+    from clir_llm.engine import EXECUTION_ENV, add_execution_arguments, execution_args, execution_of
+    add_execution_arguments(ap)
     a = ap.parse_args(argv)
     cfg = load_config(a.config)
+    execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
+    if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)
     if a.dry_run:
+        print(execution.describe())
         for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
     st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force)

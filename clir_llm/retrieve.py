@@ -268,7 +268,10 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--device", help="dense encoding device (default: cuda if available, else cpu)")
     ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
     ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
+    from clir_llm.engine import add_execution_arguments, execution_args, execution_of, make_engine
+    add_execution_arguments(ap)
     a = ap.parse_args(argv)
+    engine = make_engine(execution_of(None, **execution_args(a)))
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
     import_plugins(a.plugin)
     method = parse_method(a.method)   # an unknown method fails before anything is loaded
@@ -278,6 +281,7 @@ def cli_retrieve(argv=None) -> int:
     coll = load_collection(a.collection, a.pair, root=a.root)
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
                               threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk)
+    if engine is not None: engine.prepare(retriever)   # --engine ray: dense batches on Ray actors, the cache written here
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)
