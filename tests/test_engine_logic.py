@@ -7,7 +7,19 @@ from clir_llm.cache import Cache
 from clir_llm.core import ClirError
 from clir_llm.dense import Dense, EncoderSpec, tiny_random_model
 from clir_llm.engine import ExecutionSpec, RayEngine, execution_of, make_engine
-from clir_llm.testing import tiny_setup
+from clir_llm.core import Document, Qrels, Query
+from clir_llm.testing import TinyCollection, tiny_setup
+
+WORDS = "house dog cat water maji vaccine malaria children football cup final world news river city music book".split()
+
+
+def _collection(n_docs=25, seed=0):
+    "Documents of the tiny encoder's own words (others are one unknown token), of 1 to 12 words: distinct vectors and lengths."
+    import random
+    rng = random.Random(seed)
+    docs = {f"d{i:02d}": Document(f"d{i:02d}", " ".join(rng.choice(WORDS) for _ in range(1 + i % 12))) for i in range(n_docs)}
+    queries = {f"q{i}": Query(f"q{i}", " ".join(rng.sample(WORDS, 3)), "en") for i in range(3)}
+    return TinyCollection(queries, docs, Qrels({q: {"d00": 1} for q in queries}))
 
 
 def _fake_ray(cpus=4):
@@ -47,21 +59,21 @@ def spec(tmp_path_factory):
 
 
 def test_engine_batches_order_cache_and_usage_as_local(fake_ray, spec, tmp_path):
-    coll, _ = tiny_setup(3, 25)
+    coll = _collection()
     local = Dense(spec, batch_size=4, cache=Cache(tmp_path / "l"), progress=False)
     want = local.retrieve(coll, k=10)
     engine = RayEngine(ExecutionSpec(engine="ray", workers=2))
     dense = engine.prepare(Dense(spec, batch_size=4, cache=Cache(tmp_path / "r"), progress=False))
     got = dense.retrieve(coll, k=10)
     assert dict(got) == dict(want)
-    assert Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats() == {"embed": 78}
+    assert Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats() == {"embed": 28}
     strip = lambda u: (u.calls, u.cache_hits, u.counters)
     assert strip(dense.usage) == strip(local.usage)
     encodes = [c for c in fake_ray.calls if c[1] == "encode"]
     assert len({c[0] for c in encodes}) == 2 and max(c[2] for c in encodes) == 4   # both actors, local batch size
     assert fake_ray.created[0]["max_restarts"] >= 1 and fake_ray.created[0]["max_task_retries"] >= 1
     vl, vr = local.encoder.encode_docs(list(coll.iter_docs())), dense.encoder.encode_docs(list(coll.iter_docs()))
-    assert vl.tobytes() == vr.tobytes()
+    assert vl.tobytes() == vr.tobytes() and len({v.tobytes() for v in vl}) > 20   # the vectors differ from each other
     n = len(fake_ray.calls); dense.retrieve(coll, k=10); assert len(fake_ray.calls) == n   # warm: all from the driver's cache
 
 
