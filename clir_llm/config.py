@@ -17,6 +17,7 @@ from .rerank import RerankerSpec
 from .retrieve import DT_SOURCES, FirstStage, parse_method
 from .specs import import_plugins
 from .translate import TranslatorSpec
+from .engine import ExecutionSpec
 
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
@@ -164,6 +165,7 @@ class ReferenceRow(_Strict):
         return v
 
 
+
 # %% ../nbs/13a_config.ipynb #51b9e4af
 def paper_quirk_switches(r: dict) -> dict:
     """The authors' switches for one reranker entry of a configuration (a dict with `method`, `llm`, `prompt`):
@@ -205,6 +207,7 @@ class Config(_Strict):
     recorded: Optional[str] = None       # recorded LLM responses (JSONL, relative to the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
     paper_quirks: StrictBool = False     # true: every switch of the authors' scripts on (`paper_quirk_switches`); a switch set in the file wins
+    execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
     _path: Optional[Path] = PrivateAttr(None)
     @model_validator(mode="before")
     @classmethod

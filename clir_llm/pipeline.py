@@ -95,6 +95,14 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
                       + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
+def engine(self: Pipeline):
+    "The execution engine of the configuration's `execution:` (None: local, in this process)."
+    if not hasattr(self, "_engine"):
+        from clir_llm.engine import execution_of, make_engine
+        self._engine = make_engine(execution_of(self.cfg))
+    return self._engine
+
+@patch
 def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
     "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
     m, fs = parse_method(method), self.cfg.first_stage
@@ -105,6 +113,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
     if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
     retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
                    doc_max_length=fs.dense_doc_max_length if m.encoders else None)
+    if (engine := self.engine()) is not None: engine.prepare(retr)   # engine: ray: batches on actors, cache and files here
     t0 = time.time()
     with progress_context(pair=pair, step=str(m)): run = retr.retrieve(self.collection(pair), k=fs.depth)
     run.name = str(m)

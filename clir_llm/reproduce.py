@@ -275,11 +275,16 @@ def cli_reproduce(argv=None) -> int:
                     help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
                          "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
     add_verbosity_arguments(ap)
+    from clir_llm.engine import EXECUTION_ENV, add_execution_arguments, execution_args, execution_of
+    add_execution_arguments(ap)
     a = ap.parse_args(argv)
     if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
     elif not logging.getLogger("clir_llm").handlers: setup_logging()
     cfg = load_config(a.config)
+    execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
+    if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)
     if a.dry_run:
+        print(execution.describe())
         for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded"); return 0
     quiet = verbosity() >= logging.ERROR

@@ -331,7 +331,10 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
     ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
     _dense_arguments(ap)
+    from clir_llm.engine import add_execution_arguments, execution_args, execution_of, make_engine
+    add_execution_arguments(ap)
     a = ap.parse_args(argv)
+    engine = make_engine(execution_of(None, **execution_args(a)))
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
     if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
     if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
@@ -345,6 +348,7 @@ def cli_retrieve(argv=None) -> int:
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
                               threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk,
                               doc_max_length=a.doc_max_length, shards=a.shards, vectors=a.vectors)
+    if engine is not None: engine.prepare(retriever)   # --engine ray: dense batches on Ray actors, the cache written here
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)

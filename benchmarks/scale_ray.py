@@ -1,0 +1,71 @@
+"""Scale-out benchmark of the Ray execution engine (issue 18 item 4): `target ray-2-workers`.
+
+CPU-bound dense encoding through `clir_llm.engine.RayEngine`: two Ray actors with one torch thread each against one
+actor with one thread, on the same passages and model, same batches (length-sorted, batch size 8), nothing cached.
+Models are loaded before the clock starts (`RayEngine.warm`); the time is the encoding of every passage, including
+the driver's part (sorting, collecting, stacking). The vectors of the two runs must be the same bytes.
+Model: the offline stand-in multilingual-e5-small (`clir_llm.assets.e5_small_path()`) at 128 tokens, or with `--tiny`
+(automatic when the stand-in is missing) a tiny random BERT (too small to be CPU-bound: expect no speed-up).
+Passages: the demo collection's German manual pages. The goal (1.6x) needs two otherwise idle cores.
+
+    python benchmarks/scale_ray.py --quick         # 48 passages
+    python benchmarks/scale_ray.py                 # 192 passages
+    RAY_ADDRESS=auto python benchmarks/scale_ray.py   # on a running cluster (`ray start --head`)
+
+`ray_target()` is separate so `benchmarks/scale.py` can call it beside its server-pool target.
+"""
+import argparse, os, sys, tempfile, time
+from pathlib import Path
+
+GOAL = 1.6
+
+
+def _encoder(tiny: bool, tmp: Path):
+    from clir_llm.cache import Cache
+    from clir_llm.dense import Encoder, EncoderSpec, get_encoder_spec, tiny_random_model
+    if not tiny:
+        try:
+            from clir_llm.assets import e5_small_path
+            e5_small_path()
+            spec = get_encoder_spec("e5-small", doc_max_length=128)
+        except Exception: tiny = True
+    if tiny: spec = EncoderSpec("tiny-bench", str(tiny_random_model("bert", tmp / "tiny")), "tiny", "mean", max_length=48, doc_max_length=48)
+    return Encoder(spec, device="cpu", batch_size=8, cache=Cache(tmp / "off", mode="off"), progress=False), spec.name
+
+
+def ray_target(n_docs: int = 192, tiny: bool = False, log=print) -> dict:
+    "Encode `n_docs` passages with 1 and with 2 Ray workers (1 thread each); print and return the target line."
+    import ray
+    from clir_llm.collections import load_collection
+    from clir_llm.engine import ExecutionSpec, RayEngine
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else 2,
+                 include_dashboard=False, log_to_driver=False)
+    docs = [d for _, d in zip(range(n_docs), load_collection("demo", "en-de").iter_docs())]
+    tmp = Path(tempfile.mkdtemp())
+    seconds, vecs, model = {}, {}, None
+    for w in (1, 2):
+        enc, model = _encoder(tiny, tmp)
+        engine = RayEngine(ExecutionSpec(engine="ray", workers=w, threads_per_worker=1))
+        engine.attach_encoder(enc)
+        enc._workers(); engine.pids()                 # models loaded before the clock starts
+        t0 = time.perf_counter()
+        vecs[w] = enc.encode_docs(docs)
+        seconds[w] = time.perf_counter() - t0
+        engine.close()
+    same = vecs[1].tobytes() == vecs[2].tobytes()
+    r = seconds[1] / seconds[2]
+    line = (f"target ray-2-workers: {r:.2f}x (goal {GOAL}x) {'met' if r >= GOAL and same else 'short'} "
+            f"({'identical vectors' if same else 'VECTORS DIFFER'}; {model}, {len(docs)} passages: "
+            f"1 worker {seconds[1]:.1f} s, 2 workers {seconds[2]:.1f} s; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})")
+    log(line)
+    return dict(ratio=r, identical=same, seconds=seconds, line=line)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="48 passages instead of 192")
+    ap.add_argument("--tiny", action="store_true", help="a tiny random BERT instead of the e5-small stand-in")
+    a = ap.parse_args()
+    res = ray_target(48 if a.quick else 192, tiny=a.tiny)
+    sys.exit(0 if res["identical"] else 1)

@@ -1,0 +1,109 @@
+"""The execution engine's driver side without a Ray cluster (Ray's few calls stood in by in-process actors): batches cut
+as locally, results in the local order, the driver's cache and usage as `engine: local`; the execution options in
+configs and on the command line, and that they never enter run names. tests/test_engine.py runs the same on real Ray."""
+import sys, types
+import pytest, yaml
+from clir_llm.cache import Cache
+from clir_llm.core import ClirError
+from clir_llm.dense import Dense, EncoderSpec, tiny_random_model
+from clir_llm.engine import ExecutionSpec, RayEngine, execution_of, make_engine
+from clir_llm.core import Document, Qrels, Query
+from clir_llm.testing import TinyCollection, tiny_setup
+
+WORDS = "house dog cat water maji vaccine malaria children football cup final world news river city music book".split()
+
+
+def _collection(n_docs=25, seed=0):
+    "Documents of the tiny encoder's own words (others are one unknown token), of 1 to 12 words: distinct vectors and lengths."
+    import random
+    rng = random.Random(seed)
+    docs = {f"d{i:02d}": Document(f"d{i:02d}", " ".join(rng.choice(WORDS) for _ in range(1 + i % 12))) for i in range(n_docs)}
+    queries = {f"q{i}": Query(f"q{i}", " ".join(rng.sample(WORDS, 3)), "en") for i in range(3)}
+    return TinyCollection(queries, docs, Qrels({q: {"d00": 1} for q in queries}))
+
+
+def _fake_ray(cpus=4):
+    "The calls clir_llm.engine makes (init, remote(cls).options(..).remote(..), method.remote, get, kill), run in this process."
+    ray = types.ModuleType("ray")
+    ray.exceptions = types.SimpleNamespace(RayTaskError=type("RayTaskError", (Exception,), {}), RayActorError=type("RayActorError", (Exception,), {}))
+    ray.calls, ray.created, up = [], [], []
+    ray.is_initialized = lambda: bool(up)
+    ray.init = lambda **kw: up.append(kw)
+    ray.cluster_resources = lambda: {"CPU": cpus}
+    class Handle:
+        def __init__(self, obj): self._obj = obj
+        def __getattr__(self, name):
+            def remote(*a): ray.calls.append((id(self), name, len(a[0]) if a and isinstance(a[0], list) else None)); return getattr(self._obj, name)(*a)
+            return types.SimpleNamespace(remote=remote)
+    class Cls:
+        def __init__(self, cls): self.cls = cls
+        def options(self, **kw): self.kw = kw; return self
+        def remote(self, *a): ray.created.append(self.kw); return Handle(self.cls(*a))
+    ray.remote = Cls
+    ray.get = lambda refs: list(refs) if isinstance(refs, list) else refs
+    ray.kill = lambda actor, no_restart=True: None
+    return ray
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    ray = _fake_ray()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    return ray
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    return EncoderSpec("tiny-engine", str(tiny_random_model("xlmr", tmp_path_factory.mktemp("m") / "x")), "Tiny", "mean",
+                       max_length=32, doc_max_length=32)
+
+
+def test_engine_batches_order_cache_and_usage_as_local(fake_ray, spec, tmp_path):
+    coll = _collection()
+    local = Dense(spec, batch_size=4, cache=Cache(tmp_path / "l"), progress=False)
+    want = local.retrieve(coll, k=10)
+    engine = RayEngine(ExecutionSpec(engine="ray", workers=2))
+    dense = engine.prepare(Dense(spec, batch_size=4, cache=Cache(tmp_path / "r"), progress=False))
+    got = dense.retrieve(coll, k=10)
+    assert dict(got) == dict(want)
+    assert Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats() == {"embed": 28}
+    strip = lambda u: (u.calls, u.cache_hits, u.counters)
+    assert strip(dense.usage) == strip(local.usage)
+    encodes = [c for c in fake_ray.calls if c[1] == "encode"]
+    assert len({c[0] for c in encodes}) == 2 and max(c[2] for c in encodes) == 4   # both actors, local batch size
+    assert fake_ray.created[0]["max_restarts"] >= 1 and fake_ray.created[0]["max_task_retries"] >= 1
+    vl, vr = local.encoder.encode_docs(list(coll.iter_docs())), dense.encoder.encode_docs(list(coll.iter_docs()))
+    assert vl.tobytes() == vr.tobytes() and len({v.tobytes() for v in vl}) > 20   # the vectors differ from each other
+    n = len(fake_ray.calls); dense.retrieve(coll, k=10); assert len(fake_ray.calls) == n   # warm: all from the driver's cache
+
+
+def test_engine_refuses_more_workers_than_the_cluster_has(monkeypatch, spec, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", _fake_ray(cpus=2))
+    engine = RayEngine(ExecutionSpec(engine="ray", workers=3))
+    with pytest.raises(ClirError, match="3 workers need 3 CPUs"):
+        engine.prepare(Dense(spec, cache=Cache(tmp_path), progress=False)).retrieve(tiny_setup(1, 3)[0], k=2)
+
+
+def test_execution_in_configs_not_in_run_names(tmp_path, monkeypatch):
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import Pipeline
+    base = dict(name="x", collection="fixture", pairs=["en-de"], measure="MAP", first_stage=dict(methods=["bm25-og"]), experiments=[])
+    paths = []
+    for ex in (None, {"engine": "ray", "workers": 3, "address": "ray://head:10001", "gpus_per_worker": 1}):
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(base, **({"execution": ex} if ex else {}))))
+        cfg = load_config(tmp_path / "c.yaml")
+        paths.append(Pipeline(cfg, out_dir=tmp_path / "res", cache=Cache(tmp_path / "cache")).first_stage_path("en-de", "bm25-og"))
+    assert paths[0] == paths[1] and cfg.execution.workers == 3 and execution_of(cfg).address == "ray://head:10001"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(base, execution={"engine": "spark"})))
+    with pytest.raises(ClirError, match="execution.engine"): load_config(tmp_path / "c.yaml")
+    assert make_engine(execution_of(None)) is None
+    monkeypatch.setenv("CLIR_LLM_EXECUTION", '{"engine": "ray", "workers": 5}')   # what `reproduce --engine ray --workers 5` hands its notebooks
+    assert execution_of(cfg).workers == 5 and execution_of(cfg, workers=6).workers == 6
+
+
+def test_cli_engine_options(tmp_path, capsys):
+    "A bad execution option is one error line from `clir-llm retrieve` (before any collection or model is loaded)."
+    from clir_llm.cli import main
+    assert main(["retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--out", str(tmp_path / "r.trec"),
+                 "--engine", "ray", "--workers", "0"]) == 1
+    assert "workers" in capsys.readouterr().err and not (tmp_path / "r.trec").exists()
