@@ -9,6 +9,15 @@ report names the model; a random model's answers are noise, only its ratios mean
 
 Model calls are counted by wrapping the model's `forward`: the warm re-run must make none.
 
+Then the stand-in's speed (always the real offline Qwen stand-in, also under `--quick`; it loads in 1-2 minutes):
+fp32 `hf:qwen2.5-coder-0.5b-offline` against the fast path `hf:qwen2.5-coder-0.5b-offline[quantize=int8]` (torch
+dynamic int8 Linear layers) on demo-shaped prompts built from the shipped demo collection (en-de): PRP likelihood
+prompts (passages cut to 48 tokens, both orders, scored ` A` / ` B` after the ` Passage:` prefill) and RankZephyr
+listwise windows of 5 passages cut to 40 words (greedy generation), as configs/demo.yaml runs them. Both sides run in
+this process without a cache, alternating workload by workload, so machine load hits both alike. Tokens per second
+counts the prompt tokens read plus the tokens generated; the target is the ratio of the two over the same work,
+with how often the int8 answers agree with fp32's (PRP preference, listwise permutation).
+
     python benchmarks/llm.py --quick
     python benchmarks/llm.py                       # the offline Qwen stand-in
     python benchmarks/llm.py --model hf:/path/to/model --batch-size 16
@@ -94,7 +103,78 @@ def main(argv=None):
     if warm_calls or warm_b.usage.calls: print("WARM RE-RUN CALLED THE MODEL")
     target("hf-batched-generation", (n / t_batched) / (n / t_single) if same else 0.0, 2.0)
     target("warm-rerun", t_batched / t_warm if same and not warm_calls and not warm_b.usage.calls else 0.0, 100.0)
-    return 0 if same and not warm_calls else 1
+    speed_ok = stand_in_speed(args)
+    return 0 if same and not warm_calls and speed_ok is not None else 1
+
+
+def demo_prompts(backend, n_queries: int):
+    "PRP (messages, candidates) and listwise prompts from the first `n_queries` en-de queries of the shipped demo."
+    import gzip, json
+    from clir_llm.listwise import ListwiseReranker
+    from clir_llm.templates import PromptTemplate, squash
+    root = Path(__file__).resolve().parents[1] / "clir_llm" / "data" / "demo"
+    read = lambda f: [json.loads(l) for l in gzip.open(root / f, "rt", encoding="utf-8")]
+    queries, docs = read("queries.en.jsonl.gz")[:n_queries], read("docs.de.jsonl.gz")
+    text = {d["docid"]: squash(d["text"]) for d in docs}
+    rel = {}
+    for line in (root / "qrels.en-de.txt").read_text().splitlines():
+        q, _, d, r = line.split()
+        if int(r) > 0: rel.setdefault(q, d)
+    prp, lw = PromptTemplate.load("prp"), ListwiseReranker(backend, template="rankzephyr", window=5, step=5, max_words=40, progress=False)
+    ids = sorted(text)
+    pairs, windows = [], []
+    for i, q in enumerate(queries):
+        d = rel.get(q["qid"], ids[i])
+        others = [x for x in ids[7 * i:7 * i + 5] if x != d][:4]
+        cut = lambda x: backend.truncate(text[x], 48)
+        for a, b in ((d, others[0]), (others[0], d)):
+            pairs.append([{"role": "user", "content": prp["prompt"].format(query=q["text"], a=cut(a), b=cut(b))},
+                          {"role": "assistant", "content": prp["answer_prefix"]}])
+        windows.append(lw.build_prompt(q["text"], [text[x] for x in [others[1], d, *others[2:]]])[0])
+    return pairs, [prp["choices"]["A"], prp["choices"]["B"]], windows, lw.max_new_tokens
+
+
+def stand_in_speed(args):
+    "fp32 against int8 on demo-shaped prompts; prints the stand-in-speed target; None when the stand-in is missing."
+    import copy
+    from clir_llm.llm import quantize_model
+    from clir_llm.templates import parse_permutation
+    fast = "hf:qwen2.5-coder-0.5b-offline[quantize=int8]"
+    try:
+        t0 = time.perf_counter()
+        fp = get_backend("hf:qwen2.5-coder-0.5b-offline"); fp.hf_model
+        q8 = get_backend(fast, tokenizer=fp.tokenizer)
+        t1 = time.perf_counter()
+        q8._model = quantize_model(copy.deepcopy(fp.hf_model))      # what q8.hf_model does, without a second load
+        t2 = time.perf_counter()
+    except ClirError as e:
+        print(f"stand-in unavailable ({e})"); target("stand-in-speed", 0.0, 3.0); return None
+    print(f"\nstand-in speed: {fp.name} (fp32, loaded in {t1 - t0:.0f} s) vs {fast} (quantised in {t2 - t1:.0f} s)")
+    pairs, cands, windows, max_new = demo_prompts(fp, 3 if args.quick else 12)
+    fp.generate(windows[:1], max_new_tokens=2, progress=False); q8.generate(windows[:1], max_new_tokens=2, progress=False)  # warm-up
+    res = {}
+    for work in ("prp", "listwise"):
+        for b in (fp, q8):
+            b.reset_usage(); t0 = time.perf_counter()
+            out = (b.score(pairs, cands, progress=False) if work == "prp"
+                   else b.generate(windows, max_new_tokens=max_new, progress=False))
+            dt, u = time.perf_counter() - t0, b.usage
+            res[work, b is q8] = (out, dt, u.tokens_in + u.tokens_out)
+    total = {side: sum(res[w, side][2] for w in ("prp", "listwise")) / sum(res[w, side][1] for w in ("prp", "listwise"))
+             for side in (False, True)}
+    for w, n in (("prp", len(pairs)), ("listwise", len(windows))):
+        (_, t32, k32), (_, t8, k8) = res[w, False], res[w, True]
+        print(f"{w:9s}: {n:3d} prompts, fp32 {k32 / t32:7.1f} tokens/s, int8 {k8 / t8:7.1f} tokens/s  ({t32 / t8:.2f}x)")
+    pref = lambda s: "A" if s[0] > s[1] else "B" if s[1] > s[0] else None
+    agree_prp = sum(pref(a) == pref(b) for a, b in zip(res["prp", False][0], res["prp", True][0]))
+    perm = lambda t: parse_permutation(t, 5)[0]
+    agree_lw = sum(perm(a) == perm(b) for a, b in zip(res["listwise", False][0], res["listwise", True][0]))
+    print(f"agreement with fp32: PRP preferences {agree_prp}/{len(pairs)}, listwise permutations {agree_lw}/{len(windows)}")
+    print("sample listwise answers fp32 / int8:", res["listwise", False][0][:2], res["listwise", True][0][:2])
+    r = total[True] / total[False]
+    print(f"all work: fp32 {total[False]:.1f} tokens/s, int8 {total[True]:.1f} tokens/s")
+    target("stand-in-speed", r, 3.0)
+    return r
 
 
 if __name__ == "__main__":
