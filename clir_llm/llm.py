@@ -20,8 +20,9 @@ from .assets import offline_model
 # %% auto #0
 __all__ = ['PARAM_DEFAULTS', 'BACKENDS', 'OUTPUT_OPTIONS', 'HF_MODELS', 'PRICES', 'STAND_IN_DTYPE', 'STAND_IN_BATCH', 'LLMError',
            'endpoint', 'Backend', 'BackendSpec', 'CachedBackend', 'ModelCard', 'model_card', 'HFBackend', 'load_prices',
-           'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'get_backend', 'add_backend_arguments',
-           'backend_spec_from_args', 'export_llm_calls', 'read_llm_calls', 'seed_llm_calls', 'recompute_llm_calls']
+           'price_of', 'OpenAIBackend', 'VLLMBackend', 'LlamaCppBackend', 'quantize_model', 'get_backend',
+           'add_backend_arguments', 'backend_spec_from_args', 'export_llm_calls', 'read_llm_calls', 'seed_llm_calls',
+           'recompute_llm_calls']
 
 # %% ../nbs/10_llm.ipynb #22ee3079
 class LLMError(ClirError):
@@ -143,7 +144,7 @@ def _opt(desc: str, **kw):
     return Field(None, description=desc, **kw)
 
 # options that change what the model answers: in `key()` (run names) and the cache identity, when given
-OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api")
+OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api", "quantize")
 
 class BackendSpec(Spec):
     """An LLM backend parsed once: `kind:model`, `kind:model@revision`, plus options (a config's
@@ -152,6 +153,7 @@ class BackendSpec(Spec):
     model: str = Field(description="Hub id, local folder or file, or API model name")
     revision: str | None = Field(None, description="Hub revision (commit, branch or tag); None: the default")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = _opt("weights and activations (hf:, vllm:)")
+    quantize: Literal["int8"] | None = _opt("hf: int8 weights for the Linear layers on a CPU (torch dynamic quantisation; faster, answers differ slightly from fp32: its own cache entries)")
     prefill: bool | None = _opt("openai: the server continues a final assistant message (chat API only)")
     tokenizer: str | None = _opt("Hub id or folder of the tokenizer (openai: renders prompts locally and counts with it; "
                                  "'tiktoken:<file>' a local tiktoken BPE file)")
@@ -720,6 +722,7 @@ def hf_model(self: HFBackend):
         except OSError as e: raise LLMError(f"cannot load model {self._source!r}: {e}") from None
         if self._load_gguf and self._prepare and self.cache.mode in ("readwrite", "off"): self._save_prepared(m)
         self._model = (m if dm else m.to(self._device, self._dtype)).eval()
+        if getattr(self, "_quantize", None): self._model = quantize_model(self._model, self._quantize)
     return self._model
 
 @patch
@@ -1250,6 +1253,8 @@ def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **k
     an offline stand-in loads from its prepared folder and keeps the cache identity of its GGUF."""
     opts = spec.options()
     device_map, max_len = opts.pop("device_map", None), opts.pop("max_model_len", None)
+    quantize = opts.pop("quantize", None)
+    if quantize and opts.get("dtype") not in (None, "auto", "float32"): raise LLMError(f"quantize={quantize} needs float32 weights, not dtype={opts['dtype']}")
     if "tokenizer" in opts: opts["tokenizer"] = _load_tokenizer(opts["tokenizer"])
     kw = {**opts, **kw}
     om = offline_model(spec.base)
@@ -1261,7 +1266,7 @@ def from_spec(cls: HFBackend, spec: BackendSpec, cache: Cache | None = None, **k
         b.gguf_file = om.gguf_file  # keeps the cache identity of calls recorded from the GGUF
         b.model = spec.model        # the name (and cache identity) stays `hf:qwen2.5-coder-0.5b-offline`, wherever the file lies
         if b._named_dtype == STAND_IN_DTYPE: b._named_dtype = None   # its fixed default is not named: the recorded keys hold
-    b._device_map, b.max_model_len = device_map, max_len
+    b._device_map, b.max_model_len, b._quantize = device_map, max_len, quantize
     return _with_spec(b, spec)
 
 @patch(cls_method=True)
@@ -1279,7 +1284,7 @@ def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str: return f"vLLM (GP
 def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llama.cpp model {spec.base.partition(':')[2]}"
 
 # %% ../nbs/10_llm.ipynb #772eb861
-HFBackend.options = ("dtype", "tokenizer", "max_model_len", "device", "device_map", "batch_size")
+HFBackend.options = ("dtype", "quantize", "tokenizer", "max_model_len", "device", "device_map", "batch_size")
 OpenAIBackend.options = ("prefill", "tokenizer", "max_model_len", "api", "base_url", "api_key_env", "endpoint", "concurrency")
 VLLMBackend.options = ("dtype", "tokenizer", "max_model_len", "tensor_parallel_size", "enable_prefix_caching",
                        "gpu_memory_utilization", "batch_size")
@@ -1290,6 +1295,28 @@ def from_spec(cls: LlamaCppBackend, spec: BackendSpec, cache: Cache | None = Non
     if spec.revision is not None: kw["revision"] = spec.revision
     if spec.max_model_len: kw.setdefault("n_ctx", spec.max_model_len)
     return _with_spec(cls(spec.model, cache=cache, **kw), spec)
+
+# %% ../nbs/10_llm.ipynb #f4a1c8e1
+def _quant_engine() -> str | None:
+    "The torch quantised-kernel engine of this CPU (x86 / fbgemm, else qnnpack on ARM), or None when torch has none."
+    import torch
+    engines = list(torch.backends.quantized.supported_engines)
+    return next((e for e in ("x86", "fbgemm", "qnnpack") if e in engines), None)
+
+def quantize_model(model, how: str = "int8"):
+    "`model` with int8 weights in its `nn.Linear` layers (torch dynamic quantisation, CPU); LLMError in one line when it cannot be done."
+    import torch
+    if how != "int8": raise LLMError(f"quantize must be 'int8', got {how!r}")
+    p = next(model.parameters())
+    if p.device.type != "cpu": raise LLMError(f"quantize=int8 runs on a CPU only (the model is on {p.device}); on a GPU use dtype instead")
+    if p.dtype != torch.float32: raise LLMError(f"quantize=int8 needs float32 weights (got {p.dtype}); leave dtype unset")
+    engine = _quant_engine()
+    if engine is None:
+        raise LLMError("quantize=int8 needs torch's quantised CPU kernels (fbgemm/x86 or qnnpack), which this torch build lacks")
+    torch.backends.quantized.engine = engine
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # torch.ao.quantization announces its move to torchao
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False).eval()
 
 # %% ../nbs/10_llm.ipynb #802c3fac
 def get_backend(spec: str | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
