@@ -30,18 +30,18 @@ SECTIONS = ("prp", "setwise", "listwise", "bm25", "dense")
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="few queries, a short list, top-5 (a few minutes on 2 cores)")
+    ap.add_argument("--quick", action="store_true", help="2 queries x 5 documents, top-2, 32-token passages, 64 documents encoded (minutes on 2 loaded cores)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both sides run the models")
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="run these comparisons only")
-    ap.add_argument("--queries", type=int, default=None, help="queries for the LLM comparisons (default 3 quick, 20 full)")
-    ap.add_argument("--depth", type=int, default=None, help="first-stage documents reranked (default 8 quick, 100 full)")
-    ap.add_argument("--top", type=int, default=None, help="the k of the sorts (default 3 quick, 10 full)")
-    ap.add_argument("--passage-tokens", type=int, default=None, help="passage cut, tokens (default 64 quick, 300 full)")
+    ap.add_argument("--queries", type=int, default=None, help="queries for the LLM comparisons (default 2 quick, 20 full)")
+    ap.add_argument("--depth", type=int, default=None, help="first-stage documents reranked (default 5 quick, 100 full)")
+    ap.add_argument("--top", type=int, default=None, help="the k of the sorts (default 2 quick, 10 full)")
+    ap.add_argument("--passage-tokens", type=int, default=None, help="passage cut, tokens (default 32 quick, 300 full)")
     a = ap.parse_args(argv)
-    a.queries = a.queries or (3 if a.quick else 20)
-    a.depth = a.depth or (8 if a.quick else 100)
-    a.top = a.top or (3 if a.quick else 10)
-    a.passage_tokens = a.passage_tokens or (64 if a.quick else 300)
+    a.queries = a.queries or (2 if a.quick else 20)
+    a.depth = a.depth or (5 if a.quick else 100)
+    a.top = a.top or (2 if a.quick else 10)
+    a.passage_tokens = a.passage_tokens or (32 if a.quick else 300)
     return a
 
 
@@ -359,6 +359,9 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="clir-llm-peers-") as tmp:
         inp = Inputs(a, tmp)
         if "bm25" in a.only:
+            from clir_llm.bm25 import lucene
+            try: lucene(inp.cache)   # the JVM, started by the package (its Java: Anserini 1.x needs Java 21) for both sides
+            except Exception as e: print(f"# the package could not start Lucene: {str(e).splitlines()[0]}")
             if peer("pyserini.search.lucene", "bm25-en-de") is not None:
                 for pair in ("en-de", "de-ru"): compare_bm25(inp, pair)
         if "dense" in a.only: compare_dense(inp)

@@ -15,7 +15,7 @@ def peers():
 
 def test_quick_and_full_defaults(peers):
     q = peers.parse_args(["--quick"])
-    assert (q.queries, q.depth, q.top, q.passage_tokens, q.device) == (3, 8, 3, 64, "cpu")
+    assert (q.queries, q.depth, q.top, q.passage_tokens, q.device) == (2, 5, 2, 32, "cpu")
     f = peers.parse_args(["--device", "cuda", "--only", "bm25", "dense", "--queries", "7"])
     assert (f.queries, f.depth, f.top, f.passage_tokens, f.device, f.only) == (7, 100, 10, 300, "cuda", ["bm25", "dense"])
     with pytest.raises(SystemExit): peers.parse_args(["--device", "tpu"])
