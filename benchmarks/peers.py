@@ -339,11 +339,17 @@ def compare_dense(inp):
     def peer_search():
         idx = faiss.IndexFlatIP(V.shape[1]); idx.add(V)
         S, I = idx.search(Q, min(100, len(docs)))
-        return {q: [docs[i].docid for i in I[r] if i >= 0] for r, q in enumerate(qids)}
+        return {q: [(docs[i].docid, float(x)) for x, i in zip(S[r], I[r]) if i >= 0] for r, q in enumerate(qids)}
     peer_search()
     theirs, t_peer = timed(peer_search)
     run, t_ours = timed(dn.retrieve, sub, k=100)
-    differ = [q for q in qids if run.docids(q) != theirs[q]]
+    from clir_llm.core import Run
+    tied = Run.from_ranked(theirs)  # FAISS keeps equal scores in index order; a Run orders them by docid (trec_eval's rule)
+    raw = [q for q in qids if run.docids(q) != [d for d, _ in theirs[q]]]
+    differ = [q for q in qids if run.docids(q) != tied.docids(q)]
+    if raw: print(f"    {len(raw)} queries order equal scores differently (FAISS: index order; Run: docid), "
+                  f"{len(raw) - len(differ)} of them only that way")
+    for q in differ[:5]: print(f"    {q}: ours {run.ranking(q, 5)} / FAISS {theirs[q][:5]}")
     print(f"== exact dense search top-100, {len(qids)} queries x {len(docs)} documents: plain FAISS IndexFlatIP {t_peer * 1000:.1f} ms "
           f"(vectors in memory), ours Dense.retrieve {t_ours * 1000:.1f} ms (vectors read from its cache); runs identical: {not differ}")
     target("dense-search", t_peer / t_ours, "identical runs" if not differ else f"{len(differ)} queries differ")
