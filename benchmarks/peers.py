@@ -1,0 +1,381 @@
+"""Speed against the reference libraries: the package and llm-rankers, rank_llm, pyserini, sentence-transformers and
+FAISS side by side, in one script run, on the same inputs and the same model objects.
+
+Inputs: the demo collection (`clir_llm.collections.load_collection("demo", pair)`), the package's BM25 first-stage
+run of it, the first N queries (sorted ids) that have hits. Models: the offline stand-ins, the Qwen2.5-Coder-0.5B
+GGUF dequantised by transformers (`hf:qwen2.5-coder-0.5b-offline`; the package's backend loads it and the SAME
+transformers model and tokenizer objects are handed to the peer) and multilingual-e5-small (`dense:e5-small`; the
+same folder loaded by sentence-transformers). Every comparison warms both sides up outside the timing, checks the
+outputs (identical rankings / runs, or every difference listed with its reason) and prints one line:
+
+    target peer-<name>: <ratio>x (goal <G>x) met|short
+
+(ratio = the peer's wall time / ours on the same work, i.e. our queries or documents per second over the peer's),
+or `target peer-<name>: skipped (<why>)` where a peer cannot run here. The peers are NOT dependencies of the
+package: install them in a separate environment (benchmarks/peers-requirements.txt says how); this script
+installs nothing.
+
+    python benchmarks/peers.py --quick               # a few minutes on 2 CPU cores
+    python benchmarks/peers.py --device cuda         # the same comparisons on a GPU
+"""
+import argparse, importlib, inspect, re, sys, tempfile, time
+from pathlib import Path
+from types import SimpleNamespace
+
+GOALS = {"prp-bubblesort-generation": 2.0, "prp-bubblesort-likelihood": 2.0, "prp-heapsort": 2.0, "prp-allpair": 2.0,
+         "setwise-heapsort": 1.5, "listwise-rankzephyr": 2.0, "bm25-en-de": 1.3, "bm25-de-ru": 1.3,
+         "dense-encode": 1.2, "dense-search": 1.0}
+SECTIONS = ("prp", "setwise", "listwise", "bm25", "dense")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 queries x 5 documents, top-2, 32-token passages, 64 documents encoded (minutes on 2 loaded cores)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both sides run the models")
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="run these comparisons only")
+    ap.add_argument("--queries", type=int, default=None, help="queries for the LLM comparisons (default 2 quick, 20 full)")
+    ap.add_argument("--depth", type=int, default=None, help="first-stage documents reranked (default 5 quick, 100 full)")
+    ap.add_argument("--top", type=int, default=None, help="the k of the sorts (default 2 quick, 10 full)")
+    ap.add_argument("--passage-tokens", type=int, default=None, help="passage cut, tokens (default 32 quick, 300 full)")
+    a = ap.parse_args(argv)
+    a.queries = a.queries or (2 if a.quick else 20)
+    a.depth = a.depth or (5 if a.quick else 100)
+    a.top = a.top or (2 if a.quick else 10)
+    a.passage_tokens = a.passage_tokens or (32 if a.quick else 300)
+    return a
+
+
+def target(name, ratio, note=""):
+    goal = GOALS[name]
+    print(f"target peer-{name}: {ratio:.2f}x (goal {goal:.1f}x) {'met' if ratio >= goal else 'short'}" + (f"  [{note}]" if note else ""),
+          flush=True)
+    return ratio >= goal
+
+
+def skipped(name, why):
+    print(f"target peer-{name}: skipped ({why})", flush=True)
+
+
+def peer(module, name):
+    "The peer module, or None after printing why it cannot run."
+    try: return importlib.import_module(module)
+    except Exception as e:  # ImportError, or the peer's own import-time failure
+        skipped(name, f"{module} cannot be imported here: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                      " (install the peers: benchmarks/peers-requirements.txt)")
+        return None
+
+
+def timed(fn, *a, **kw):
+    t0 = time.perf_counter(); out = fn(*a, **kw); return out, time.perf_counter() - t0
+
+
+def diff_rankings(ours: dict, theirs: dict, k: int) -> list[str]:
+    "One line per query whose top-`k` differs."
+    return [f"    {q}: ours {ours[q][:k]} / peer {theirs[q][:k]}" for q in ours if ours[q][:k] != theirs[q][:k]]
+
+
+# ---------------------------------------------------------------- inputs
+class Inputs:
+    "The demo collection, its BM25 run, the chosen queries and the LLM backend (loaded once)."
+    def __init__(self, a, tmp):
+        from clir_llm.cache import Cache
+        from clir_llm.collections import load_collection
+        self.a, self.tmp, self.cache = a, tmp, Cache()
+        self.coll = load_collection("demo", "en-de")
+        self._run, self._backend = None, None
+
+    @property
+    def run(self):
+        "The BM25 run (package default BM25, cached index) cut to the first `queries` queries with `depth` hits."
+        if self._run is None:
+            from clir_llm.bm25 import BM25
+            from clir_llm.core import Run
+            full = BM25(cache=self.cache, progress=False).retrieve(self.coll, k=self.a.depth)
+            qids = [q for q in sorted(full) if len(full.docids(q)) >= self.a.depth][:self.a.queries]
+            self._run = Run.from_ranked({q: full.docids(q, self.a.depth) for q in qids}, name="bm25")
+        return self._run
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            from clir_llm.cache import Cache
+            from clir_llm.llm import get_backend
+            self._backend = get_backend("hf:qwen2.5-coder-0.5b-offline", cache=Cache(Path(self.tmp) / "llm", mode="off"),
+                                        device=self.a.device)
+            self._backend.hf_model  # load outside every timing
+        return self._backend
+
+    def texts(self, q):
+        "The query and the passages of query `q` as both sides see them: text only, cut to the backend's tokens."
+        from clir_llm.templates import squash
+        b, ids = self.backend, self.run.docids(q)
+        docs = {d.docid: b.truncate(squash(d.text), self.a.passage_tokens) for d in self.coll.get_docs(ids)}
+        return b.truncate(self.coll.queries[q].text, 128), [(d, docs[d]) for d in ids]
+
+
+# ---------------------------------------------------------------- PRP: llm-rankers PairwiseLlmRanker
+def llm_rankers_pairwise(P, inp, method, k):
+    """llm-rankers' PairwiseLlmRanker on our backend's model and tokenizer objects. Its constructor accepts only T5 and
+    Llama configs and loads its own copy; the object is built without it, with the attributes its decoder-only
+    ("llama") path reads, and the prompt text taken from its own source."""
+    r = P.PairwiseLlmRanker.__new__(P.PairwiseLlmRanker)
+    src = inspect.getsource(P.PairwiseLlmRanker.__init__)
+    r.prompt = re.search(r'self\.prompt = """(.*?)"""', src, re.S).group(1)
+    r.device, r.method, r.batch_size, r.k = inp.a.device, method, 2, k
+    r.config = SimpleNamespace(model_type="llama")   # its decoder-only code path (chat template + " Passage:", 1 new token)
+    r.tokenizer, r.llm = inp.backend.tokenizer, inp.backend.hf_model
+    r.total_compare = r.total_completion_tokens = r.total_prompt_tokens = 0
+    return r
+
+
+def peer_rerank(ranker, inp, SearchResult):
+    "The peer's rankings of every query, one query after another (its API takes one query)."
+    out = {}
+    for q in inp.run:
+        query, docs = inp.texts(q)
+        out[q] = [h.docid for h in ranker.rerank(query, [SearchResult(d, 0.0, t) for d, t in docs])]
+    return out
+
+
+def ours_prp(inp, method, scoring, ties=None):
+    from clir_llm.pairwise import PairwiseReranker
+    rr = PairwiseReranker(inp.backend, method=method, sort_k=inp.a.top, scoring=scoring, passage_tokens=inp.a.passage_tokens,
+                          doc_title=False, progress=False, **({"heapsort_ties": ties} if ties else {}))
+    run, sec = timed(rr.rerank, inp.coll, inp.run, k=inp.a.depth)
+    return {q: run.docids(q) for q in inp.run}, sec, rr
+
+
+def compare_prp(inp):
+    P = peer("llmrankers.pairwise", "prp-bubblesort-generation")
+    if P is None:
+        for n in ("prp-bubblesort-likelihood", "prp-heapsort", "prp-allpair"): skipped(n, "llm-rankers missing (see above)")
+        return
+    from llmrankers.rankers import SearchResult
+    a, b = inp.a, inp.backend
+    nq = len(inp.run)
+    print(f"== PRP, {b.name} ({a.device}), {nq} queries x top-{a.depth} BM25 demo en-de, sort k={a.top}, passages cut to "
+          f"{a.passage_tokens} tokens, LLM cache off", flush=True)
+    # warm-up, outside the timing: one comparison each way on the first query
+    query, docs = inp.texts(next(iter(inp.run)))
+    llm_rankers_pairwise(P, inp, "bubblesort", 1).compare(query, [docs[0][1], docs[1][1]])
+    b.generate(["warm-up"], max_new_tokens=2, progress=False)
+    for method, ties in (("bubblesort", None), ("heapsort", "llm-rankers")):
+        name = f"prp-{method}" + ("-generation" if method == "bubblesort" else "")
+        peer_r = llm_rankers_pairwise(P, inp, method, a.top)
+        theirs, t_peer = timed(peer_rerank, peer_r, inp, SearchResult)
+        ours, t_ours, rr = ours_prp(inp, method, "generation", ties)
+        diffs = diff_rankings(ours, theirs, a.depth)
+        prompts = sum(d["prompts"] for d in rr.diagnostics.values())
+        print(f"  {method}: llm-rankers {t_peer:.1f}s ({nq / t_peer:.3f} q/s, {2 * peer_r.total_compare} prompts in the last query), "
+              f"ours {t_ours:.1f}s ({nq / t_ours:.3f} q/s, {prompts} prompts in all); same rankings: {not diffs}", flush=True)
+        for line in diffs: print(line)
+        if diffs: print("    (differences: batched prompts are padded, so a near-tie logit can fall the other way; see the README)")
+        target(name, t_peer / t_ours, "same rankings" if not diffs else f"{len(diffs)} queries differ")
+    skipped("prp-bubblesort-likelihood", "llm-rankers 0.0.2 PairwiseLlmRanker scores by generation only; nothing to compare with")
+    skipped("prp-allpair", "llm-rankers 0.0.2 allpair is written for T5 (decoder_input_ids); it cannot run a decoder-only model")
+
+
+# ---------------------------------------------------------------- setwise: llm-rankers SetwiseLlmRanker
+def compare_setwise(inp):
+    from clir_llm.rerank import RERANKERS
+    if RERANKERS.find("setwise-heapsort") is None:
+        return skipped("setwise-heapsort", "setwise reranker not on this branch")
+    S = peer("llmrankers.setwise", "setwise-heapsort")
+    if S is None: return
+    from llmrankers.rankers import SearchResult
+    from clir_llm.rerank import get_reranker
+    a, b = inp.a, inp.backend
+    r = S.SetwiseLlmRanker.__new__(S.SetwiseLlmRanker)
+    r.device, r.num_child, r.k, r.scoring, r.method, r.num_permutation = a.device, 3, a.top, "generation", "heapsort", 1
+    r.config = SimpleNamespace(model_type="llama")
+    r.tokenizer, r.llm = b.tokenizer, b.hf_model
+    r.CHARACTERS = [chr(ord("A") + i) for i in range(20)]
+    r.total_compare = r.total_completion_tokens = r.total_prompt_tokens = 0
+    rr = get_reranker("setwise-heapsort", backend=b, progress=False)
+    theirs, t_peer = timed(peer_rerank, r, inp, SearchResult)
+    run, t_ours = timed(rr.rerank, inp.coll, inp.run, k=a.depth)
+    ours = {q: run.docids(q) for q in inp.run}
+    diffs = diff_rankings(ours, theirs, a.depth)
+    print(f"== setwise heapsort: llm-rankers {t_peer:.1f}s, ours {t_ours:.1f}s; same rankings: {not diffs}")
+    for line in diffs: print(line)
+    target("setwise-heapsort", t_peer / t_ours, "same rankings" if not diffs else f"{len(diffs)} queries differ")
+
+
+# ---------------------------------------------------------------- listwise: rank_llm's window loop
+def import_rank_llm():
+    """rank_llm 0.21.0's RankListwiseOSLLM and data classes, from the installed wheel. Its package __init__ files import
+    the LiT5 model (which no longer imports under transformers 5) and its module imports fastchat (whose wheel is not
+    installable here); the HF path used below needs neither (the chat template comes from the tokenizer), so the
+    package __init__ files are skipped and fastchat.model is an empty stand-in module."""
+    import importlib.util, os, types
+    spec = importlib.util.find_spec("rank_llm")
+    if spec is None: raise ImportError("No module named 'rank_llm'")
+    root = os.path.dirname(spec.origin)
+    if "fastchat.model" not in sys.modules:
+        fm = types.ModuleType("fastchat.model"); fm.get_conversation_template = fm.load_model = None
+        sys.modules.setdefault("fastchat", types.ModuleType("fastchat")); sys.modules["fastchat.model"] = fm
+    for name, sub in (("rank_llm.rerank", "rerank"), ("rank_llm.rerank.listwise", "rerank/listwise")):
+        if name not in sys.modules:
+            pkg = types.ModuleType(name); pkg.__path__ = [os.path.join(root, sub)]; sys.modules[name] = pkg
+    rk = importlib.import_module("rank_llm.rerank.rankllm")
+    sys.modules["rank_llm.rerank"].PromptMode, sys.modules["rank_llm.rerank"].RankLLM = rk.PromptMode, rk.RankLLM
+    os_llm = importlib.import_module("rank_llm.rerank.listwise.rank_listwise_os_llm")
+    return SimpleNamespace(OS=os_llm.RankListwiseOSLLM, PromptMode=rk.PromptMode, data=importlib.import_module("rank_llm.data"))
+
+
+def rank_llm_reranker(RL, inp, window):
+    "ZephyrReranker's settings on our model/tokenizer objects (its constructor loads its own copy through fastchat or vLLM)."
+    r = RL.OS.__new__(RL.OS)
+    r._model, r._name, r._context_size, r._prompt_mode = "castorini/rank_zephyr_7b_v1_full", "peer", 4096, RL.PromptMode.RANK_GPT
+    r._num_few_shot_examples, r._window_size, r._use_alpha, r._device = 0, window, False, inp.a.device
+    r._vllm_batched = True    # create_prompt's chat-template branch (tokenizer.apply_chat_template); run_llm still uses HF generate
+    r._sglang_batched = r._tensorrt_batched = r._use_logits = False
+    r._variable_passages, r._output_token_estimate = True, None
+    r._system_message = "You are RankLLM, an intelligent assistant that can rank passages based on their relevancy to the query"
+    r._llm, r._tokenizer = inp.backend.hf_model, inp.backend.tokenizer
+    return r
+
+
+def compare_listwise(inp):
+    try: RL = import_rank_llm()
+    except Exception as e:
+        return skipped("listwise-rankzephyr", f"rank_llm cannot be imported here: {type(e).__name__}: {str(e).splitlines()[0]}")
+    from clir_llm.listwise import ListwiseReranker
+    a = inp.a
+    window, step = (4, 2) if a.quick else (20, 10)
+    r = rank_llm_reranker(RL, inp, window)
+    D = RL.data
+    def peer_all():
+        out = {}
+        for q in inp.run:
+            query, docs = inp.texts(q)
+            req = D.Request(D.Query(query, q), [D.Candidate(d, 0.0, {"text": t}) for d, t in docs])
+            res = r.sliding_windows(req, rank_start=0, rank_end=len(docs), window_size=window, step=step)
+            out[q] = [c.docid for c in res.candidates]
+        return out
+    ours_rr = ListwiseReranker(inp.backend, template="rankzephyr", window=window, step=step, max_words=int(300 * 20 / window),
+                               last_window="short", doc_title=False, cut="tokens", passage_tokens=a.passage_tokens, progress=False)
+    inp.backend.generate(["warm-up"], max_new_tokens=2, progress=False)
+    theirs, t_peer = timed(peer_all)
+    run, t_ours = timed(ours_rr.rerank, inp.coll, inp.run, k=a.depth)
+    ours = {q: run.docids(q) for q in inp.run}
+    diffs = diff_rankings(ours, theirs, a.depth)
+    nq = len(inp.run)
+    print(f"== listwise RankZephyr prompt, window {window} step {step} (rank_llm's short last window), {nq} queries x {a.depth}: "
+          f"rank_llm {t_peer:.1f}s ({nq / t_peer:.3f} q/s), ours {t_ours:.1f}s ({nq / t_ours:.3f} q/s); same rankings: {not diffs}")
+    for line in diffs: print(line)
+    if diffs: print("    (known prompt differences: rank_llm 0.21.0 writes 'by  a numerical' with two spaces and runs ftfy over the prompt; "
+                    "it forces exactly its estimated answer length (min_new_tokens), ours stops at end of answer; see the README)")
+    target("listwise-rankzephyr", t_peer / t_ours, "same rankings" if not diffs else f"{len(diffs)} queries differ")
+
+
+# ---------------------------------------------------------------- BM25: pyserini LuceneSearcher.batch_search
+def compare_bm25(inp, pair):
+    from clir_llm.bm25 import BM25, build_index, lucene
+    from clir_llm.collections import load_collection
+    from clir_llm.languages import language
+    name = f"bm25-{pair}"
+    coll = load_collection("demo", pair)
+    ours_bm25 = BM25(cache=inp.cache, progress=False)
+    try: L = lucene(inp.cache)
+    except Exception as e: return skipped(name, f"pyserini/Java cannot start here: {e}")
+    s = L.LuceneSearcher(str(build_index(coll, inp.cache, progress=False)))  # the same index, pyserini's own searcher
+    s.set_bm25(0.9, 0.4)
+    s.set_language(language(coll.doc_lang).lucene)
+    qids = sorted(coll.queries)
+    texts = [ours_bm25.query_text(coll, coll.queries[q].text) for q in qids]
+    def peer_search():
+        hits = s.batch_search(texts, qids, k=100, threads=2)
+        return {q: [(h.docid, round(float(h.score), 4)) for h in hits.get(q, [])] for q in qids}
+    peer_search(); ours_bm25.retrieve(coll, k=100)           # warm-up (JIT, page cache)
+    reps = 1 if inp.a.quick else 3
+    t_peer = min(timed(peer_search)[1] for _ in range(reps))
+    t_ours = min(timed(ours_bm25.retrieve, coll, k=100)[1] for _ in range(reps))
+    theirs, run = peer_search(), ours_bm25.retrieve(coll, k=100)
+    ours = {q: [(d, round(float(x), 4)) for d, x in sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))] for q in qids}
+    differ = [q for q in qids if [d for d, _ in ours[q]] != [d for d, _ in theirs[q]]]
+    same_sets = [q for q in differ if sorted(ours[q]) == sorted(theirs[q])]
+    print(f"== BM25 demo {pair}, {len(qids)} queries, 100 hits, 2 threads each: pyserini batch_search {t_peer:.2f}s, "
+          f"ours (Anserini SearchCollection) {t_ours:.2f}s; runs identical: {not differ}"
+          + (f" ({len(differ)} queries differ, {len(same_sets)} of them only in the order of equal scores)" if differ else ""))
+    for q in differ[:5]: print(f"    {q}: ours {ours[q][:5]} / pyserini {theirs[q][:5]}")
+    target(name, t_peer / t_ours, "identical runs" if not differ else f"{len(differ)} queries differ")
+
+
+# ---------------------------------------------------------------- dense: sentence-transformers, FAISS
+def compare_dense(inp):
+    import numpy as np
+    from clir_llm.assets import e5_small_path
+    from clir_llm.cache import Cache
+    from clir_llm import dense as D
+    ST = peer("sentence_transformers", "dense-encode")
+    a = inp.a
+    spec = D.get_encoder_spec("e5-small")
+    docs = list(inp.coll.iter_docs())[:64 if a.quick else None]
+    texts = [D.doc_input(spec, d) for d in docs]
+    enc = D.Encoder(spec, device=a.device, batch_size=32, cache=Cache(Path(inp.tmp) / "enc", mode="off"), progress=False)
+    enc.encode_docs(docs[:8])
+    if ST is not None:
+        m = ST.SentenceTransformer(str(e5_small_path()), device=a.device)
+        m.max_seq_length = spec.doc_max_length
+        m.encode(texts[:8], batch_size=32)                                           # warm-up
+        theirs, t_peer = timed(m.encode, texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+        ours, t_ours = timed(enc.encode_docs, docs)
+        err = float(np.abs(ours - theirs).max())
+        print(f"== dense encoding, {spec.label if hasattr(spec, 'label') else spec.name}, {len(docs)} demo documents, max length "
+              f"{spec.doc_max_length}, prefix {spec.doc_prefix!r}, batch 32, {a.device}: sentence-transformers {len(docs) / t_peer:.1f} docs/s, "
+              f"ours {len(docs) / t_ours:.1f} docs/s; max |difference| {err:.2e} (equal to 1e-5: {err <= 1e-5})")
+        target("dense-encode", t_peer / t_ours, f"max |diff| {err:.1e}")
+    # exact search top-100: our Dense.retrieve (vectors already in its cache) against a plain FAISS flat index on the same vectors
+    try: import faiss
+    except ImportError as e: return skipped("dense-search", f"faiss cannot be imported: {e}")
+    sub = SimpleNamespace(name=inp.coll.name, pair=inp.coll.pair, doc_lang=inp.coll.doc_lang, key=inp.coll.key + "-peers",
+                          queries=inp.coll.queries, num_docs=len(docs), iter_docs=lambda: iter(docs))
+    dn = D.Dense("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
+    dn.retrieve(sub, k=100)                                                          # encodes and caches every vector
+    qids = sorted(inp.coll.queries)
+    Q = dn.encoder.encode_queries([inp.coll.queries[q].text for q in qids])
+    V = dn.encoder.encode_docs(docs)
+    def peer_search():
+        idx = faiss.IndexFlatIP(V.shape[1]); idx.add(V)
+        S, I = idx.search(Q, min(100, len(docs)))
+        return {q: [(docs[i].docid, float(x)) for x, i in zip(S[r], I[r]) if i >= 0] for r, q in enumerate(qids)}
+    peer_search()
+    theirs, t_peer = timed(peer_search)
+    run, t_ours = timed(dn.retrieve, sub, k=100)
+    from clir_llm.core import Run
+    tied = Run.from_ranked(theirs)  # FAISS keeps equal scores in index order; a Run orders them by docid (trec_eval's rule)
+    raw = [q for q in qids if run.docids(q) != [d for d, _ in theirs[q]]]
+    differ = [q for q in qids if run.docids(q) != tied.docids(q)]
+    if raw: print(f"    {len(raw)} queries order equal scores differently (FAISS: index order; Run: docid), "
+                  f"{len(raw) - len(differ)} of them only that way")
+    for q in differ[:5]: print(f"    {q}: ours {run.ranking(q, 5)} / FAISS {theirs[q][:5]}")
+    print(f"== exact dense search top-100, {len(qids)} queries x {len(docs)} documents: plain FAISS IndexFlatIP {t_peer * 1000:.1f} ms "
+          f"(vectors in memory), ours Dense.retrieve {t_ours * 1000:.1f} ms (vectors read from its cache); runs identical: {not differ}")
+    target("dense-search", t_peer / t_ours, "identical runs" if not differ else f"{len(differ)} queries differ")
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    import torch
+    if a.device == "cuda" and not torch.cuda.is_available(): print("--device cuda: no CUDA device here"); return 2
+    if a.device == "cpu": torch.set_num_threads(1)  # both sides alike; 2 threads on a shared 2-core machine thrash
+    print(f"# peers.py{' --quick' if a.quick else ''} --device {a.device}: {a.queries} queries, depth {a.depth}, top {a.top}, "
+          f"passages {a.passage_tokens} tokens; torch threads {torch.get_num_threads()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="clir-llm-peers-") as tmp:
+        inp = Inputs(a, tmp)
+        if "bm25" in a.only:
+            from clir_llm.bm25 import lucene
+            try: lucene(inp.cache)   # the JVM, started by the package (its Java: Anserini 1.x needs Java 21) for both sides
+            except Exception as e: print(f"# the package could not start Lucene: {str(e).splitlines()[0]}")
+            if peer("pyserini.search.lucene", "bm25-en-de") is not None:
+                for pair in ("en-de", "de-ru"): compare_bm25(inp, pair)
+        if "dense" in a.only: compare_dense(inp)
+        if "prp" in a.only: compare_prp(inp)
+        if "setwise" in a.only: compare_setwise(inp)
+        if "listwise" in a.only: compare_listwise(inp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
