@@ -20,7 +20,7 @@ class ExecutionSpec(Spec):
     "Where the heavy work runs; never part of what is computed (not in run names or cache keys)."
     engine: Literal["local", "ray"] = Field("local", description="local: this process; ray: Ray actors, one model each")
     address: Optional[str] = Field(None, description="Ray cluster: none starts one on this machine; 'auto' joins "
-                                   "`ray start --head`; 'ray://HOST:10001' a remote head", json_schema_extra={"flag": "--ray-address"})
+                                   "`ray start` on the head node; 'ray://HOST:10001' a remote head", json_schema_extra={"flag": "--ray-address"})
     workers: int = Field(2, gt=0, description="Ray actors (each loads its own copy of the model)")
     gpus_per_worker: float = Field(0, ge=0, description="GPUs per actor (0: CPU)")
     threads_per_worker: int = Field(1, gt=0, description="CPU threads per actor (torch threads)")

@@ -45,13 +45,13 @@ def test_demo_counts_match_an_independent_count(demo):
                  else 2 * _bubble_worst(n, r.get("k", 10)))
         runs = [(f, d, p) for f in r["first_stages"] for d in r.get("docs", ["og", "dt"]) for p in rp if runs_on(f, p)]
         rer += len(runs)
-        per_run[r["name"]] = sum(min(r.get("max_queries") or queries[p], queries[p]) * per_q for _, _, p in runs)
+        per_run[r["name"]] = per_run.get(r["name"], 0) + sum(min(r.get("max_queries") or queries[p], queries[p]) * per_q for _, _, p in runs)
     dl = raw["doc_length"]
     doc = [(n_, f, d, p, t) for n_ in dl["rerankers"] for f in dl["first_stages"] for d in dl["docs"]
            for p in next(r for r in raw["rerankers"] if r["name"] == n_).get("pairs", pairs) if runs_on(f, p) for t in dl["tokens"]]
 
     c = plan_counts(cfg)
-    assert [len(c["grid"][k]) for k in ("first stage", "reranked", "document length")] == [first, rer, len(doc)] == [27, 8, 6]
+    assert [len(c["grid"][k]) for k in ("first stage", "reranked", "document length")] == [first, rer, len(doc)] == [27, 12, 4]
     assert {p: t.queries for p, t in c["texts"].items()} == queries
     for name, calls in per_run.items():
         assert sum(r["calls"] for r in c["rows"]["reranked"] if r["reranker"] == name) == calls
