@@ -4,7 +4,7 @@
 
 # %% ../nbs/13b_pipeline.ipynb #d785582c
 from __future__ import annotations
-import time
+import os, time
 from pathlib import Path
 from typing import Optional
 from fastcore.basics import patch
@@ -49,6 +49,12 @@ class Pipeline:
         self.cfg = config if isinstance(config, Config) else load_config(config)
         self.out = Path(out_dir) if out_dir else results_dir(self.cfg)
         self.cache = cache or Cache(mode="replay" if replay else "readwrite")
+        if self.cfg.recorded and self.cache.mode == "readwrite" and not os.environ.get("CLIR_LLM_KEY_LOG"):
+            # the configuration's recorded LLM responses (the demo's): a notebook run on its own (papermill, nbdev-test)
+            # replays them as `reproduce` does; a `--no-recorded` run (it sets CLIR_LLM_KEY_LOG) computes every call
+            from clir_llm.llm import seed_llm_calls
+            rec = (self.cfg.path.parent / self.cfg.recorded) if self.cfg.path else Path(self.cfg.recorded)
+            if rec.is_file(): seed_llm_calls(self.cache, rec)
         self.progress, self._colls, self._backends, self._translator = progress, {}, {}, None
         self.skipped: dict[tuple[str, str], str] = {}
         self._paths: dict[tuple[str, str], Path] = {}   # (pair, run name) -> the file each returned run came from
