@@ -107,20 +107,24 @@ class FirstStageConfig(_Strict):
             raise ValueError(f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})")
         return self
 
-    def method(self, m) -> FirstStage:
-        "The spec of first stage `m` (a spec or its string) of this configuration."
-        key = str(parse_method(m))
-        for x in self.methods:
-            if str(x) == key: return x
-        raise ClirError(f"first stage {key!r} is not in first_stage.methods ({', '.join(map(str, self.methods))})")
+# %% ../nbs/13a_config.ipynb #d378b9e7
+@patch
+def method(self: FirstStageConfig, m) -> FirstStage:
+    "The spec of first stage `m` (a spec or its string) of this configuration."
+    key = str(parse_method(m))
+    for x in self.methods:
+        if str(x) == key: return x
+    raise ClirError(f"first stage {key!r} is not in first_stage.methods ({', '.join(map(str, self.methods))})")
 
-    def text_only(self, method) -> tuple[str, ...]:
-        "The dense encoders of `method` that encode documents without their titles under this `dense_title`."
-        return parse_method(method).text_only(self.dense_title)
+@patch
+def text_only(self: FirstStageConfig, method) -> tuple[str, ...]:
+    "The dense encoders of `method` that encode documents without their titles under this `dense_title`."
+    return parse_method(method).text_only(self.dense_title)
 
-    def runs_on(self, method: FirstStage, pair: str) -> bool:
-        "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
-        return str(method) not in self.only_pairs or pair in self.only_pairs[str(method)]
+@patch
+def runs_on(self: FirstStageConfig, method: FirstStage, pair: str) -> bool:
+    "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
+    return str(method) not in self.only_pairs or pair in self.only_pairs[str(method)]
 
 # %% ../nbs/13a_config.ipynb #87c75deb
 class RerankerConfig(RerankerSpec):
