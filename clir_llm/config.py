@@ -191,6 +191,45 @@ def paper_quirk_switches(r: dict) -> dict:
         if kind == "hf": out.update(double_bos=True, no_attention_mask=True)
     return out
 
+# %% ../nbs/13a_config.ipynb #0ddf37e6
+def _expand_paper_quirks(data):
+    "With `paper_quirks: true`, each reranker and the first stage get the authors' switches (those the file does not set)."
+    if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
+    data = dict(data)
+    fs = data.get("first_stage")
+    if isinstance(fs, dict):
+        from clir_llm.dense import encoder_quirks
+        extra = {"dense_quirks": list(encoder_quirks())}
+        if str(fs.get("translator") or "").startswith("nllb:"): extra["nllb_output"] = "model-max-length"
+        data["first_stage"] = {**extra, **fs}
+    if isinstance(data.get("rerankers"), list):
+        data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
+    return data
+
+def _check_consistent(cfg: "Config"):
+    "Every name used in one place is defined in another: pairs, first stages, reranker names."
+    fs, methods = cfg.first_stage, set(map(str, cfg.first_stage.methods))
+    for m, pairs in fs.only_pairs.items():
+        if bad := [p for p in pairs if p not in cfg.pairs]:
+            raise ValueError(f"first_stage.only_pairs[{m!r}]: {', '.join(bad)} not in pairs ({', '.join(cfg.pairs)})")
+    for r in cfg.rerankers:
+        if bad := [str(f) for f in r.first_stages if str(f) not in methods]:
+            raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
+        if r.pairs and (bad := [p for p in r.pairs if p not in cfg.pairs]):
+            raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
+    for ref in cfg.references:
+        if bad := [p for p in ref.values if p not in cfg.pairs]:
+            raise ValueError(f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
+        if ref.after is not None and ref.after not in methods:
+            raise ValueError(f"references[{ref.row!r}]: after {ref.after!r} is not in first_stage.methods")
+    if cfg.doc_length:
+        names = {r.name for r in cfg.rerankers}
+        for n in cfg.doc_length.rerankers:
+            if n not in names: raise ValueError(f"doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
+        if bad := [str(f) for f in cfg.doc_length.first_stages if str(f) not in methods]:
+            raise ValueError(f"doc_length.first_stages: {', '.join(map(repr, bad))} not in first_stage.methods")
+    return cfg
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
@@ -215,19 +254,8 @@ class Config(_Strict):
     _path: Optional[Path] = PrivateAttr(None)
     @model_validator(mode="before")
     @classmethod
-    def _expand_quirks(cls, data):
-        "With `paper_quirks: true`, each reranker and the first stage get the authors' switches (those the file does not set)."
-        if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
-        data = dict(data)
-        fs = data.get("first_stage")
-        if isinstance(fs, dict):
-            from clir_llm.dense import encoder_quirks
-            extra = {"dense_quirks": list(encoder_quirks())}
-            if str(fs.get("translator") or "").startswith("nllb:"): extra["nllb_output"] = "model-max-length"
-            data["first_stage"] = {**extra, **fs}
-        if isinstance(data.get("rerankers"), list):
-            data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
-        return data
+    def _expand_quirks(cls, data): return _expand_paper_quirks(data)   # paper_quirks: true
+
 
     @field_validator("name")
     @classmethod
@@ -257,29 +285,7 @@ class Config(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _consistent(self):
-        "Every name used in one place is defined in another: pairs, first stages, reranker names."
-        fs, methods = self.first_stage, set(map(str, self.first_stage.methods))
-        for m, pairs in fs.only_pairs.items():
-            if bad := [p for p in pairs if p not in self.pairs]:
-                raise ValueError(f"first_stage.only_pairs[{m!r}]: {', '.join(bad)} not in pairs ({', '.join(self.pairs)})")
-        for r in self.rerankers:
-            if bad := [str(f) for f in r.first_stages if str(f) not in methods]:
-                raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
-            if r.pairs and (bad := [p for p in r.pairs if p not in self.pairs]):
-                raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(self.pairs)})")
-        for ref in self.references:
-            if bad := [p for p in ref.values if p not in self.pairs]:
-                raise ValueError(f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(self.pairs)})")
-            if ref.after is not None and ref.after not in methods:
-                raise ValueError(f"references[{ref.row!r}]: after {ref.after!r} is not in first_stage.methods")
-        if self.doc_length:
-            names = {r.name for r in self.rerankers}
-            for n in self.doc_length.rerankers:
-                if n not in names: raise ValueError(f"doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
-            if bad := [str(f) for f in self.doc_length.first_stages if str(f) not in methods]:
-                raise ValueError(f"doc_length.first_stages: {', '.join(map(repr, bad))} not in first_stage.methods")
-        return self
+    def _consistent(self): return _check_consistent(self)   # pairs, first stages, reranker names defined where used
 
 # %% ../nbs/13a_config.ipynb #2c6af020
 @patch
