@@ -152,9 +152,9 @@ def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progres
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
     import papermill as pm
     logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
-    channel, log_path = logs / f"{nb.stem}.progress.{os.getpid()}.jsonl", logs / f"{nb.stem}.log"
+    channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"   # absolute: papermill chdirs to `cwd` while it runs
     channel.write_text("")
-    env = {CHANNEL: str(channel.resolve()), **({} if verbose else KERNEL_ENV)}
+    env = {CHANNEL: str(channel), **({} if verbose else KERNEL_ENV)}
     with open(log_path, "w", encoding="utf-8") as log_file:
         km = kernel_manager(None if verbose else log_file, env)
         tail = ProgressTail(channel, prefix, interval=0 if verbose else None) if progress else None
