@@ -1079,6 +1079,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                  'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator.__init__': ( 'translate.html#dictionarytranslator.__init__',
                                                                                           'clir_llm/translate.py'),
+                                    'clir_llm.translate.DictionaryTranslator._lookup': ( 'translate.html#dictionarytranslator._lookup',
+                                                                                         'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator.check_arg': ( 'translate.html#dictionarytranslator.check_arg',
                                                                                            'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator.describe_spec': ( 'translate.html#dictionarytranslator.describe_spec',

@@ -508,8 +508,12 @@ class _HFRenderMixin:
         return item
 
     def count_tokens(self, text: str) -> int:
-        "Number of tokens of `text` (no special tokens)."
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        "Number of tokens of `text` (no special tokens); memoised (rerankers count the same documents' lengths run after run)."
+        memo = self.__dict__.setdefault("_token_counts", {})
+        if text not in memo:
+            if len(memo) >= 100_000: memo.clear()
+            memo[text] = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return memo[text]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."

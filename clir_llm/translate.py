@@ -589,7 +589,16 @@ TRANSLATORS.register("dict:", DictionaryTranslator, example="dict:freedict")
 # %% ../nbs/06_translate.ipynb #522cfed4
 @patch
 def lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
-    "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English)."
+    "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English); memoised."
+    key = (d.name, d.index_path, english, *(w.lower() for w in words))
+    memo = self.__dict__.setdefault("_lookups", {})   # the same words recur across documents and runs: parse their entries once
+    if key not in memo:
+        if len(memo) >= 500_000: memo.clear()        # bounded: a whole CLEF collection's vocabulary does not stay in memory
+        memo[key] = self._lookup(d, words, english)
+    return memo[key]
+
+@patch
+def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
     *first, last = [w.lower() for w in words]
     cands = english_lemmas(last) if english else [last]
     for c in cands:
