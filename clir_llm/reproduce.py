@@ -127,8 +127,10 @@ def kernel_manager(log_file=None, env: dict | None = None) -> type:
 # %% ../nbs/13_reproduce.ipynb #60907ae9
 _VOLATILE = ("start_time", "end_time", "duration", "input_path", "output_path")
 
-def tidy_notebook(path, log_path=None) -> int:
-    "Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed."
+def tidy_notebook(path, log_path=None, root=None) -> int:
+    """Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed.
+    Injected parameters under `root` (default: the working folder) are shown relative to it, not as this machine's paths."""
+    root = f'"{Path(root or Path.cwd()).resolve()}/'
     nb, removed, moved = json.loads(Path(path).read_text(encoding="utf-8")), 0, []
     for i, cell in enumerate(nb.get("cells", [])):
         for k in ("papermill", "execution"): cell.get("metadata", {}).pop(k, None)
@@ -139,8 +141,13 @@ def tidy_notebook(path, log_path=None) -> int:
             keep.append(o)
         removed += len(cell.get("outputs", [])) - len(keep)
         if "outputs" in cell: cell["outputs"] = keep
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["source"] = "".join(cell.get("source", "")).replace(root, '"')
     nb.get("metadata", {}).pop("widgets", None)
     for k in _VOLATILE: nb.get("metadata", {}).get("papermill", {}).pop(k, None)
+    params = nb.get("metadata", {}).get("papermill", {}).get("parameters", {})
+    for k, v in params.items():
+        if isinstance(v, str) and f'"{v}'.startswith(root): params[k] = v[len(root) - 1:]
     if log_path is not None and moved:
         with open(log_path, "a", encoding="utf-8") as f:
             for i, text in moved: f.write(f"--- cell {i} (stderr) ---\n{text}\n")
