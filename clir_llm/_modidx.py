@@ -1081,6 +1081,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                           'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator._lookup': ( 'translate.html#dictionarytranslator._lookup',
                                                                                          'clir_llm/translate.py'),
+                                    'clir_llm.translate.DictionaryTranslator._translate_one': ( 'translate.html#dictionarytranslator._translate_one',
+                                                                                                'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator.check_arg': ( 'translate.html#dictionarytranslator.check_arg',
                                                                                            'clir_llm/translate.py'),
                                     'clir_llm.translate.DictionaryTranslator.describe_spec': ( 'translate.html#dictionarytranslator.describe_spec',

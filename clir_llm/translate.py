@@ -612,6 +612,20 @@ def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: 
 
 @patch
 def translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
+    "One text, word by word; memoised with its counters (a document is translated again by every DT run that shows it)."
+    memo, key = self.__dict__.setdefault("_texts", {}), (text, src, tgt)
+    if key not in memo:
+        before = dict(self.usage.counters)
+        out = self._translate_one(text, src, tgt)
+        if len(memo) >= 20_000: memo.clear()
+        memo[key] = (out, {k: v - before.get(k, 0) for k, v in self.usage.counters.items() if v != before.get(k, 0)})
+        return out
+    out, counts = memo[key]
+    for k, v in counts.items(): self.usage.count(k, v)
+    return out
+
+@patch
+def _translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
     d, english = self.dictionary(src, tgt), language(src).code == "en"
     words, out, i = _WORD.findall(text or ""), [], 0
     u = self.usage
