@@ -361,12 +361,12 @@ def index(self: Dense, collection):
     """The FAISS index of `collection`'s documents and their docids: kept from the last call on the same collection, else
     the persisted index beside the cache (loaded, or encoded in `shards` and merged), or built in memory."""
     from clir_llm.dense_index import DenseIndex
-    di = DenseIndex(self, collection, self.vectors)
-    if self._kept is not None and self._kept[0] == di.key:
+    key = (collection.key, self.vectors, self.chunk_size)   # with the encoder (fixed per object): the persisted index's key
+    if self._kept is not None and self._kept[0] == key:
         self.usage.count("index_reuses"); return self._kept[1:]
     self._kept = None                                   # the previous collection's index is let go before the next is built
-    index, docids = di.build(self.shards)
-    self._kept = (di.key, index, docids)
+    index, docids = DenseIndex(self, collection, self.vectors).build(self.shards)
+    self._kept = (key, index, docids)
     return index, docids
 
 @patch
