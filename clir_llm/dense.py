@@ -385,7 +385,7 @@ def index_in_memory(self: Dense, collection, vectors: str = "float32"):
     bar = tqdm(total=getattr(collection, "num_docs", None), desc=f"{self.name} {collection.name} {collection.doc_lang}",
                disable=not self.progress, leave=False)
     while chunk := list(islice(docs, self.chunk_size)):
-        vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=False)
+        vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
         if index is None: index = _new_index(vecs.shape[1], vectors)
         index.add(vecs)
         docids.extend(d.docid for d in chunk)

@@ -74,7 +74,7 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     bar = tqdm(total=stop - start, desc=f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else ""),
                disable=not self.dense.progress, leave=False)
     while chunk := list(islice(docs, self.dense.chunk_size)):
-        v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=False)
+        v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=self.dense.progress)   # batch by batch
         if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
         arr[row:row + len(v)] = v; row += len(v)
         ids.extend(d.docid for d in chunk); bar.update(len(chunk))
