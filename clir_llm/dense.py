@@ -323,7 +323,8 @@ def _title_tag(spec: EncoderSpec) -> str:
     return "" if reg is None or spec.title == reg.title else ("[title]" if spec.title else "[no-title]")
 
 class Dense(Retriever):
-    "Dense first stage: a registry encoder + exact FAISS inner-product search."
+    """Dense first stage: a registry encoder + exact FAISS inner-product search. The index and the query vectors of the
+    last collection searched are kept in the object, so a second `retrieve` of it (another `k`) searches at once."""
     def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
                  device: str | None = None, cache: Cache | None = None, paper_quirks: bool = False,
                  progress: bool = True, sort: bool = True, quirks=(), shards: int = 1, vectors: str = "float32", **overrides):
@@ -332,43 +333,63 @@ class Dense(Retriever):
         self.name = f"dense:{spec.name}" + _quirk_tag(spec, paper_quirks) + _title_tag(spec) + ("[fp16]" if vectors == "float16" else "")
         self.chunk_size, self.progress, self.sort = chunk_size, progress, sort
         self.shards, self.vectors = shards, vectors   # the persisted index (clir_llm.dense_index): shards, vector dtype
+        self._kept, self._kept_queries = None, None    # (index key, index, docids); (query texts, their vectors)
 
     @property
     def spec(self) -> EncoderSpec: return self.encoder.spec
     @property
     def usage(self) -> Usage: return self.encoder.usage
 
-    def index(self, collection):
-        """The FAISS index of `collection`'s documents and their docids: the persisted index beside the cache (loaded, or
-        encoded in `shards` and merged: `clir_llm.dense_index`), or built in memory when the cache is not written."""
-        from clir_llm.dense_index import DenseIndex
-        return DenseIndex(self, collection, self.vectors).build(self.shards)
-
-    def index_in_memory(self, collection, vectors: str = "float32"):
-        "Encode `collection`'s documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
-        from clir_llm.dense_index import _new_index
-        index, docids = None, []
-        docs = iter(collection.iter_docs())
-        bar = tqdm(total=getattr(collection, "num_docs", None), desc=f"{self.name} {collection.name} {collection.doc_lang}",
-                   disable=not self.progress, leave=False)
-        while chunk := list(islice(docs, self.chunk_size)):
-            vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=False)
-            if index is None: index = _new_index(vecs.shape[1], vectors)
-            index.add(vecs)
-            docids.extend(d.docid for d in chunk)
-            bar.update(len(chunk))
-        bar.close()
-        if index is None: raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to encode")
-        return index, docids
-
     def retrieve(self, collection, k: int = 100) -> Run:
         "Top-`k` run of every query by cosine similarity."
         index, docids = self.index(collection)
         qids = sorted(collection.queries)
         if not qids: return Run(name=self.name)
-        Q = self.encoder.encode_queries([collection.queries[q].text for q in qids])
-        S, I = index.search(Q, min(k, len(docids)))
-        return Run.from_ranked({q: [(docids[i], float(s)) for s, i in zip(S[r], I[r]) if i >= 0]
-                                for r, q in enumerate(qids)}, name=self.name)
+        S, I = index.search(self.query_vectors([collection.queries[q].text for q in qids]), min(k, len(docids)))
+        run = Run(name=self.name)
+        for q, ss, ii in zip(qids, S.tolist(), I.tolist()):   # plain lists: the same floats, without a numpy scalar per hit
+            run[q] = hits = {docids[i]: s for s, i in zip(ss, ii) if i >= 0}
+            if len(hits) < len(ii) - ii.count(-1):         # a docid twice in the collection: Run's own error
+                Run.from_ranked({q: [(docids[i], s) for s, i in zip(ss, ii) if i >= 0]}, name=self.name)
+        return run
 
     def __repr__(self): return f"Dense({self.name!r})"
+
+# %% ../nbs/08_dense.ipynb #f9f13c1f
+@patch
+def index(self: Dense, collection):
+    """The FAISS index of `collection`'s documents and their docids: kept from the last call on the same collection, else
+    the persisted index beside the cache (loaded, or encoded in `shards` and merged), or built in memory."""
+    from clir_llm.dense_index import DenseIndex
+    key = (collection.key, self.vectors, self.chunk_size)   # with the encoder (fixed per object): the persisted index's key
+    if self._kept is not None and self._kept[0] == key:
+        self.usage.count("index_reuses"); return self._kept[1:]
+    self._kept = None                                   # the previous collection's index is let go before the next is built
+    index, docids = DenseIndex(self, collection, self.vectors).build(self.shards)
+    self._kept = (key, index, docids)
+    return index, docids
+
+@patch
+def query_vectors(self: Dense, texts: list[str]) -> np.ndarray:
+    "`encoder.encode_queries(texts)`, kept for the next call with the same texts (the same vectors, not read again)."
+    if self._kept_queries is None or self._kept_queries[0] != tuple(texts):
+        self._kept_queries = (tuple(texts), self.encoder.encode_queries(texts))
+    return self._kept_queries[1]
+
+@patch
+def index_in_memory(self: Dense, collection, vectors: str = "float32"):
+    "Encode `collection`'s documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
+    from clir_llm.dense_index import _new_index
+    index, docids = None, []
+    docs = iter(collection.iter_docs())
+    bar = tqdm(total=getattr(collection, "num_docs", None), desc=f"{self.name} {collection.name} {collection.doc_lang}",
+               disable=not self.progress, leave=False)
+    while chunk := list(islice(docs, self.chunk_size)):
+        vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
+        if index is None: index = _new_index(vecs.shape[1], vectors)
+        index.add(vecs)
+        docids.extend(d.docid for d in chunk)
+        bar.update(len(chunk))
+    bar.close()
+    if index is None: raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to encode")
+    return index, docids

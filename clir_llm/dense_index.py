@@ -75,7 +75,7 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
                disable=not self.dense.progress, leave=False)
     with open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:   # docids streamed out chunk by chunk, never all held
         while chunk := list(islice(docs, self.dense.chunk_size)):
-            v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=False)
+            v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=self.dense.progress)   # batch by batch
             if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
             arr[row:row + len(v)] = v; row += len(v)
             ids.writelines(d.docid + "\n" for d in chunk); bar.update(len(chunk))

@@ -137,14 +137,14 @@ def _with_spec(b: Backend, spec: "BackendSpec") -> Backend:
     return b
 
 # %% ../nbs/10_llm.ipynb #a57156c6
-BACKENDS = Registry("backend", contract=Backend)
+BACKENDS = Registry("backend", plugins=("clir_llm.llm_ort",), contract=Backend)   # ort: registers in its own module
 
 def _opt(desc: str, **kw):
     "A backend option: None means the backend's own default (the CLI flag is `--llm-<name>`)."
     return Field(None, description=desc, **kw)
 
 # options that change what the model answers: in `key()` (run names) and the cache identity, when given
-OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api", "quantize")
+OUTPUT_OPTIONS = ("dtype", "prefill", "tokenizer", "max_model_len", "api", "quantize", "precision", "block_size")
 
 class BackendSpec(Spec):
     """An LLM backend parsed once: `kind:model`, `kind:model@revision`, plus options (a config's
@@ -154,6 +154,8 @@ class BackendSpec(Spec):
     revision: str | None = Field(None, description="Hub revision (commit, branch or tag); None: the default")
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = _opt("weights and activations (hf:, vllm:)")
     quantize: Literal["int8"] | None = _opt("hf: int8 weights for the Linear layers on a CPU (torch dynamic quantisation; faster, answers differ slightly from fp32: its own cache entries)")
+    precision: Literal["int4", "int8", "fp32"] | None = _opt("ort: weights of the ONNX export (default int4; int4/int8: MatMulNBits with int8 activations on a CPU; each precision its own export and cache entries)")
+    block_size: Literal[16, 32, 64, 128, 256] | None = _opt("ort: weights per quantisation block of int4/int8 (default 32)")
     prefill: bool | None = _opt("openai: the server continues a final assistant message (chat API only)")
     tokenizer: str | None = _opt("Hub id or folder of the tokenizer (openai: renders prompts locally and counts with it; "
                                  "'tiktoken:<file>' a local tiktoken BPE file)")
@@ -177,6 +179,10 @@ class BackendSpec(Spec):
     def _urls(cls, v):
         if isinstance(v, str) and "," in v: v = [u.strip() for u in v.split(",") if u.strip()]
         return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    @field_validator("block_size", mode="before")
+    @classmethod
+    def _int(cls, v): return int(v) if isinstance(v, str) and v.strip().isdigit() else v   # `[block_size=64]`, a config's '64'
 
     @model_validator(mode="after")
     def _accepted(self):
@@ -508,8 +514,12 @@ class _HFRenderMixin:
         return item
 
     def count_tokens(self, text: str) -> int:
-        "Number of tokens of `text` (no special tokens)."
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        "Number of tokens of `text` (no special tokens); memoised (rerankers count the same documents' lengths run after run)."
+        memo = self.__dict__.setdefault("_token_counts", {})
+        if text not in memo:
+            if len(memo) >= 100_000: memo.clear()
+            memo[text] = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return memo[text]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."

@@ -76,7 +76,8 @@ def needs(cfg: Config) -> dict[str, list[str]]:
         models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
     for r in cfg.rerankers:
         if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
-        if r.llm is not None and offline_model(str(r.llm)): models.append(str(r.llm))
+        if r.llm is not None and (offline_model(str(r.llm)) or hasattr(r.llm.backend_class, "prepare_spec")):
+            models.append(str(r.llm))      # an offline stand-in, or a backend that builds its model once (ort: exports to ONNX)
     uses_freedict = str(fs.translator or "").startswith("dict:")
     return dict(freedict=sorted(dirs) if uses_freedict else [], models=list(dict.fromkeys(models)))
 
@@ -85,6 +86,7 @@ def prepare(cfg: Config, log=None) -> list[str]:
     "Fetch and build, once, what `cfg` needs (`needs`); log a line for each thing fetched or built; return one line per thing."
     from clir_llm.assets import models_table, offline_model
     from clir_llm.cache import Cache
+    from clir_llm.llm import BackendSpec
     from clir_llm.translate import ensure_freedict, find_freedict, freedict_package
     log, need, lines = log or logger.info, needs(cfg), []
     for d in need["freedict"]:
@@ -94,7 +96,9 @@ def prepare(cfg: Config, log=None) -> list[str]:
         lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
     ready = {r["name"]: r["prepared"] for r in models_table()}
     for name in need["models"]:
-        m = offline_model(name)
+        if (m := offline_model(name)) is None:    # ort:<model>: the stand-in's folder and its ONNX export (a progress line when built)
+            spec = BackendSpec.parse(name)
+            lines.append(f"{name}: {spec.backend_class.prepare_spec(spec)}"); continue
         if not ready.get(m.name):
             log(f"prepare: {m.name}: building from the PyPI packages {' '.join(m.packages)} (once, no network)")
         lines.append(f"{m.name}: {m.prepare()}")
@@ -127,8 +131,10 @@ def kernel_manager(log_file=None, env: dict | None = None) -> type:
 # %% ../nbs/13_reproduce.ipynb #60907ae9
 _VOLATILE = ("start_time", "end_time", "duration", "input_path", "output_path")
 
-def tidy_notebook(path, log_path=None) -> int:
-    "Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed."
+def tidy_notebook(path, log_path=None, root=None) -> int:
+    """Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed.
+    Injected parameters under `root` (default: the working folder) are shown relative to it, not as this machine's paths."""
+    root = f'"{Path(root or Path.cwd()).resolve()}/'
     nb, removed, moved = json.loads(Path(path).read_text(encoding="utf-8")), 0, []
     for i, cell in enumerate(nb.get("cells", [])):
         for k in ("papermill", "execution"): cell.get("metadata", {}).pop(k, None)
@@ -139,8 +145,13 @@ def tidy_notebook(path, log_path=None) -> int:
             keep.append(o)
         removed += len(cell.get("outputs", [])) - len(keep)
         if "outputs" in cell: cell["outputs"] = keep
+        if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
+            cell["source"] = "".join(cell.get("source", "")).replace(root, '"')
     nb.get("metadata", {}).pop("widgets", None)
     for k in _VOLATILE: nb.get("metadata", {}).get("papermill", {}).pop(k, None)
+    params = nb.get("metadata", {}).get("papermill", {}).get("parameters", {})
+    for k, v in params.items():
+        if isinstance(v, str) and f'"{v}'.startswith(root): params[k] = v[len(root) - 1:]
     if log_path is not None and moved:
         with open(log_path, "a", encoding="utf-8") as f:
             for i, text in moved: f.write(f"--- cell {i} (stderr) ---\n{text}\n")
@@ -152,9 +163,9 @@ def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progres
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
     import papermill as pm
     logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
-    channel, log_path = logs / f"{nb.stem}.progress.{os.getpid()}.jsonl", logs / f"{nb.stem}.log"
+    channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"   # absolute: papermill chdirs to `cwd` while it runs
     channel.write_text("")
-    env = {CHANNEL: str(channel.resolve()), **({} if verbose else KERNEL_ENV)}
+    env = {CHANNEL: str(channel), **({} if verbose else KERNEL_ENV)}
     with open(log_path, "w", encoding="utf-8") as log_file:
         km = kernel_manager(None if verbose else log_file, env)
         tail = ProgressTail(channel, prefix, interval=0 if verbose else None) if progress else None

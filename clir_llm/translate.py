@@ -589,7 +589,16 @@ TRANSLATORS.register("dict:", DictionaryTranslator, example="dict:freedict")
 # %% ../nbs/06_translate.ipynb #522cfed4
 @patch
 def lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
-    "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English)."
+    "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English); memoised."
+    key = (d.name, d.index_path, english, *(w.lower() for w in words))
+    memo = self.__dict__.setdefault("_lookups", {})   # the same words recur across documents and runs: parse their entries once
+    if key not in memo:
+        if len(memo) >= 500_000: memo.clear()        # bounded: a whole CLEF collection's vocabulary does not stay in memory
+        memo[key] = self._lookup(d, words, english)
+    return memo[key]
+
+@patch
+def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
     *first, last = [w.lower() for w in words]
     cands = english_lemmas(last) if english else [last]
     for c in cands:
@@ -603,6 +612,20 @@ def lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: b
 
 @patch
 def translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
+    "One text, word by word; memoised with its counters (a document is translated again by every DT run that shows it)."
+    memo, key = self.__dict__.setdefault("_texts", {}), (text, src, tgt)
+    if key not in memo:
+        before = dict(self.usage.counters)
+        out = self._translate_one(text, src, tgt)
+        if len(memo) >= 20_000: memo.clear()
+        memo[key] = (out, {k: v - before.get(k, 0) for k, v in self.usage.counters.items() if v != before.get(k, 0)})
+        return out
+    out, counts = memo[key]
+    for k, v in counts.items(): self.usage.count(k, v)
+    return out
+
+@patch
+def _translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
     d, english = self.dictionary(src, tgt), language(src).code == "en"
     words, out, i = _WORD.findall(text or ""), [], 0
     u = self.usage

@@ -173,6 +173,34 @@ def test_dense_retrieve_is_exact_and_streams(models, tmp_path):
     assert all(big.retrieve(Coll(), k=3).docids(q) == run.docids(q) for q in run)
 
 
+
+@pytest.mark.parametrize("mode", ["readwrite", "off"])
+def test_dense_index_built_once_for_two_retrieves(models, tmp_path, monkeypatch, mode):
+    "Two retrieve calls on one collection build (or load) the index once and read the query vectors once; the run is unchanged."
+    import faiss
+    from clir_llm.core import Run
+    from clir_llm.dense_index import DenseIndex
+    builds, queries = [], []
+    real_build = DenseIndex.build
+    monkeypatch.setattr(DenseIndex, "build", lambda self, *a, **k: (builds.append(self.key), real_build(self, *a, **k))[1])
+    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), chunk_size=100, progress=False)
+    real_q = d.encoder.encode_queries
+    d.encoder.encode_queries = lambda texts, **k: (queries.append(len(texts)), real_q(texts, **k))[1]
+    first, second = d.retrieve(Coll(), k=3), d.retrieve(Coll(), k=3)
+    assert len(builds) == 1 and queries == [3] and d.usage.counters["index_reuses"] == 1
+    # the run the code before the kept index made: FAISS over the same vectors, numpy scalars through Run.from_ranked
+    V, Q = d.encoder.encode_docs(DOCS), real_q(["dog house", "children vaccine", "river"])
+    index = faiss.IndexFlatIP(V.shape[1]); index.add(V)
+    S, I = index.search(Q, 3)
+    before = Run.from_ranked({q: [(DOCS[i].docid, float(s)) for s, i in zip(S[r], I[r]) if i >= 0]
+                              for r, q in enumerate(["q1", "q2", "q3"])}, name=d.name)
+    assert first == before and second == before and second.name == first.name == d.name
+    assert all(type(s) is float for h in second.values() for s in h.values())
+    assert d.retrieve(Coll(), k=2) == {q: dict(before.ranking(q, 2)) for q in before} and len(builds) == 1   # another k: same index
+    class Other(Coll): key = "other"
+    d.retrieve(Other(), k=3)
+    assert len(builds) == 2 and builds[1] != builds[0]                    # another collection: its own index
+
 def test_missing_model_is_a_clear_error(tmp_path):
     e = D.Encoder(D.get_encoder_spec("m3", model=str(tmp_path / "nowhere")), cache=Cache(tmp_path), progress=False)
     with pytest.raises(ClirError, match="cannot load encoder m3"): e.load()
@@ -195,3 +223,19 @@ def test_e5_small_stand_in_ranks_translations(tmp_path):
         def iter_docs(self): return iter(docs)
     run = D.Dense("e5-small", cache=Cache(tmp_path), progress=False).retrieve(C())
     assert run.docids("q")[0] == "de2"
+
+
+@pytest.mark.parametrize("mode", ["readwrite", "off"])
+def test_encoding_progress_moves_batch_by_batch(models, tmp_path, monkeypatch, mode):
+    """The bar of a dense index moves while the documents are encoded, not once per chunk of 4096 documents (the
+    demo's 909 German pages sat at 0/909 for ten minutes on the terminal, then jumped to 909/909)."""
+    import json, time
+    from clir_llm.progress import CHANNEL
+    channel = tmp_path / "progress.jsonl"; channel.write_text("")
+    monkeypatch.setenv(CHANNEL, str(channel))
+    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), batch_size=1, progress=True)
+    real = d.encoder.encode_batch   # a batch as slow as a real model's, so tqdm's 1 s refresh interval passes mid-run
+    d.encoder.encode_batch = lambda *a, **k: (time.sleep(0.6), real(*a, **k))[1]
+    d.retrieve(Coll(), k=3)
+    events = [json.loads(l) for l in channel.read_text().splitlines()]
+    assert any(0 < e["n"] < len(DOCS) for e in events), events     # an intermediate state was reported

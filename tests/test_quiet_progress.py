@@ -86,3 +86,29 @@ def test_cli_flags_and_help():
     assert not undocumented, f"reproduce options missing from the README: {undocumented}"
     p = subprocess.run([CLI, "-v", "-q", "methods"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "choose one" in p.stderr
+
+
+def test_progress_is_live_when_results_path_is_relative(tmp_path, monkeypatch):
+    """A bar opened in the kernel reaches the terminal WHILE the notebook runs, with `results/` given relative to the
+    working folder (the default): papermill changes the working folder during a run, and the progress channel was
+    looked up relative to it, so every line came at once after the notebook ended."""
+    from clir_llm.reproduce import _execute
+    marker = tmp_path / "line-seen"
+    class Term:
+        def write(self, s):
+            if "live-bar" in s: marker.write_text(s)
+        def flush(self): pass
+        def isatty(self): return False
+    code = lambda src, **md: {"cell_type": "code", "execution_count": None, "metadata": md, "outputs": [], "source": src}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [
+        code("marker = ''", tags=["parameters"]),
+        code("import time\nfrom pathlib import Path\nfrom clir_llm.progress import progress_bar\n"
+             "bar = progress_bar(total=3, desc='live-bar'); bar.update(1)\n"
+             "t0 = time.time()\nwhile not Path(marker).exists() and time.time() - t0 < 60: time.sleep(0.2)\n"
+             "bar.close()\nassert Path(marker).exists(), 'no progress line reached the terminal while the notebook ran'")],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    (tmp_path / "nbs").mkdir(); src = tmp_path / "nbs" / "live.ipynb"; src.write_text(json.dumps(nb))
+    monkeypatch.chdir(tmp_path); monkeypatch.setattr(sys, "stderr", Term())
+    monkeypatch.setenv("CLIR_LLM_PROGRESS_INTERVAL", "0")
+    _execute(src, Path("out.ipynb"), {"marker": str(marker)}, Path("res") / "logs", "[1/1] live", True, False)
+    assert "[1/1] live" in marker.read_text()
