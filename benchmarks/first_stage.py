@@ -17,6 +17,9 @@ Each comparison runs both sides in this process on the same inputs and checks th
   (909 documents, the demo's largest document set) and 10x that, in 4 shards, nothing cached: the Python heap's working
   peak (as above) must not grow with the corpus, ratio peak(10N) / peak(N), goal <= 1.2x; the run of the sharded index
   must equal the in-memory index's run, and a second run must load the index (index_loads = 1, nothing encoded).
+  dense-index-rss-flat: the same two sizes, each in a fresh process (after the model is loaded and a 64-document
+  warm-up index built): the growth of the peak resident set (VmHWM minus VmRSS before the build; torch, FAISS and the
+  mapped shards included) must not grow with the corpus beyond what the FAISS index itself holds, ratio <= 1.2x.
 * bm25-batch-threads: `BM25.retrieve(batch=True)` (Anserini's `SearchCollection`, 2 Java threads) against
   `batch=False` (one `LuceneSearcher.search` call per query), on a Lucene index of the demo's German pages with the
   German analyzer; queries are the pages' first lines (`--quick`: the first 300). Best of 3 repeats; runs must be
@@ -137,7 +140,38 @@ def bench_index_memory(args, tmp):
           f"for {n} docs, {peaks[10 * n] / 2**20:.2f} MiB for {10 * n} docs; kept (the docid list) {kept[n] / 2**20:.2f} / "
           f"{kept[10 * n] / 2**20:.2f} MiB; FAISS vectors not counted; run identical to the in-memory index, reloaded without encoding")
     target("dense-index-memory-flat", peaks[10 * n] / peaks[n], 1.2, higher=False)
+    rss = {m: _rss_in_child(m, model, tmp / f"rss-{m}") for m in (n, 10 * n)}
+    print(f"dense sharded index, whole process (a fresh one per size, after loading the model and a 64-document warm-up): "
+          f"peak RSS above the start {rss[n]['grew'] / 2**20:.1f} MiB for {n} docs, {rss[10 * n]['grew'] / 2**20:.1f} MiB for "
+          f"{10 * n} docs (of which the FAISS index itself {rss[n]['index'] / 2**20:.2f} / {rss[10 * n]['index'] / 2**20:.2f} MiB); "
+          f"process peak {rss[n]['peak'] / 2**20:.0f} / {rss[10 * n]['peak'] / 2**20:.0f} MiB")
+    target("dense-index-rss-flat", rss[10 * n]["grew"] / rss[n]["grew"], 1.2, higher=False)
     return True
+
+
+def _status_bytes(field: str) -> int:
+    "VmRSS (resident now) or VmHWM (the peak resident so far) of this process, from /proc (Linux)."
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"): return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def rss_child(m: int, model: str, folder: str) -> dict:
+    "In a fresh process: the resident memory a sharded index of `m` generated documents adds (see bench_index_memory)."
+    mk = lambda cache: D.Dense(D.get_encoder_spec("e5-small", model=model), cache=cache, chunk_size=256, batch_size=32,
+                               progress=False, shards=4)
+    d = mk(Cache(Path(folder) / "warm")); d.encoder.load(); d.index(Stream(64))   # one-time allocations (torch, FAISS)
+    start = _status_bytes("VmRSS")
+    index, _ = mk(Cache(Path(folder) / "index")).index(Stream(m))
+    peak = _status_bytes("VmHWM")
+    return dict(grew=peak - start, peak=peak, index=index.ntotal * index.d * 4)
+
+
+def _rss_in_child(m: int, model, folder: Path) -> dict:
+    import json, subprocess
+    out = subprocess.run([sys.executable, __file__, "--rss-child", str(m), str(model), str(folder)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def bench_bm25(args, tmp):
@@ -173,7 +207,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small inputs (< 1 minute on 2 idle cores)")
     ap.add_argument("--tiny", action="store_true", help="tiny random encoder instead of the e5-small stand-in")
     ap.add_argument("--only", choices=["dense", "memory", "index", "bm25"], help="run one benchmark")
+    ap.add_argument("--rss-child", nargs=3, metavar=("DOCS", "MODEL", "FOLDER"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rss_child:
+        import json
+        print(json.dumps(rss_child(int(args.rss_child[0]), args.rss_child[1], args.rss_child[2]))); return 0
     ok = True
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)

@@ -37,10 +37,10 @@ def ray_target(n_docs: int = 192, tiny: bool = False, log=print) -> dict:
     "Encode `n_docs` passages with 1 and with 2 Ray workers (1 thread each); print and return the target line."
     import ray
     from clir_llm.collections import load_collection
-    from clir_llm.engine import ExecutionSpec, RayEngine
+    from clir_llm.engine import ExecutionSpec, RayEngine, start_local_ray
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), num_cpus=None if os.environ.get("RAY_ADDRESS") else 2,
-                 include_dashboard=False, log_to_driver=False)
+        if os.environ.get("RAY_ADDRESS"): ray.init(include_dashboard=False, log_to_driver=False)
+        else: start_local_ray(num_cpus=2)   # a 2-CPU cluster here (works around Ray's 15 s agent wait on a busy machine)
     docs = [d for _, d in zip(range(n_docs), load_collection("demo", "en-de").iter_docs())]
     tmp = Path(tempfile.mkdtemp())
     seconds, vecs, model = {}, {}, None

@@ -70,19 +70,19 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     self.folder.mkdir(parents=True, exist_ok=True)
     docs = islice(iter(self.collection.iter_docs()), start, stop)
     tmp, ids_tmp = path.with_suffix(f".{os.getpid()}.tmp.npy"), path.with_suffix(f".{os.getpid()}.tmp.docids")
-    arr, row, ids = None, 0, []
+    arr, row = None, 0
     bar = tqdm(total=stop - start, desc=f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else ""),
                disable=not self.dense.progress, leave=False)
-    while chunk := list(islice(docs, self.dense.chunk_size)):
-        v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=self.dense.progress)   # batch by batch
-        if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
-        arr[row:row + len(v)] = v; row += len(v)
-        ids.extend(d.docid for d in chunk); bar.update(len(chunk))
+    with open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:   # docids streamed out chunk by chunk, never all held
+        while chunk := list(islice(docs, self.dense.chunk_size)):
+            v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=self.dense.progress)   # batch by batch
+            if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
+            arr[row:row + len(v)] = v; row += len(v)
+            ids.writelines(d.docid + "\n" for d in chunk); bar.update(len(chunk))
     bar.close()
     if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(0, 0))
     if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
     arr.flush(); del arr
-    ids_tmp.write_text("".join(d + "\n" for d in ids), encoding="utf-8")
     _atomic_replace(ids_tmp, path.with_suffix(".docids")); _atomic_replace(tmp, path)   # the .npy last: it marks the shard done
     self.usage.count("shards_encoded")
     return path
@@ -106,12 +106,15 @@ def _new_index(dim: int, vectors: str):
 def merge(self: DenseIndex, n: int):
     "Merge the `n` shards into one FAISS index saved as `index.faiss` + `docids.txt`; returns (index, docids)."
     import faiss
-    index, docids, step = None, [], self.dense.chunk_size
-    for i in range(n):
-        path = self.shard_path(i, n)
+    paths = [self.shard_path(i, n) for i in range(n)]
+    for i, path in enumerate(paths):
         if not path.exists(): raise ClirError(f"shard {i}/{n} of {self.dense.name} on {self.collection.name} is missing ({path}); run it first")
+    index, step = None, self.dense.chunk_size
+    docids, at = [None] * sum(np.load(p, mmap_mode="r").shape[0] for p in paths), 0   # sized once: no growing copies
+    for path in paths:
         arr = np.load(path, mmap_mode="r")
-        docids += path.with_suffix(".docids").read_text(encoding="utf-8").splitlines()
+        with open(path.with_suffix(".docids"), encoding="utf-8", newline="\n") as f:
+            for line in f: docids[at] = line[:-1]; at += 1
         for r in range(0, arr.shape[0], step):
             block = np.ascontiguousarray(arr[r:r + step], dtype=np.float32)
             if index is None: index = _new_index(block.shape[1], self.vectors)
@@ -121,7 +124,8 @@ def merge(self: DenseIndex, n: int):
     if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     tmp = self.folder / f"index.{os.getpid()}.tmp"
     faiss.write_index(index, str(tmp))
-    (self.folder / f"docids.{os.getpid()}.tmp").write_text("".join(d + "\n" for d in docids), encoding="utf-8")
+    if at != len(docids): raise ClirError(f"{self.folder}: the shards hold {len(docids)} vectors for {at} docids; delete the folder")
+    with open(self.folder / f"docids.{os.getpid()}.tmp", "w", encoding="utf-8", newline="\n") as f: f.writelines(d + "\n" for d in docids)
     _atomic_replace(self.folder / f"docids.{os.getpid()}.tmp", self.folder / "docids.txt")
     _atomic_replace(tmp, self.folder / "index.faiss")
     for p in self.folder.glob("shard-*"): p.unlink(missing_ok=True)

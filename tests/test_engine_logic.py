@@ -107,3 +107,30 @@ def test_cli_engine_options(tmp_path, capsys):
     assert main(["retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--out", str(tmp_path / "r.trec"),
                  "--engine", "ray", "--workers", "0"]) == 1
     assert "workers" in capsys.readouterr().err and not (tmp_path / "r.trec").exists()
+
+
+def test_workers_use_the_drivers_torch_threads_unless_told(fake_ray, spec, tmp_path, monkeypatch):
+    "CPU vectors depend on torch's thread count: by default each actor takes the driver's (1 Ray CPU reserved each)."
+    import torch
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    n, made = torch.get_num_threads(), []
+    monkeypatch.setattr(torch, "set_num_threads", made.append)   # the stand-in actors run in this process: keep its threads
+    coll = _collection(6)
+    for threads, cpus, want in ((None, 1, n), (3, 3, 3)):
+        engine = RayEngine(ExecutionSpec(engine="ray", workers=1, threads_per_worker=threads))
+        engine.prepare(Dense(spec, batch_size=4, cache=Cache(tmp_path / str(threads)), progress=False)).retrieve(coll, k=2)
+        assert made[-1] == want and fake_ray.created[-1]["num_cpus"] == cpus
+    assert torch.get_num_threads() == n
+
+
+def test_no_address_starts_a_local_cluster_never_joins_one(monkeypatch, spec, tmp_path):
+    ray = _fake_ray()
+    kws = []
+    ray.init = lambda **kw: (kws.append(kw), setattr(ray, "is_initialized", lambda: True))
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    RayEngine(ExecutionSpec(engine="ray", workers=1)).start()
+    assert kws[-1]["address"] == "local"          # not None: Ray would join a stale /tmp/ray/ray_current_cluster
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    RayEngine(ExecutionSpec(engine="ray", workers=1, address="auto")).start()
+    assert kws[-1]["address"] == "auto"
