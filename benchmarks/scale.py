@@ -6,8 +6,10 @@ against one such server. The client is one `openai:` backend: `concurrency` per 
 outstanding work (`base_url` = the list of servers). Both sides answer the same prompts (chat generation and
 completions with prompt-logprob scoring); the outputs must be identical. Goal: 4 servers at least 3.2x one.
 
-Targets are registered in `TARGETS` (name -> function(args) -> (ratio, same_outputs, detail), goal): another engine
-(a Ray target, `ray-2-workers`) is one more entry.
+`ray-2-workers`: two Ray actors against one on CPU-bound dense encoding (`benchmarks/scale_ray.py`, a local 2-CPU
+cluster unless `RAY_ADDRESS` is set); the vectors must be the same bytes. Goal: 1.6x (it needs two idle cores).
+
+Targets are registered in `TARGETS` (name -> function(args) -> (ratio, same_outputs, detail), goal).
 
     python benchmarks/scale.py --quick
     python benchmarks/scale.py --target server-pool-4 --servers 8 --latency 0.2
@@ -58,6 +60,16 @@ def server_pool(args):
     detail = (f"{n_req} requests, {args.latency * 1000:.0f} ms each, {args.capacity} at a time per server: one server "
               f"{t1:.2f} s, {args.servers} servers {tn:.2f} s; requests per server {spread} (the first also served the one-server run)")
     return t1 / tn, one == pool, detail
+
+
+@register("ray-2-workers", goal=1.6)
+def ray_workers(args):
+    "Two Ray actors against one on CPU-bound mE5-small encoding (`benchmarks/scale_ray.py`); the vectors must be the same bytes."
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_ray import ray_target
+    res = ray_target(48 if args.quick else 192, log=lambda line: None)
+    s = res["seconds"]
+    return res["ratio"], res["identical"], f"Ray: 1 worker {s[1]:.1f} s, 2 workers {s[2]:.1f} s (vectors compared byte for byte)"
 
 
 def main(argv=None) -> int:
