@@ -275,5 +275,5 @@ def test_scale_benchmark_quick_meets_the_pool_target(capsys):
     root = Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("scale", root / "benchmarks/scale.py")
     scale = importlib.util.module_from_spec(spec); spec.loader.exec_module(scale)
-    assert scale.main(["--quick"]) == 0
+    assert scale.main(["--quick", "--target", "server-pool-4"]) == 0
     assert "target server-pool-4:" in capsys.readouterr().out
