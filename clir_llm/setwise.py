@@ -189,7 +189,9 @@ def _ask(self: SetwiseReranker, queries: list[str], qids: list[str], sets: list[
         built = [self._prompt(queries[j], s) for j, s in enumerate(chunk, i)]
         prompts, n_out = [p for p, _ in built], [0] * len(chunk)
         if self.scoring == "generation":
-            answers = b.generate(prompts, max_new_tokens=2 if built[0][1] else 4, **_quiet(b.generate))
+            # llm-rankers' token budgets: 1 new token after the " Passage:" prefill of a decoder-only chat model, 2 for T5's decoder
+            budget = (2 if b.is_encoder_decoder else 1) if built[0][1] else 4
+            answers = b.generate(prompts, max_new_tokens=budget, **_quiet(b.generate))
             best = [parse_label(a, len(s)) for a, s in zip(answers, chunk)]
             n_out = [b.count_tokens(a) for a in answers]
         else:

@@ -283,3 +283,18 @@ def test_new_rerankers_in_the_rerank_and_cost_tables(tiny, tmp_path):
             assert row in table.means.index and any(c.row == row and c.baseline == "BM25-OG" for c in table.cells)   # tested against the first stage
             assert row in cost_summary(cost).index
             if fam != "setwise": assert cost_summary(cost).loc[row, "prompts_per_query"] > 0   # BM25-OG finds 1 fixture document a query: no set to ask
+
+
+@pytest.mark.parametrize("encoder_decoder,chat,prefill,budget", [(False, True, True, 1), (True, False, True, 2), (False, True, False, 4)])
+def test_setwise_generation_token_budget_follows_llmrankers(small, encoder_decoder, chat, prefill, budget):
+    """llm-rankers' SetwiseLlmRanker.compare generates 1 token after the chat prompt + " Passage:" of a decoder-only
+    model and 2 for T5; a 2-token budget on a chat model read " B" + "ES" as " BES", which no label matches."""
+    coll, first, by_text = small
+    seen = []
+    class Chat(SetJudge):
+        is_encoder_decoder, is_chat, supports_prefill = encoder_decoder, chat, prefill
+        def generate(self, prompts, max_new_tokens=64, **kw):
+            seen.append(max_new_tokens); return super().generate(prompts, max_new_tokens, **kw)
+    b = Chat(coll, lambda ids: 0, by_text)
+    SetwiseReranker(b, method="heapsort", sort_k=1, num_child=3, progress=False).rerank(coll, first, k=8)
+    assert seen and set(seen) == {budget}
