@@ -147,6 +147,7 @@ def tidy_notebook(path, log_path=None, root=None) -> int:
         if "outputs" in cell: cell["outputs"] = keep
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             cell["source"] = "".join(cell.get("source", "")).replace(root, '"')
+            cell["id"] = "injected-parameters"   # papermill draws a random id each run: a rerun would change the file
     nb.get("metadata", {}).pop("widgets", None)
     for k in _VOLATILE: nb.get("metadata", {}).get("papermill", {}).pop(k, None)
     params = nb.get("metadata", {}).get("papermill", {}).get("parameters", {})
