@@ -229,17 +229,17 @@ def reads(cfg: Config) -> list[str]:
         if not own: return "documents: the translations shipped with the collection (no document translation)"
         return f"documents: translated by {tr or 'NO TRANSLATOR'} on {', '.join(own)}" + (
             f"; shipped translations on {', '.join(p for p in pairs if p not in own)}" if len(own) < len(pairs) else "")
-    def first(m):
+    def first(m, pairs):
         parts = parse_method(m).parts()
-        if len(parts) > 1: return " + ".join(f"[{first(x)}]" for x in parts)
+        if len(parts) > 1: return " + ".join(f"[{first(x, pairs)}]" for x in parts)
         v = getattr(parts[0], "view", "og")
-        return {"qt": f"queries translated by {tr} (QT); original documents", "dt": "original queries; " + dt(cfg.pairs)}.get(
+        return {"qt": f"queries translated by {tr} (QT); original documents", "dt": "original queries; " + dt(pairs)}.get(
             v, "original queries and documents")
-    out = [f"reads: first stage {m}: {first(m)}" for m in fs.methods]
+    out = [f"reads: first stage {m}: {first(m, [p for p in cfg.pairs if fs.runs_on(m, p)])}" for m in fs.methods]
     for r in cfg.rerankers:
         for d in r.docs:
             out.append(f"reads: reranker {r.name} {d.upper()}: original queries; " + ("original documents" if d == "og" else dt(cfg.reranker_pairs(r))))
-    return out
+    return list(dict.fromkeys(out))   # config entries sharing a reranker's name read the same text: one line
 
 # %% ../nbs/13f_plan.ipynb #6b6d44a8
 GATED = ("meta-llama/",)   # Hub organisations whose models need an accepted licence and a token (HF_TOKEN)
@@ -369,6 +369,10 @@ def _n(x: float) -> str:
     "A count for the plan: 1,234 / 12.3k / 4.56M / 7.89G."
     return f"{x / 1e9:.2f}G" if x >= 1e9 else f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e4 else f"{x:,.0f}"
 
+def _count(x: float, word: str) -> str:
+    "`x` (rounded) and `word`, plural unless it is 1: '1 comparison', '3 comparisons'."
+    return f"{x:.0f} {word}" + ("" if f"{x:.0f}" == "1" else "s")
+
 def _h(hours: float) -> str:
     "GPU time for the plan: hours, or seconds when under a tenth of an hour."
     return f"{hours:,.1f} h" if abs(hours) >= 0.1 else f"{hours * 3600:.0f} s"
@@ -400,7 +404,7 @@ def count_lines(cfg: Config, counts: dict) -> list[str]:
     lines.append("queries per pair: " + ", ".join(f"{p} {x.queries}" for p, x in t.items()) + f" ({src})")
     lines.append("text: " + "; ".join(f"{p} queries of {x.query_words * _tpw(parse_pair(p)[0].code):.0f} tokens, {_n(x.docs)} documents of "
                  f"{sum(x.og_words) / len(x.og_words) * _tpw(parse_pair(p)[1].code):.0f}" for p, x in t.items()) + " (means; words × tokens per word)")
-    for r in cfg.rerankers: lines.append(_reranker_line(cfg, r.name, rows))
+    for name in dict.fromkeys(r.name for r in cfg.rerankers): lines.append(_reranker_line(cfg, name, rows))   # one line per name: it sums all its entries
     allr = [r for rs in rows.values() for r in rs]
     lw = sum(r["calls"] for r in allr if r["family"] == "listwise")
     oa = sum(r["calls"] for r in allr if r["family"] == "listwise" and r["kind"] == "openai")
@@ -437,8 +441,8 @@ def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
         lines.append("saves: likelihood instead of generated PRP answers: about 0 h (a one-token answer comes out of the prefill; changes how answers are read)")
         for n_, k in sorted({(min(r.top_k, cfg.first_stage.depth), r.k) for r in cfg.rerankers if r.family == "pairwise"}):
             b, h = simulated_comparisons("bubblesort", n_, k), simulated_comparisons("heapsort", n_, k)
-            lines.append(f"saves: the comparison cache, top {n_}, k {k}: nothing in bubblesort's worst case ({worst_comparisons('bubblesort', n_, k)} "
-                         f"comparisons, no pair asked twice; the hours above count it); with a consistent judge (simulated) bubblesort asks {b[0]:.0f} comparisons a query, "
+            lines.append(f"saves: the comparison cache, top {n_}, k {k}: nothing in bubblesort's worst case ({_count(worst_comparisons('bubblesort', n_, k), 'comparison')}"
+                         f", no pair asked twice; the hours above count it); with a consistent judge (simulated) bubblesort asks {_count(b[0], 'comparison')} a query, "
                          f"{b[1]:.0f} with the cache; heapsort {h[0]:.0f} / {h[1]:.0f} (worst case {worst_comparisons('heapsort', n_, k)})")
     if gp["unknown"]: lines.append(f"GPU-hours leave out {', '.join(gp['unknown'])}: no size class in data/throughput.yaml")
     return lines

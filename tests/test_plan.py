@@ -125,3 +125,19 @@ def test_gpu_hours_follow_the_throughput_table():
     assert h200["gpus_under_8h"]["fast"] == math.ceil(h200["total"]["fast"] / 8)
     assert all(v >= 0 for v in h200["savings"].values()) and not h200["unknown"]
     with pytest.raises(ClirError, match="unknown GPU 'TPU'"): plan(cfg, gpu="TPU")
+
+
+def test_demo_plan_one_line_per_reranker_pairs_of_only_pairs_and_singulars():
+    "Review findings: a reranker named by two config entries had its (already summed) calls line twice; the reads of a method with only_pairs named every pair; '1 comparisons'."
+    cfg = load_config("demo")
+    lines = plan(cfg)
+    names = list(dict.fromkeys(r.name for r in cfg.rerankers))
+    assert len(names) < len(cfg.rerankers)   # the demo has entries sharing a name: the case of the finding
+    for n in names: assert sum(l.startswith(f"calls: reranker {n} (") for l in lines) == 1, n
+    assert len([l for l in lines if l.startswith("reads:")]) == len(set(l for l in lines if l.startswith("reads:")))
+    only = cfg.first_stage.only_pairs["bm25-dt"]
+    assert f"reads: first stage bm25-dt: original queries; documents: translated by dict:freedict on {', '.join(only)}" in lines
+    rrf = next(l for l in lines if l.startswith("reads: first stage rrf:"))
+    assert f"on {', '.join(cfg.first_stage.only_pairs[rrf.split()[3][:-1]])}]" in rrf and "en-it" not in rrf
+    cache = next(l for l in lines if l.startswith("saves: the comparison cache"))
+    assert "(1 comparison," in cache and "asks 1 comparison a query" in cache and "1 comparisons" not in cache
