@@ -4,13 +4,25 @@
 
 # %% ../nbs/14_cli.ipynb #201bd9fe
 from __future__ import annotations
-import argparse, importlib, os, sys
+import argparse, contextlib, importlib, os, sys
 from .core import ClirError
 
 # %% auto #0
 __all__ = ['COMMANDS', 'main', 'registries', 'cli_methods']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
+def _one_line_error(self: argparse.ArgumentParser, message: str):
+    "argparse's `error` without the usage block: `clir-llm <cmd>: error: <message> (see clir-llm <cmd> --help)`, exit 2."
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+@contextlib.contextmanager
+def _one_line_errors():
+    "While a command runs under `main`: its parsers (each subcommand builds its own) report a bad option in one line."
+    old, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _one_line_error
+    try: yield
+    finally: argparse.ArgumentParser.error = old
+
+# %% ../nbs/14_cli.ipynb #83ece062
 COMMANDS = {
     "evaluate":  ("clir_llm.evaluate:cli_evaluate",   "score a run against qrels (per measure, one line each)"),
     "datasets":  ("clir_llm.collections:cli_datasets", "list collections, language pairs and counts"),
@@ -63,7 +75,7 @@ def main(argv=None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"clir-llm {name}: not available in this installation ({e})", file=sys.stderr); return 2
     try:
-        return int(func(rest) or 0)
+        with _one_line_errors(): return int(func(rest) or 0)
     except ClirError as e:
         print(f"clir-llm {name}: error: {e}", file=sys.stderr); return 1
     except BrokenPipeError:   # output piped into `head` and closed early: stop quietly

@@ -276,8 +276,9 @@ def cli_evaluate(argv=None) -> int:
     run = Run.read(a.run)
     df = per_query(run, qrels, a.measures, a.missing)
     if not any(q in qrels for q in run):
-        print(f"clir-llm evaluate: warning: no query of the run ({len(run)} queries, e.g. {cut(min(run), 30)}) is judged in the "
-              f"qrels ({len(qrels)} queries, e.g. {cut(min(qrels), 30)}): every score is 0", file=sys.stderr)
+        qs = lambda n: f"{n} quer{'y' if n == 1 else 'ies'}"
+        print(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
+              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0", file=sys.stderr)
     try:
         if a.per_query:
             for q, row in df.iterrows():

@@ -86,3 +86,11 @@ def test_help_lists_commands():
         assert f"  {cmd}" in out
     p = run_cli("nonsense", check=False)
     assert p.returncode == 2 and "unknown command" in p.stderr
+
+
+@pytest.mark.parametrize("args", [("rerank", "--method", "nosuch"), ("evaluate", "--bogus"), ("evaluate", "--run", "r", "--qrels", "q", "--bogus")])
+def test_bad_option_is_one_line_not_the_usage_block(args):
+    p = run_cli(*args, check=False)
+    cmd = f"clir-llm {args[0]}"
+    assert p.returncode == 2 and "usage:" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith(f"{cmd}: error: ") and p.stderr.endswith(f" (see {cmd} --help)\n"), p.stderr

@@ -97,7 +97,7 @@ def test_no_judged_query_warns(tmp_path):
     q, r = _files(tmp_path, run="zz Q0 de-1 1 1.0 x\n")
     p = R.run_cli("evaluate", "--qrels", q, "--run", r, "--measures", "MAP")
     assert p.returncode == 0 and p.stdout.split() == ["MAP", "0.0000"], p
-    assert p.stderr.strip().count("\n") == 0 and "warning: no query of the run (1 queries, e.g. 'zz') is judged" in p.stderr, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "warning: no query of the run (1 query, e.g. 'zz') is judged" in p.stderr, p.stderr
 
 
 def test_long_bad_line_is_cut(tmp_path):
