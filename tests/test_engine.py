@@ -35,6 +35,7 @@ def cluster(tmp_path_factory):
             pytest.skip(f"a local Ray cluster did not start: {str(e).strip().splitlines()[0]}")
     yield ENCODERS["tiny-ray"]
     if started: ray.shutdown()
+    ENCODERS._items.pop("tiny-ray", None)   # other tests walk the registry (test_quirks: every real encoder pins a revision)
 
 
 def _pipeline(tmp: Path, execution: dict | None) -> Pipeline:

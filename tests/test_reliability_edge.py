@@ -275,14 +275,14 @@ def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, capsys):
 # ---------- finding 7: the JVM leaves signals to Python and crash files out of the working directory
 
 JVM = r"""
-import os, signal, sys, time
+import os, signal, sys, threading, time
 from clir_llm.collections import load_collection
 from clir_llm.bm25 import BM25
 import jnius_config
 run = BM25(progress=False).retrieve(load_collection("fixture", "en-de"))
 print("options", jnius_config.get_options())
 try:
-    os.kill(os.getpid(), signal.SIGINT); time.sleep(20)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT); time.sleep(20)   # to Python's thread: os.kill may wake a JVM thread
     print("SIGINT lost")
 except KeyboardInterrupt:
     print("KeyboardInterrupt reached Python")
