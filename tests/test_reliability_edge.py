@@ -276,6 +276,9 @@ def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, capsys):
 
 JVM = r"""
 import os, signal, sys, threading, time
+# SIGINT as a terminal would give it, whatever this process inherited (a blocked or ignored SIGINT from the test
+# runner's process, left by a native library loaded in it, is not what is tested here): the JVM loaded below must leave it to Python
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); signal.signal(signal.SIGINT, signal.default_int_handler)
 from clir_llm.collections import load_collection
 from clir_llm.bm25 import BM25
 import jnius_config
