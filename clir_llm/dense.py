@@ -346,12 +346,9 @@ class Dense(Retriever):
         qids = sorted(collection.queries)
         if not qids: return Run(name=self.name)
         S, I = index.search(self.query_vectors([collection.queries[q].text for q in qids]), min(k, len(docids)))
-        run = Run(name=self.name)
-        for q, ss, ii in zip(qids, S.tolist(), I.tolist()):   # plain lists: the same floats, without a numpy scalar per hit
-            run[q] = hits = {docids[i]: s for s, i in zip(ss, ii) if i >= 0}
-            if len(hits) < len(ii) - ii.count(-1):         # a docid twice in the collection: Run's own error
-                Run.from_ranked({q: [(docids[i], s) for s, i in zip(ss, ii) if i >= 0]}, name=self.name)
-        return run
+        # plain lists (tolist): the same floats, without a numpy scalar per hit; Run.from_ranked checks duplicate docids
+        return Run.from_ranked({q: [(docids[i], s) for s, i in zip(ss, ii) if i >= 0]
+                                for q, ss, ii in zip(qids, S.tolist(), I.tolist())}, name=self.name)
 
     def __repr__(self): return f"Dense({self.name!r})"
 
