@@ -300,6 +300,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.core.atomic_write': ('core.html#atomic_write', 'clir_llm/core.py'),
                                'clir_llm.core.canonical_score': ('core.html#canonical_score', 'clir_llm/core.py'),
                                'clir_llm.core.cut': ('core.html#cut', 'clir_llm/core.py'),
+                               'clir_llm.core.memoised': ('core.html#memoised', 'clir_llm/core.py'),
                                'clir_llm.core.stable_hash': ('core.html#stable_hash', 'clir_llm/core.py'),
                                'clir_llm.core.usage_path': ('core.html#usage_path', 'clir_llm/core.py'),
                                'clir_llm.core.write_json': ('core.html#write_json', 'clir_llm/core.py')},

@@ -13,7 +13,8 @@ from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
 __all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'atomic_write', 'write_json', 'Query',
-           'Document', 'cut', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'Retriever']
+           'Document', 'cut', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised',
+           'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -254,6 +255,16 @@ def stable_hash(*parts, n: int = 64) -> str:
     "SHA-256 (hex, first `n` chars) of the canonical JSON of `parts`."
     s = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(s.encode("utf-8")).hexdigest()[:n]
+
+# %% ../nbs/00_core.ipynb #memo0aa44
+def memoised(obj, name: str, key, compute, limit: int = 100_000):
+    """`compute()` remembered in `obj`'s dict `name` under `key`, the dict emptied once it holds `limit` entries (a
+    per-object cache for pure work repeated across runs: token counts, dictionary lookups, word-by-word translations)."""
+    memo = obj.__dict__.setdefault(name, {})
+    if key not in memo:
+        if len(memo) >= limit: memo.clear()
+        memo[key] = compute()
+    return memo[key]
 
 # %% ../nbs/00_core.ipynb #bf0e97fa
 class Retriever(ABC):

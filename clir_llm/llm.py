@@ -12,7 +12,7 @@ from typing import Any, Callable, Literal, Sequence
 from fastcore.basics import patch
 from pydantic import Field, field_validator, model_validator
 from .progress import progress_bar as tqdm
-from .core import ClirError, Usage, stable_hash
+from .core import ClirError, Usage, memoised, stable_hash
 from .cache import Cache, CacheMiss, SECRET_ENV_VARS, redact
 from .specs import Registry, Spec, validated
 from .assets import offline_model
@@ -515,11 +515,7 @@ class _HFRenderMixin:
 
     def count_tokens(self, text: str) -> int:
         "Number of tokens of `text` (no special tokens); memoised (rerankers count the same documents' lengths run after run)."
-        memo = self.__dict__.setdefault("_token_counts", {})
-        if text not in memo:
-            if len(memo) >= 100_000: memo.clear()
-            memo[text] = len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return memo[text]
+        return memoised(self, "_token_counts", text, lambda: len(self.tokenizer(text, add_special_tokens=False)["input_ids"]))
 
     def truncate(self, text: str, max_tokens: int) -> str:
         "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."

@@ -14,7 +14,7 @@ from typing import Iterable, Iterator, Sequence
 from fastcore.basics import patch
 from pydantic import Field
 from .progress import progress_bar as tqdm
-from .core import ClirError, FormatError, Document, Query, Usage, stable_hash, write_json, atomic_write
+from .core import ClirError, FormatError, Document, Query, Usage, memoised, stable_hash, write_json, atomic_write
 from .languages import language, parse_pair, LANGUAGES
 from .cache import Cache
 from .specs import Registry, Spec
@@ -590,12 +590,8 @@ TRANSLATORS.register("dict:", DictionaryTranslator, example="dict:freedict")
 @patch
 def lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
     "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English); memoised."
-    key = (d.name, d.index_path, english, *(w.lower() for w in words))
-    memo = self.__dict__.setdefault("_lookups", {})   # the same words recur across documents and runs: parse their entries once
-    if key not in memo:
-        if len(memo) >= 500_000: memo.clear()        # bounded: a whole CLEF collection's vocabulary does not stay in memory
-        memo[key] = self._lookup(d, words, english)
-    return memo[key]
+    key = (d.name, d.index_path, english, *(w.lower() for w in words))   # the same words recur across documents and runs
+    return memoised(self, "_lookups", key, lambda: self._lookup(d, words, english), limit=500_000)
 
 @patch
 def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
@@ -613,15 +609,14 @@ def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: 
 @patch
 def translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
     "One text, word by word; memoised with its counters (a document is translated again by every DT run that shows it)."
-    memo, key = self.__dict__.setdefault("_texts", {}), (text, src, tgt)
-    if key not in memo:
+    def compute():   # the output and the counters it added
         before = dict(self.usage.counters)
         out = self._translate_one(text, src, tgt)
-        if len(memo) >= 20_000: memo.clear()
-        memo[key] = (out, {k: v - before.get(k, 0) for k, v in self.usage.counters.items() if v != before.get(k, 0)})
-        return out
-    out, counts = memo[key]
-    for k, v in counts.items(): self.usage.count(k, v)
+        return out, {k: v - before.get(k, 0) for k, v in self.usage.counters.items() if v != before.get(k, 0)}
+    hit = "_texts" in self.__dict__ and (text, src, tgt) in self._texts
+    out, counts = memoised(self, "_texts", (text, src, tgt), compute, limit=20_000)
+    if hit:
+        for k, v in counts.items(): self.usage.count(k, v)   # a computed text counted itself
     return out
 
 @patch
