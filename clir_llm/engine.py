@@ -12,8 +12,8 @@ from .core import ClirError
 from .specs import Spec, validated
 
 # %% auto #0
-__all__ = ['EXECUTION_ENV', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'start_local_ray', 'RayEngine', 'make_engine',
-           'add_execution_arguments', 'execution_args']
+__all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'start_local_ray', 'RayEngine',
+           'make_engine', 'add_execution_arguments', 'execution_args']
 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
@@ -144,10 +144,11 @@ def pool(self: RayEngine, key, cls, *args) -> list:
 
 @patch
 def map(self: RayEngine, method: str, calls: list[tuple]) -> list:
-    "`actor.method(*args)` for each `args` of `calls`, spread over the pool round-robin; results in the order of `calls`."
+    """`actor.method(*args)` for each `args` of `calls`, each sent to the next idle actor (`ray.util.ActorPool`: a
+    worker that drew long texts does not hold the others up); results in the order of `calls`."""
     import ray
-    refs = [getattr(self._actors[i % len(self._actors)], method).remote(*args) for i, args in enumerate(calls)]
-    try: return ray.get(refs)
+    from ray.util import ActorPool
+    try: return list(ActorPool(self._actors).map(lambda a, args: getattr(a, method).remote(*args), calls))
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None) or e
         raise ClirError(f"a Ray worker failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1]}") from None
@@ -169,6 +170,8 @@ def close(self: RayEngine):
     self._key, self._actors = None, []
 
 # %% ../nbs/13g_engine.ipynb #30435506
+GROUP = 4   # batches per worker in one group: enough to even out batches of unequal length, few enough to commit often
+
 def _parts(retriever):
     "The retriever and every retriever inside it (fusion parts, the retriever of a translated view)."
     yield retriever
@@ -177,7 +180,9 @@ def _parts(retriever):
 
 @patch
 def attach_encoder(self: RayEngine, enc):
-    "Route `enc`'s batches (an `Encoder`) to this engine's actors; the cache, the order and the batches stay the driver's."
+    """Route `enc`'s batches (an `Encoder`) to this engine's actors; the cache, the order and the batches stay the driver's.
+    The driver hands the cache groups of `GROUP` batches per worker (committed group by group), and the actors draw
+    the batches of a group as they become idle."""
     if getattr(enc, "_engine", None) is self: return enc
     import torch
     s, bs = self.spec, enc.batch_size
@@ -190,7 +195,7 @@ def attach_encoder(self: RayEngine, enc):
         workers()
         chunks = [texts[i:i + bs] for i in range(0, len(texts), bs)]
         return np.concatenate(self.map("encode", [(c, max_length, instruction) for c in chunks]))
-    enc.encode_batch, enc.batch_size, enc._engine, enc._workers = encode_batch, bs * s.workers, self, workers
+    enc.encode_batch, enc.batch_size, enc._engine, enc._workers = encode_batch, bs * s.workers * GROUP, self, workers
     return enc
 
 @patch
