@@ -10,12 +10,12 @@ import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, StrictBool,
                       ValidationError, field_validator, model_validator)
-from .core import ClirError
+from .core import ClirError, yaml_error
 from .languages import parse_pair
 from .llm import BackendSpec
 from .rerank import RerankerSpec
 from .retrieve import DT_SOURCES, FirstStage, parse_method
-from .specs import import_plugins
+from .specs import import_plugins, pydantic_messages
 from .translate import TranslatorSpec
 from .engine import ExecutionSpec
 
@@ -309,10 +309,6 @@ def resolve_config(name_or_path) -> Path:
         if (c := root / "configs" / f"{p.name}.yaml").exists(): return c
     raise ClirError(f"no configuration {name_or_path!r} (neither a file nor configs/{p.name}.yaml above {Path.cwd()})")
 
-def _cut(v, n: int = 80) -> str:
-    r = repr(v)
-    return r if len(r) <= n else r[:n] + "…"
-
 def load_config(path) -> Config:
     "Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key."
     path = resolve_config(path)
@@ -320,16 +316,14 @@ def load_config(path) -> Config:
     if not path.is_file(): raise ClirError(f"{path}: a configuration is a YAML file, not a folder")
     try: data = yaml.safe_load(path.read_bytes().decode("utf-8-sig"))   # a byte-order mark is accepted; CRLF is YAML
     except UnicodeDecodeError as e: raise ClirError(f"{path}: not UTF-8 text (byte {e.start}); save the configuration as UTF-8") from None
-    except yaml.YAMLError as e: raise ClirError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
+    except yaml.YAMLError as e: raise yaml_error(path, e) from None
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     if isinstance(data.get("plugins"), list):
         try: import_plugins(data["plugins"])
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: cfg = Config(**data)
     except ValidationError as e:
-        msgs = [f"{'.'.join(map(str, err['loc']))}: {err['msg'].removeprefix('Value error, ')}" + (f" (got {_cut(err['input'])})" if err['type'] != 'missing' else "")
-                for err in e.errors()]
-        raise ClirError("invalid configuration: " + "; ".join(f"{path}: " + " ".join(m.split()) for m in msgs)) from None
+        raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
     except ClirError as e: raise ClirError(f"{path}: {e}") from None
     cfg._path = path
     return cfg

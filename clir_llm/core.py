@@ -12,9 +12,9 @@ from fastcore.basics import patch
 from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
-__all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'atomic_write', 'write_json', 'Query',
-           'Document', 'cut', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised',
-           'Retriever']
+__all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'yaml_error', 'atomic_write', 'write_json',
+           'Query', 'Document', 'cut', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash',
+           'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -26,6 +26,15 @@ class FormatError(ClirError, ValueError):
         self.path, self.line, self.msg = str(path), line, msg
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {msg}")
+
+# %% ../nbs/00_core.ipynb #0f92f3ce
+def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
+    """A PyYAML error as a `FormatError` naming `path` and the line: PyYAML's context and problem in one line, without
+    the `in "<unicode string>", line 2, column 1:` block and the quoted source that its own message carries."""
+    mark = getattr(e, "problem_mark", None)
+    msg = "; ".join(" ".join(w.split()) for w in (getattr(e, "context", None), getattr(e, "problem", None)) if w)
+    return FormatError(path, None if mark is None else mark.line + 1,
+                       f"{what}: {msg or ' '.join(str(e).split())}" + ("" if mark is None else f" (column {mark.column + 1})"))
 
 # %% ../nbs/00_core.ipynb #4aa93b74
 def atomic_write(path, data: str | bytes, encoding: str = "utf-8") -> Path:

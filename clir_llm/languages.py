@@ -4,6 +4,7 @@
 
 # %% ../nbs/01_languages.ipynb #59c3da3e
 from __future__ import annotations
+import difflib
 from dataclasses import dataclass
 from .core import ClirError
 
@@ -72,7 +73,10 @@ def language(code: str) -> Language:
     key = str(code).strip().lower()
     key = key if key in LANGUAGES else ALIASES.get(key, key)
     if key not in LANGUAGES:
-        raise UnknownLanguageError(f"unknown language code {code!r}; known codes: {', '.join(LANGUAGES)}")
+        by_name = [l.code for l in LANGUAGES.values() if l.name.lower() == key or l.name.lower().startswith(key + " ")]
+        close = by_name or difflib.get_close_matches(key, list(LANGUAGES) + list(ALIASES), n=3, cutoff=0.75)
+        hint = f" (did you mean {' or '.join(repr(ALIASES.get(c, c)) for c in dict.fromkeys(close))}?)" if close else ""
+        raise UnknownLanguageError(f"unknown language code {code!r}{hint}; known codes: {', '.join(LANGUAGES)}")
     return LANGUAGES[key]
 
 # %% ../nbs/01_languages.ipynb #5f25805d

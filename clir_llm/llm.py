@@ -178,6 +178,9 @@ class BackendSpec(Spec):
     @classmethod
     def _urls(cls, v):
         if isinstance(v, str) and "," in v: v = [u.strip() for u in v.split(",") if u.strip()]
+        for u in v if isinstance(v, list) else [v]:
+            if isinstance(u, str) and not u.lower().startswith(("http://", "https://")):
+                raise ValueError(("" if u == v else f"{u!r} is ") + "not an http:// or https:// URL (e.g. http://localhost:8000/v1)")
         return v[0] if isinstance(v, list) and len(v) == 1 else v
 
     @field_validator("block_size", mode="before")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 import yaml
 from pydantic import ValidationError
-from .core import ClirError, atomic_write
+from .core import ClirError, atomic_write, yaml_error
 from .config import _Strict, Config, load_config, results_dir
 from .tables import load_table
 
@@ -40,7 +40,7 @@ def load_regression(path) -> Regression:
     if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
     try: data = yaml.safe_load(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as e: raise ClirError(f"{path}: regression file is not UTF-8 text (byte {e.start})") from None
-    except yaml.YAMLError as e: raise ClirError(f"{path}: regression file is not valid YAML: {' '.join(str(e).split())[:200]}") from None
+    except yaml.YAMLError as e: raise yaml_error(path, e, "regression file is not valid YAML") from None
     if not isinstance(data, dict):
         raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
     try: return Regression(**data)

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'add_spec_arguments', 'spec_from_args', 'validated']
+__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'add_spec_arguments', 'spec_from_args',
+           'pydantic_messages', 'validated']
 
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
@@ -180,10 +181,20 @@ def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
     values = {k: getattr(ns, k) for k in spec_cls.model_fields if hasattr(ns, k)}
     return validated(spec_cls, {**values, **extra}, where="command line")
 
+def _cut(v, n: int = 80) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "…"
+
+def pydantic_messages(e: ValidationError) -> list[str]:
+    """One line per error of `e`: the field, pydantic's message and the value given. A check of the whole spec (no
+    field) is its own message alone: pydantic's 'Value error, ' prefix and the whole input are left out."""
+    out = []
+    for err in e.errors():
+        loc, msg = ".".join(map(str, err["loc"])), " ".join(err["msg"].removeprefix("Value error, ").split())
+        out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if err["type"] != "missing" else "") if loc else msg)
+    return out
+
 def validated(spec_cls: type[BaseModel], data: dict, where: str = ""):
     "Build `spec_cls` from `data`; pydantic errors become one `ClirError` naming each bad field and value."
     try: return spec_cls(**data)
-    except ValidationError as e:
-        msgs = [f"{'.'.join(map(str, err['loc'])) or spec_cls.__name__}: {err['msg']}"
-                + (f" (got {err['input']!r})" if err["type"] != "missing" else "") for err in e.errors()]
-        raise ClirError((f"{where}: " if where else "") + "; ".join(msgs)) from None
+    except ValidationError as e: raise ClirError((f"{where}: " if where else "") + "; ".join(pydantic_messages(e))) from None

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 import yaml
-from .core import ClirError, FormatError
+from .core import ClirError, FormatError, yaml_error
 
 # %% auto #0
 __all__ = ['PROMPT_FIELDS', 'ALPHA', 'prompts_dir', 'PromptTemplate', 'prompt_text', 'squash', 'cut_words', 'listwise_messages',
@@ -124,9 +124,7 @@ class PromptTemplate:
         try: text = p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")   # a byte-order mark and CRLF line ends are accepted
         except UnicodeDecodeError as e: raise FormatError(p, None, f"not UTF-8 text (byte {e.start}); save the template as UTF-8") from None
         try: data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            raise FormatError(p, None if line is None else line + 1, f"not valid YAML: {e}") from None
+        except yaml.YAMLError as e: raise yaml_error(p, e) from None
         if not isinstance(data, dict): raise FormatError(p, None, "a prompt template is a YAML mapping")
         method = _check_template(p, data, text)
         return cls(name=data.get("name") or p.stem, method=method, source=" ".join(str(data["source"]).split()),

@@ -203,3 +203,26 @@ def test_read_only_cache_fails_clearly(tmp_path):
         assert "set CLIR_LLM_CACHE to a writable folder" in p.stderr
         assert not srv.requests, "no model call before the cache is known to work"
     assert not (tmp_path / "out.trec").exists()
+
+
+def test_backend_option_errors_name_the_option_without_pydantic_prefixes():
+    "A bad backend option is one line naming the option and the value: no 'Value error,' prefix, no dumped input dict."
+    from clir_llm.llm import BackendSpec
+    for bad, says in (({"spec": "openai:x", "base_url": "ftp://host/v1"}, "llm: base_url: not an http:// or https:// URL"),
+                      ({"spec": "openai:x", "base_url": "http://a:8000/v1,localhost:8001"}, "'localhost:8001' is not an http:// or https:// URL"),
+                      ("hf:qwen[tensor_parallel_size=2]", "llm: hf: does not take option tensor_parallel_size (it takes: dtype,")):
+        R.STATS["bad_input"].add("bad backend option"); R.STATS["hostile_tried"] += 1
+        with pytest.raises(ClirError) as e: BackendSpec.parse(bad)
+        assert says in str(e.value) and "Value error" not in str(e.value) and "'kind'" not in str(e.value), str(e.value)
+
+
+def test_yaml_errors_name_file_and_line_not_pyyaml_stream(tmp_path):
+    "A config that is not YAML: `file:line: not valid YAML: <problem> (column c)`, not PyYAML's '<unicode string>' block."
+    bad = tmp_path / "bad.yaml"; bad.write_text("name: x\npairs: [en-de\n")
+    err = _err("config not YAML", "check", str(bad))
+    assert f"{bad}:3: not valid YAML: while parsing a flow sequence; expected ',' or ']'" in err and "unicode string" not in err, err
+
+
+def test_language_name_given_for_a_code_suggests_the_code(tmp_path):
+    err = _err("language name for a code", "evaluate", "--collection", "fixture", "--pair", "en-German", "--run", _good_run(tmp_path))
+    assert "unknown language code 'German' (did you mean 'de'?); known codes: en, de" in err, err
