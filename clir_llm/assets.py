@@ -466,4 +466,8 @@ def cli_models(argv=None) -> int:
               f"  {state}\n  path: {r['path']}")
         for k, (p, size) in r["parts"].items():
             print(f"  {k}: {p} ({'not prepared' if size is None else f'prepared, {size/1e6:.0f} MB'})")
+        if r["prepared"] and r["name"].startswith("hf:"):   # ONNX Runtime GenAI exports built from it (`ort:` backend)
+            from clir_llm.llm_ort import ort_exports
+            for prec, p in ort_exports(r["path"], a.root):
+                print(f"  ort export ({prec}, {r['name'].replace('hf:', 'ort:', 1)}): {p} ({_size(p)/1e6:.0f} MB)")
     return 0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10a_llm_ort.ipynb #9ae960f5
 from __future__ import annotations
-import json, shutil, subprocess, sys, time
+import json, re, shutil, subprocess, sys, time
 from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
@@ -15,7 +15,7 @@ from .llm import (BACKENDS, BackendSpec, CachedBackend, LLMError, PARAM_DEFAULTS
                           _load_tokenizer, _local_revision, _with_spec)
 
 # %% auto #0
-__all__ = ['ORT_DEFAULTS', 'ort_export_dir', 'export_ort', 'ORTBackend']
+__all__ = ['ORT_DEFAULTS', 'ort_export_dir', 'export_ort', 'ort_exports', 'ORTBackend']
 
 # %% ../nbs/10a_llm_ort.ipynb #dc8455fa
 ORT_DEFAULTS = {"precision": "int4", "block_size": 32}
@@ -78,6 +78,15 @@ def _eos_from(folder: Path) -> set[int]:
         e = d.get("eos_token_id")
         ids.update(e if isinstance(e, list) else [e] if e is not None else [])
     return ids
+
+# %% ../nbs/10a_llm_ort.ipynb #7a572836
+def ort_exports(source, root=None) -> list[tuple[str, Path]]:
+    "The finished exports of `source` (a transformers folder) in the cache: (precision, folder), for `clir-llm models list`."
+    found = []
+    for p in sorted(models_dir(root).glob(f"ort-{Path(source).name}-*")):
+        m = re.fullmatch(rf"ort-{re.escape(Path(source).name)}-(\w+)-[0-9a-f]{{12}}", p.name)
+        if m and p.is_dir() and _is_genai_folder(p): found.append((m.group(1), p))
+    return found
 
 # %% ../nbs/10a_llm_ort.ipynb #d0045bd8
 def _log_softmax(x) -> np.ndarray:

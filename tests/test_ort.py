@@ -110,3 +110,15 @@ def test_failed_export_is_one_line(tmp_path):
     with pytest.raises(LLMError, match="exporting .* failed") as e:
         export_ort(bad, tmp_path / "out", "fp32", progress=False)
     assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+
+
+def test_models_list_shows_the_ort_export_of_a_prepared_model(tmp_path, capsys):
+    "`clir-llm models list` names the ONNX Runtime GenAI export built from the stand-in (and not a killed, unfinished one)."
+    from clir_llm.assets import _qwen_hf_dest, cli_models
+    from clir_llm.llm_ort import ort_export_dir
+    src = _qwen_hf_dest(tmp_path); src.mkdir(parents=True); (src / "model.safetensors").write_bytes(b"x")
+    done, killed = ort_export_dir(src, "r1", "int4", 32, root=tmp_path), ort_export_dir(src, "r1", "int8", 32, root=tmp_path)
+    done.mkdir(); (done / "genai_config.json").write_text("{}"); killed.mkdir()
+    assert cli_models(["list", "hf:qwen2.5-coder-0.5b-offline", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"ort export (int4, ort:qwen2.5-coder-0.5b-offline): {done}" in out and "int8" not in out, out
