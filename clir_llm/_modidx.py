@@ -324,6 +324,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
             'clir_llm.dense': { 'clir_llm.dense.Dense': ('dense.html#dense', 'clir_llm/dense.py'),
                                 'clir_llm.dense.Dense.__init__': ('dense.html#dense.__init__', 'clir_llm/dense.py'),
                                 'clir_llm.dense.Dense.__repr__': ('dense.html#dense.__repr__', 'clir_llm/dense.py'),
+                                'clir_llm.dense.Dense.encoded_chunks': ('dense.html#dense.encoded_chunks', 'clir_llm/dense.py'),
                                 'clir_llm.dense.Dense.index': ('dense.html#dense.index', 'clir_llm/dense.py'),
                                 'clir_llm.dense.Dense.index_in_memory': ('dense.html#dense.index_in_memory', 'clir_llm/dense.py'),
                                 'clir_llm.dense.Dense.query_vectors': ('dense.html#dense.query_vectors', 'clir_llm/dense.py'),

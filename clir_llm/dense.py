@@ -374,19 +374,25 @@ def query_vectors(self: Dense, texts: list[str]) -> np.ndarray:
     return self._kept_queries[1]
 
 @patch
+def encoded_chunks(self: Dense, docs, total: int | None, desc: str):
+    """(documents, vectors) for each chunk of `chunk_size` documents drawn from the iterator `docs`, under one progress
+    bar: what the in-memory index and the shards of the persisted index (`clir_llm.dense_index`) both loop over."""
+    bar = tqdm(total=total, desc=desc, disable=not self.progress, leave=False)
+    try:
+        while chunk := list(islice(docs, self.chunk_size)):
+            yield chunk, self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
+            bar.update(len(chunk))
+    finally: bar.close()
+
+@patch
 def index_in_memory(self: Dense, collection, vectors: str = "float32"):
     "Encode `collection`'s documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
     from clir_llm.dense_index import _new_index
     index, docids = None, []
-    docs = iter(collection.iter_docs())
-    bar = tqdm(total=getattr(collection, "num_docs", None), desc=f"{self.name} {collection.name} {collection.doc_lang}",
-               disable=not self.progress, leave=False)
-    while chunk := list(islice(docs, self.chunk_size)):
-        vecs = self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
+    for chunk, vecs in self.encoded_chunks(iter(collection.iter_docs()), getattr(collection, "num_docs", None),
+                                           f"{self.name} {collection.name} {collection.doc_lang}"):
         if index is None: index = _new_index(vecs.shape[1], vectors)
         index.add(vecs)
         docids.extend(d.docid for d in chunk)
-        bar.update(len(chunk))
-    bar.close()
     if index is None: raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to encode")
     return index, docids

@@ -8,7 +8,6 @@ import json, os, re
 from itertools import islice
 from pathlib import Path
 import numpy as np
-from .progress import progress_bar as tqdm
 from fastcore.basics import patch
 from .core import ClirError, stable_hash
 
@@ -71,15 +70,12 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     docs = islice(iter(self.collection.iter_docs()), start, stop)
     tmp, ids_tmp = path.with_suffix(f".{os.getpid()}.tmp.npy"), path.with_suffix(f".{os.getpid()}.tmp.docids")
     arr, row = None, 0
-    bar = tqdm(total=stop - start, desc=f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else ""),
-               disable=not self.dense.progress, leave=False)
+    desc = f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else "")
     with open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:   # docids streamed out chunk by chunk, never all held
-        while chunk := list(islice(docs, self.dense.chunk_size)):
-            v = self.dense.encoder.encode_docs(chunk, sort=self.dense.sort, progress=self.dense.progress)   # batch by batch
+        for chunk, v in self.dense.encoded_chunks(docs, stop - start, desc):
             if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
             arr[row:row + len(v)] = v; row += len(v)
-            ids.writelines(d.docid + "\n" for d in chunk); bar.update(len(chunk))
-    bar.close()
+            ids.writelines(d.docid + "\n" for d in chunk)
     if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(0, 0))
     if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
     arr.flush(); del arr
