@@ -69,7 +69,8 @@ def ray_workers(args):
     from scale_ray import ray_target
     res = ray_target(96 if args.quick else 192, log=lambda line: None)
     s = res["seconds"]
-    return res["ratio"], res["identical"], (f"Ray: 1 worker {s[1]:.1f} s, 2 workers {s[2]:.1f} s (vectors compared byte for byte); "
+    return res["ratio"], res["identical"], (f"Ray, best of {res['repeats']} alternating runs: 1 worker {s[1]:.1f} s ({res['runs'][1]}), "
+                                            f"2 workers {s[2]:.1f} s ({res['runs'][2]}) (vectors compared byte for byte); "
                                             f"two plain processes got {res['ceiling']:.2f}x of one in this run (the cores' ceiling now)")
 
 
