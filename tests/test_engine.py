@@ -188,3 +188,28 @@ def test_ray_llm_rerank_generate_and_score_are_local(cluster, tmp_path):
     assert _usage(b.usage) == _usage(local.usage)
     assert Cache(tmp_path / "ray").stats() == Cache(tmp_path / "local").stats()
     assert rerank(b) == want and b.usage.calls == local.usage.calls   # a rerun: all cache hits in the driver, no new call
+
+
+def test_a_ray_config_routes_its_translator_and_local_model_backends(mt, tmp_path):
+    "The pipeline attaches the translator of its QT/DT views and its rerankers' hf: backends (no Ray started for that)."
+    from types import SimpleNamespace
+    from clir_llm.testing import make_tiny_hf_model
+    from clir_llm.translate import DictionaryTranslator
+    lm = f"hf:{make_tiny_hf_model(tmp_path / 'qwen2')}"
+    fs = dict(methods=["bm25-qt"], depth=20, translator=f"nllb:{mt}")
+    pipes = {}
+    for name, execution in (("local", None), ("ray", {"engine": "ray", "workers": 2})):
+        (tmp_path / name).mkdir()
+        cfg = dict(CONFIG, first_stage=fs, **({"execution": execution} if execution else {}))
+        (tmp_path / name / "c.yaml").write_text(yaml.safe_dump(cfg))
+        pipes[name] = Pipeline(load_config(tmp_path / name / "c.yaml"), out_dir=tmp_path / name / "res",
+                               cache=Cache(tmp_path / name / "cache"), progress=False)
+    engine = pipes["ray"].engine()
+    assert pipes["ray"].translator()._engine is engine and pipes["ray"].backend(lm)._engine is engine
+    assert not hasattr(pipes["local"].translator(), "_engine") and not hasattr(pipes["local"].backend(lm), "_engine")
+    assert engine._actors == []                  # actors start with the first batch, not when attached
+    assert pipes["ray"].translator()._namespace("de", "en").key("x") == pipes["local"].translator()._namespace("de", "en").key("x")
+    assert pipes["ray"].backend(lm).identity() == pipes["local"].backend(lm).identity()   # cache keys do not name the engine
+    d, api = DictionaryTranslator(), SimpleNamespace(kind="openai", _threaded=True)
+    assert engine.attach_translator(d) is d and not hasattr(d, "_engine")        # word-by-word lookups stay here
+    assert engine.attach_backend(api) is api and not hasattr(api, "_engine")     # a server pool spreads openai: itself
