@@ -223,13 +223,13 @@ def _portable(obj, **reset):
     c = copy.copy(obj)
     for name in ("_model", "_og", "_lock", "cache"):
         if name in c.__dict__: c.__dict__[name] = None
-    c.__dict__.update(reset)
+    c.__dict__.update(reset, _cache_root=getattr(getattr(obj, "cache", None), "root", None))
     return c
 
 def _settled(obj):
-    "In the actor: `obj` with its cache off and a new lock."
+    "In the actor: `obj` with its cache off (at the driver's root: a converted GGUF model is found there) and a new lock."
     from clir_llm.cache import Cache
-    obj.cache = Cache(mode="off")
+    obj.cache = Cache(obj.__dict__.pop("_cache_root", None), mode="off")
     if "_lock" in obj.__dict__: obj._lock = threading.Lock()
     return obj
 
