@@ -162,7 +162,7 @@ def test_ray_translation_by_token_budget_sends_the_local_batches(cluster, mt, tm
         got = tr.translate(texts, "de", "en")
         assert _actor_batches(engine) == sorted(seen) and len(set(seen)) > 1   # the budget's batches (of unequal sizes), on actors
     finally: engine.close()
-    assert got == want and _usage(tr.usage) == _usage(local.usage)
+    assert got == want and _usage(tr.usage) == _usage(local.usage) and tr._model is None and tr._tok is not None   # lengths: the tokenizer only
     assert Cache(tmp_path / "ray").stats() == Cache(tmp_path / "local").stats() == {"translate": SENTENCES}
 
 
