@@ -267,11 +267,11 @@ def attach_translator(self: RayEngine, tr):
     s, bs, groups = self.spec, tr.batch_size, {}
     if hasattr(tr, "device"): tr.device = "cuda" if s.gpus_per_worker else "cpu"
     threads = s.threads_per_worker or torch.get_num_threads()
+    key = ("translator", type(tr).__name__, tr.name, repr(tr.identity), threads)   # the revision is known from here on
     worker = _portable(tr, progress=False, usage=Usage(), _tok=None)
     if hasattr(tr, "_model"):   # the driver only counts tokens (token-budget batches): the tokenizer, never the model
         from clir_llm.translate_hf import HFTranslator
         tr.load = lambda: tr._tok is not None or setattr(tr, "_tok", HFTranslator._tokenizer(tr))
-    key = ("translator", type(tr).__name__, tr.name, repr(tr.identity), threads)
     workers = lambda: self.pool(key, TranslatorWorker, worker, threads, self.delay)
     budget = tr._budget_batches
     def grouped(lengths):
