@@ -12,8 +12,8 @@ from .core import ClirError
 from .specs import Spec, validated
 
 # %% auto #0
-__all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'start_local_ray', 'RayEngine',
-           'make_engine', 'add_execution_arguments', 'execution_args']
+__all__ = ['EXECUTION_ENV', 'GROUP', 'ROUTED_BACKENDS', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'start_local_ray',
+           'RayEngine', 'TranslatorWorker', 'LLMWorker', 'make_engine', 'add_execution_arguments', 'execution_args']
 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
@@ -200,10 +200,11 @@ def attach_encoder(self: RayEngine, enc):
 
 @patch
 def prepare(self: RayEngine, retriever):
-    "`retriever` with its dense encoders routed to the actors (the same object, changed in place)."
+    "`retriever` with its dense encoders (and the translator of a QT/DT view) routed to the actors (the same object, changed in place)."
     from clir_llm.dense import Encoder
     for r in _parts(retriever):
         if isinstance(enc := getattr(r, "encoder", None), Encoder): self.attach_encoder(enc)
+        if (tr := getattr(r, "translator", None)) is not None: self.attach_translator(tr)
     return retriever
 
 @patch
@@ -212,6 +213,131 @@ def warm(self: RayEngine, retriever) -> list[int]:
     for r in _parts(retriever):
         if (start := getattr(getattr(r, "encoder", None), "_workers", None)) is not None: start(); return self.pids()
     return []
+
+# %% ../nbs/13g_engine.ipynb #85fe7986
+import copy, threading
+from .core import Usage
+
+def _portable(obj, **reset):
+    "A shallow copy of `obj` to send to an actor: no loaded model (`_model`, `_og`), lock or cache (`_settled` gives them back); `reset` laid over it."
+    c = copy.copy(obj)
+    for name in ("_model", "_og", "_lock", "cache"):
+        if name in c.__dict__: c.__dict__[name] = None
+    c.__dict__.update(reset, _cache_root=getattr(getattr(obj, "cache", None), "root", None))
+    return c
+
+def _settled(obj):
+    "In the actor: `obj` with its cache off (at the driver's root: a converted GGUF model is found there) and a new lock."
+    from clir_llm.cache import Cache
+    obj.cache = Cache(obj.__dict__.pop("_cache_root", None), mode="off")
+    if "_lock" in obj.__dict__: obj._lock = threading.Lock()
+    return obj
+
+class TranslatorWorker:
+    "One sentence translator in one process (a Ray actor): `translate` = its `_translate_batch`, nothing cached here."
+    def __init__(self, translator, threads: int = 1, delay: float = 0.0):
+        import torch
+        torch.set_num_threads(threads)
+        self.translator, self.delay, self.sizes = _settled(translator), delay, []
+        if (load := getattr(translator, "load", None)) is not None: load()
+
+    def pid(self) -> int: return os.getpid()
+    def batches(self) -> list[int]: "The sizes of the batches this process translated (tests)." ; return self.sizes
+
+    def translate(self, sentences: list[str], src: str, tgt: str) -> tuple[list[str], Usage]:
+        if self.delay: time.sleep(self.delay)
+        self.translator.usage = Usage()   # what this batch cost, for the driver's usage
+        out = self.translator._translate_batch(sentences, src, tgt)
+        self.sizes.append(len(sentences))
+        return out, self.translator.usage
+
+# %% ../nbs/13g_engine.ipynb #f19b7446
+import itertools
+
+@patch
+def attach_translator(self: RayEngine, tr):
+    """Route `tr`'s batches (a `SentenceTranslator`) to this engine's actors; the cache, the order and the batches stay the
+    driver's. An `llm:` translator's backend is attached instead; other translators (dictionaries) stay here."""
+    from clir_llm.translate import SentenceTranslator
+    if not isinstance(tr, SentenceTranslator):
+        if (b := getattr(tr, "backend", None)) is not None: self.attach_backend(b)
+        return tr
+    if getattr(tr, "_engine", None) is self: return tr
+    import torch
+    s, bs, groups = self.spec, tr.batch_size, {}
+    if hasattr(tr, "device"): tr.device = "cuda" if s.gpus_per_worker else "cpu"
+    threads = s.threads_per_worker or torch.get_num_threads()
+    key = ("translator", type(tr).__name__, tr.name, repr(tr.identity), threads)   # the revision is known from here on
+    worker = _portable(tr, progress=False, usage=Usage(), _tok=None)
+    if hasattr(tr, "_model"):   # the driver only counts tokens (token-budget batches): the tokenizer, never the model
+        from clir_llm.translate_hf import HFTranslator
+        tr.load = lambda: tr._tok is not None or setattr(tr, "_tok", HFTranslator._tokenizer(tr))
+    workers = lambda: self.pool(key, TranslatorWorker, worker, threads, self.delay)
+    budget = tr._budget_batches
+    def grouped(lengths):
+        cut = budget(lengths)
+        def groups_of(todo):
+            it = iter(cut(todo))
+            while group := list(itertools.islice(it, s.workers * GROUP)):
+                flat = [x for b in group for x in b]
+                groups[tuple(flat)] = group
+                yield flat
+        return groups_of
+    def translate_batch(sentences, src, tgt):
+        workers()
+        parts = groups.pop(tuple(sentences), None) or [sentences[i:i + bs] for i in range(0, len(sentences), bs)]
+        done = self.map("translate", [(p, src, tgt) for p in parts])
+        for _, u in done: tr.usage.add(u)
+        return [t for out, _ in done for t in out]
+    tr._translate_batch, tr._budget_batches, tr.batch_size = translate_batch, grouped, bs * s.workers * GROUP
+    tr._engine, tr._ray_workers = self, workers
+    return tr
+
+# %% ../nbs/13g_engine.ipynb #f4ca3da0
+ROUTED_BACKENDS = ("hf", "ort")   # backend kinds whose batches run on actors
+
+class LLMWorker:
+    "One LLM backend in one process (a Ray actor): `generate` / `score` = its `_generate_batch` / `_score_batch`, nothing cached here."
+    def __init__(self, backend, threads: int = 1, delay: float = 0.0):
+        import torch
+        torch.set_num_threads(threads)
+        self.backend, self.delay, self.sizes = _settled(backend), delay, []
+        for model in ("hf_model", "og_model"):   # load the model now (the first call is not slower than the others)
+            if hasattr(type(backend), model): getattr(backend, model)
+
+    def pid(self) -> int: return os.getpid()
+    def batches(self) -> list[int]: "The sizes of the batches this process computed (tests)." ; return self.sizes
+
+    def _run(self, compute, items, params):
+        if self.delay: time.sleep(self.delay)
+        out = compute(items, params)
+        self.sizes.append(len(items))
+        return out
+    def generate(self, items: list, params: dict) -> list[dict]: return self._run(self.backend._generate_batch, items, params)
+    def score(self, items: list, params: dict) -> list[dict]: return self._run(self.backend._score_batch, items, params)
+
+# %% ../nbs/13g_engine.ipynb #9058b318
+@patch
+def attach_backend(self: RayEngine, b):
+    """Route the batches of `b` (an `hf:` or `ort:` backend) to this engine's actors; the cache, the usage, the order and
+    the batches stay the driver's. Other backends are returned unchanged."""
+    if getattr(b, "_engine", None) is self or getattr(b, "kind", None) not in ROUTED_BACKENDS or getattr(b, "_threaded", False): return b
+    import torch
+    s, bs = self.spec, b.batch_size
+    if b.kind == "hf" and b._model is None and not getattr(b, "_device_map", None):
+        b._device = "cuda" if s.gpus_per_worker else "cpu"   # the actors' device (the dtype in the cache key follows it)
+    threads = s.threads_per_worker or torch.get_num_threads()
+    worker = _portable(b, usage=Usage())
+    key = ("llm", b.kind, b.model, repr(b.identity()), threads)
+    workers = lambda: self.pool(key, LLMWorker, worker, threads, self.delay)
+    def on_actors(method):
+        def compute(items, params):
+            workers()
+            return [r for part in self.map(method, [(items[i:i + bs], params) for i in range(0, len(items), bs)]) for r in part]
+        return compute
+    b._generate_batch, b._score_batch, b.batch_size = on_actors("generate"), on_actors("score"), bs * s.workers * GROUP
+    b._engine, b._ray_workers = self, workers
+    return b
 
 # %% ../nbs/13g_engine.ipynb #18b0bd21
 def make_engine(spec: ExecutionSpec | None, **kw) -> Optional[RayEngine]:

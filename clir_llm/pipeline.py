@@ -68,10 +68,11 @@ class Pipeline:
 # %% ../nbs/13b_pipeline.ipynb #74bd2194
 @patch
 def translator(self: Pipeline):
-    "The configuration's translator (one object, so its sentence accounting covers the whole pipeline)."
+    "The configuration's translator (one object, so its sentence accounting covers the whole pipeline); with `engine: ray` its batches run on the actors."
     if self._translator is None and self.cfg.first_stage.translator:
         from clir_llm.translate import get_translator
         self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, **self.cfg.first_stage.translator_options())
+        if (engine := self.engine()) is not None: engine.attach_translator(self._translator)   # engine: ray: MT batches on actors
     return self._translator
 
 @patch
@@ -137,7 +138,9 @@ def backend(self: Pipeline, spec, **options):
     spec = BackendSpec.parse(spec)
     # every option: two rows with other servers, concurrency or reranker switches get their own backend
     key = (spec.model_dump_json(), tuple(sorted(options.items())))
-    if key not in self._backends: self._backends[key] = get_backend(spec, cache=self.cache, **options)
+    if key not in self._backends:
+        self._backends[key] = get_backend(spec, cache=self.cache, **options)
+        if (engine := self.engine()) is not None: engine.attach_backend(self._backends[key])   # engine: ray: hf:/ort: batches on actors
     return self._backends[key]
 
 @patch

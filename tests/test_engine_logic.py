@@ -42,6 +42,10 @@ def _fake_ray(cpus=4):
     ray.remote = Cls
     ray.get = lambda refs: list(refs) if isinstance(refs, list) else refs
     ray.kill = lambda actor, no_restart=True: None
+    class ActorPool:   # ray.util.ActorPool: here each call on the next actor in turn, results in order
+        def __init__(self, actors): self.actors = actors
+        def map(self, fn, values): return (fn(self.actors[i % len(self.actors)], v) for i, v in enumerate(values))
+    ray.util = types.ModuleType("ray.util"); ray.util.ActorPool = ActorPool
     return ray
 
 
@@ -49,6 +53,7 @@ def _fake_ray(cpus=4):
 def fake_ray(monkeypatch):
     ray = _fake_ray()
     monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.setitem(sys.modules, "ray.util", ray.util)
     return ray
 
 
@@ -134,3 +139,46 @@ def test_no_address_starts_a_local_cluster_never_joins_one(monkeypatch, spec, tm
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     RayEngine(ExecutionSpec(engine="ray", workers=1, address="auto")).start()
     assert kws[-1]["address"] == "auto"
+
+
+def _sizes(ray, method: str) -> list[int]: return sorted(c[2] for c in ray.calls if c[1] == method)
+
+
+@pytest.mark.parametrize("budget", [None, 200])
+def test_translation_batches_cache_and_usage_as_local(fake_ray, tmp_path, budget):
+    "The engine's translator: the local batches (by batch size or token budget) on the actors, the local cache and usage."
+    from clir_llm.translate import NLLBTranslator, tiny_nllb
+    mt, seen = tiny_nllb(tmp_path / "mt"), []
+    texts = [f"Der Satz {i} {'ist lang ' * (i % 5)}hier. Noch {i}." for i in range(20)]
+    make = lambda where: NLLBTranslator(str(mt), device="cpu", max_new_tokens=6, batch_size=3, batch_tokens=budget,
+                                        cache=Cache(tmp_path / where), progress=False)
+    local = make("l")
+    compute = local._translate_batch
+    local._translate_batch = lambda b, s, t: seen.append(len(b)) or compute(b, s, t)
+    want = local.translate(texts, "de", "en")
+    engine = RayEngine(ExecutionSpec(engine="ray", workers=2))
+    tr = engine.attach_translator(make("r"))
+    assert tr.translate(texts, "de", "en") == want and tr._model is None
+    assert _sizes(fake_ray, "translate") == sorted(seen) and len({c[0] for c in fake_ray.calls if c[1] == "translate"}) == 2
+    strip = lambda u: (u.calls, u.cache_hits, u.tokens_in, u.tokens_out, u.counters)
+    assert strip(tr.usage) == strip(local.usage) and Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats()
+
+
+def test_llm_batches_cache_and_usage_as_local(fake_ray, tmp_path):
+    "An hf: backend's generate and score batches on the actors: the local batches, runs, cache entries and usage."
+    from clir_llm.llm import HFBackend
+    from clir_llm.pairwise import PairwiseReranker
+    from clir_llm.testing import make_tiny_hf_model
+    coll, first = tiny_setup(n_queries=2, n_docs=5)
+    model = make_tiny_hf_model(tmp_path / "qwen2")
+    rerank = lambda b: [PairwiseReranker(b, method="bubblesort", sort_k=2, scoring=s, progress=False).rerank(coll, first, k=5)
+                        for s in ("generation", "likelihood")]
+    local = HFBackend(str(model), cache=Cache(tmp_path / "l"), batch_size=3)
+    want = rerank(local)
+    engine = RayEngine(ExecutionSpec(engine="ray", workers=2))
+    b = engine.attach_backend(HFBackend(str(model), cache=Cache(tmp_path / "r"), batch_size=3))
+    assert rerank(b) == want and b._model is None
+    gen, score = _sizes(fake_ray, "generate"), _sizes(fake_ray, "score")
+    assert gen and score and max(gen + score) == 3 and sum(gen + score) == local.usage.calls
+    strip = lambda u: (u.calls, u.cache_hits, u.tokens_in, u.tokens_out)
+    assert strip(b.usage) == strip(local.usage) and Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats()
