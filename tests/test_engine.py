@@ -92,7 +92,7 @@ def test_ray_config_reproduces_local_first_stage_table_through_a_killed_worker(c
 
 from clir_llm.translate import NLLBTranslator, tiny_nllb
 
-SENTENCES = 80   # unique sentences: 20 local batches of 4, three groups of 2 workers x GROUP batches
+SENTENCES = 96   # unique sentences: 24 local batches of 4, two groups of 2 workers x GROUP (8) batches: 16, then 8
 
 
 def _texts():
