@@ -31,10 +31,12 @@ class FormatError(ClirError, ValueError):
 def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
     """A PyYAML error as a `FormatError` naming `path` and the line: PyYAML's context and problem in one line, without
     the `in "<unicode string>", line 2, column 1:` block and the quoted source that its own message carries."""
-    mark = getattr(e, "problem_mark", None)
+    mark, opened = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
     msg = "; ".join(" ".join(w.split()) for w in (getattr(e, "context", None), getattr(e, "problem", None)) if w)
+    where = [] if mark is None else [f"column {mark.column + 1}"]
+    if opened is not None and (mark is None or opened.line != mark.line): where.append(f"opened at line {opened.line + 1}, column {opened.column + 1}")
     return FormatError(path, None if mark is None else mark.line + 1,
-                       f"{what}: {msg or ' '.join(str(e).split())}" + ("" if mark is None else f" (column {mark.column + 1})"))
+                       f"{what}: {msg or ' '.join(str(e).split())}" + (f" ({'; '.join(where)})" if where else ""))
 
 # %% ../nbs/00_core.ipynb #4aa93b74
 def atomic_write(path, data: str | bytes, encoding: str = "utf-8") -> Path:

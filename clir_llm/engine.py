@@ -151,8 +151,12 @@ def map(self: RayEngine, method: str, calls: list[tuple]) -> list:
     try: return list(ActorPool(self._actors).map(lambda a, args: getattr(a, method).remote(*args), calls))
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None) or e
-        raise ClirError(f"a Ray worker failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1]}") from None
+        last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
+        raise ClirError(f"a Ray worker failed: {type(cause).__name__}" + (f": {last}" if last else "")) from None
     except ray.exceptions.RayActorError as e:
+        if getattr(e, "actor_init_failed", False):   # its constructor raised (model not found, an extra not installed there)
+            lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
+            raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
         raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {str(e).strip().splitlines()[0]}") from None
 
 @patch
@@ -188,7 +192,7 @@ def attach_encoder(self: RayEngine, enc):
     import torch
     s, bs = self.spec, enc.batch_size
     enc.device = "cuda" if s.gpus_per_worker else "cpu"
-    enc.dtype = enc.spec.half if s.gpus_per_worker else "float32"
+    enc.dtype = enc.spec.dtype or (enc.spec.half if s.gpus_per_worker else "float32")   # as `Encoder` picks it on that device
     threads = s.threads_per_worker or torch.get_num_threads()   # CPU kernels (attention) sum in another order with other thread counts
     key = ("encoder", repr(enc.spec), enc.device, enc.dtype, threads)
     workers = lambda: self.pool(key, EncoderWorker, enc.spec, enc.device, enc.dtype, threads, self.delay)
@@ -326,7 +330,11 @@ def attach_backend(self: RayEngine, b):
     import torch
     s, bs = self.spec, b.batch_size
     if b.kind == "hf" and b._model is None and not getattr(b, "_device_map", None):
-        b._device = "cuda" if s.gpus_per_worker else "cpu"   # the actors' device (the dtype in the cache key follows it)
+        b._device = "cuda" if s.gpus_per_worker else "cpu"   # the actors' device
+        if getattr(b, "_card_dtype", None):   # a model card's dtype on a GPU, float32 on a CPU: the actors' device decides
+            from clir_llm.llm import _dtype_name
+            b._dtype = b._card_dtype if s.gpus_per_worker else "float32"
+            b._named_dtype = _dtype_name(b._dtype)
     threads = s.threads_per_worker or torch.get_num_threads()
     worker = _portable(b, usage=Usage())
     key = ("llm", b.kind, b.model, repr(b.identity()), threads)

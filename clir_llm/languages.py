@@ -74,7 +74,9 @@ def language(code: str) -> Language:
     key = key if key in LANGUAGES else ALIASES.get(key, key)
     if key not in LANGUAGES:
         by_name = [l.code for l in LANGUAGES.values() if l.name.lower() == key or l.name.lower().startswith(key + " ")]
-        close = by_name or difflib.get_close_matches(key, list(LANGUAGES) + list(ALIASES), n=3, cutoff=0.75)
+        base = key.replace("-", "_").split("_")[0]   # a region or script tag: en-US, pt_BR
+        close = by_name or ([base] if base != key and (base in LANGUAGES or base in ALIASES) else []) or \
+                difflib.get_close_matches(key, list(LANGUAGES) + list(ALIASES), n=3, cutoff=0.75)
         hint = f" (did you mean {' or '.join(repr(ALIASES.get(c, c)) for c in dict.fromkeys(close))}?)" if close else ""
         raise UnknownLanguageError(f"unknown language code {code!r}{hint}; known codes: {', '.join(LANGUAGES)}")
     return LANGUAGES[key]

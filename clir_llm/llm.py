@@ -662,7 +662,8 @@ class HFBackend(_HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
         local = path.exists()
         if local and revision is None: revision = _local_revision(path if path.is_dir() else path.parent, gguf_file)
         card = None if local else model_card(model)
-        if dtype is None and card is not None and card.dtype:    # the authors' dtype on a GPU; fp32 on a CPU, as their code
+        self._card_dtype = card.dtype if dtype is None and card is not None and card.dtype else None   # (engine: ray re-decides)
+        if self._card_dtype:    # the authors' dtype on a GPU; fp32 on a CPU, as their code
             import torch
             dtype = card.dtype if str(device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda") else "float32"
         self._named_dtype = _dtype_name(dtype) if dtype not in (None, "auto") else None   # named in the identity

@@ -206,11 +206,13 @@ def folder_fingerprint(path) -> str:
             with open(f, "rb") as fh: h.append((rel, f.stat().st_size, fh.read(1 << 20).hex()))
     return "local-" + stable_hash(h, n=16)
 
-def _hub_revision(model: str, revision: str | None) -> str | None:
-    "The commit hash of a Hub model already in the local Hugging Face cache, else None."
+def _hub_revision(model: str, revision: str | None, download: bool = False) -> str | None:
+    """The commit hash of a Hub model: from the local Hugging Face cache, or (`download`) by fetching its config.json
+    alone (not the weights: an `engine: ray` driver names the model without loading it); else None."""
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
         p = try_to_load_from_cache(model, "config.json", revision=revision)
+        if download and not (isinstance(p, str) and "/snapshots/" in p): p = hf_hub_download(model, "config.json", revision=revision)
         if isinstance(p, str) and "/snapshots/" in p: return p.split("/snapshots/")[1].split("/")[0]
     except Exception: pass
     return None
@@ -236,8 +238,8 @@ class NLLBTranslator(SentenceTranslator):
     def revision(self) -> str:
         "The model's revision: a local folder's fingerprint, the cached Hub commit, or the commit after loading."
         if self.local: return folder_fingerprint(Path(self.model_id).expanduser())
-        rev = _hub_revision(self.model_id, self._revision)
-        if rev is None:
+        rev = _hub_revision(self.model_id, self._revision, download=True)
+        if rev is None:   # offline: loading says why
             self.load(); rev = getattr(self._model.config, "_commit_hash", None) or self._revision or "main"
         return rev
 

@@ -182,3 +182,52 @@ def test_llm_batches_cache_and_usage_as_local(fake_ray, tmp_path):
     assert gen and score and max(gen + score) == 3 and sum(gen + score) == local.usage.calls
     strip = lambda u: (u.calls, u.cache_hits, u.tokens_in, u.tokens_out)
     assert strip(b.usage) == strip(local.usage) and Cache(tmp_path / "r").stats() == Cache(tmp_path / "l").stats()
+
+
+def test_worker_errors_are_one_line_even_without_a_message(fake_ray):
+    "A worker's exception without a message (MemoryError()) and a worker that cannot start: one line each, the cause named."
+    engine = RayEngine(ExecutionSpec(engine="ray", workers=1))
+    class Boom:
+        def __init__(self, exc): self.exc = exc
+        def work(self, x): raise self.exc
+    TaskError, ActorError = fake_ray.exceptions.RayTaskError, fake_ray.exceptions.RayActorError
+    task = TaskError("ray::Boom.work()"); task.cause = MemoryError()
+    engine._actors = [fake_ray.remote(Boom).options().remote(task)]
+    with pytest.raises(ClirError, match=r"^a Ray worker failed: MemoryError$"): engine.map("work", [(1,)])
+    died = ActorError("The actor died because of an error raised in its creation task"); died.actor_init_failed = True
+    died.error_msg = "ray::LLMWorker.__init__() (pid=1)\n  File x\nclir_llm.core.ClirError: cannot load NLLB model 'x': not found\n"
+    engine._actors = [fake_ray.remote(Boom).options().remote(died)]
+    with pytest.raises(ClirError, match=r"^a Ray worker could not start: clir_llm.core.ClirError: cannot load NLLB model 'x': not found$"):
+        engine.map("work", [(1,)])
+
+
+def test_actors_take_the_encoder_spec_dtype_and_the_card_dtype_of_their_device(fake_ray, spec, tmp_path):
+    "An encoder's own dtype stays on actors; an hf: model card's dtype is the GPU actors' dtype even when the driver has no GPU."
+    from clir_llm.dense import Encoder
+    from clir_llm.llm import HFBackend
+    from clir_llm.testing import make_tiny_hf_model
+    import dataclasses
+    enc = Encoder(dataclasses.replace(spec, dtype="bfloat16"), device="cpu", cache=Cache(tmp_path / "e"), progress=False)
+    RayEngine(ExecutionSpec(engine="ray", workers=1)).attach_encoder(enc)
+    assert enc.dtype == "bfloat16"
+    tiny = make_tiny_hf_model(tmp_path / "qwen2")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    b = HFBackend("meta-llama/Llama-3.1-8B-Instruct", cache=Cache(tmp_path / "b"), device="cpu",
+                  hf_model=AutoModelForCausalLM.from_pretrained(tiny), tokenizer=AutoTokenizer.from_pretrained(tiny))
+    assert b._dtype == "float32"            # the card's half dtype is for GPUs; this driver is a CPU
+    b._model = None                         # as a driver that has not loaded it
+    RayEngine(ExecutionSpec(engine="ray", workers=1, gpus_per_worker=1)).attach_backend(b)
+    from clir_llm.llm import model_card
+    card = model_card("meta-llama/Llama-3.1-8B-Instruct").dtype
+    assert card in ("float16", "bfloat16") and b._dtype == card and b.identity()["dtype"] == card, b.identity()
+
+
+def test_hub_translator_revision_from_config_alone(monkeypatch):
+    "A Hub NLLB not in the local cache is named by fetching its config.json, never by loading the model."
+    import huggingface_hub
+    from clir_llm.translate import NLLBTranslator
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, f, revision=None: f"/hf/models--x/snapshots/abc123/{f}")
+    tr = NLLBTranslator("facebook/nllb-200-distilled-600M", device="cpu", cache=Cache(mode="off"), progress=False)
+    tr.load = lambda: pytest.fail("the model was loaded to name its revision")
+    assert tr.revision == "abc123" and tr._model is None
