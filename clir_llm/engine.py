@@ -174,6 +174,15 @@ def close(self: RayEngine):
     self._key, self._actors = None, []
 
 # %% ../nbs/13g_engine.ipynb #30435506
+def _threads(spec) -> int:
+    "Torch threads per actor: the option, else the driver's own (CPU kernels such as attention sum in another order with other thread counts)."
+    import torch
+    return spec.threads_per_worker or torch.get_num_threads()
+
+def _batches(items: list, bs: int) -> list[list]:
+    "`items` (a driver group) cut back into the local engine's batches of `bs`."
+    return [items[i:i + bs] for i in range(0, len(items), bs)]
+
 GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare (4 gave
             # 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
 
@@ -189,17 +198,15 @@ def attach_encoder(self: RayEngine, enc):
     The driver hands the cache groups of `GROUP` batches per worker (committed group by group), and the actors draw
     the batches of a group as they become idle."""
     if getattr(enc, "_engine", None) is self: return enc
-    import torch
     s, bs = self.spec, enc.batch_size
     enc.device = "cuda" if s.gpus_per_worker else "cpu"
     enc.dtype = enc.spec.dtype or (enc.spec.half if s.gpus_per_worker else "float32")   # as `Encoder` picks it on that device
-    threads = s.threads_per_worker or torch.get_num_threads()   # CPU kernels (attention) sum in another order with other thread counts
+    threads = _threads(s)
     key = ("encoder", repr(enc.spec), enc.device, enc.dtype, threads)
     workers = lambda: self.pool(key, EncoderWorker, enc.spec, enc.device, enc.dtype, threads, self.delay)
     def encode_batch(texts, max_length, instruction=""):
         workers()
-        chunks = [texts[i:i + bs] for i in range(0, len(texts), bs)]
-        return np.concatenate(self.map("encode", [(c, max_length, instruction) for c in chunks]))
+        return np.concatenate(self.map("encode", [(c, max_length, instruction) for c in _batches(texts, bs)]))
     enc.encode_batch, enc.batch_size, enc._engine, enc._workers = encode_batch, bs * s.workers * GROUP, self, workers
     return enc
 
@@ -268,10 +275,9 @@ def attach_translator(self: RayEngine, tr):
         if (b := getattr(tr, "backend", None)) is not None: self.attach_backend(b)
         return tr
     if getattr(tr, "_engine", None) is self: return tr
-    import torch
     s, bs, groups = self.spec, tr.batch_size, {}
     if hasattr(tr, "device"): tr.device = "cuda" if s.gpus_per_worker else "cpu"
-    threads = s.threads_per_worker or torch.get_num_threads()
+    threads = _threads(s)
     key = ("translator", type(tr).__name__, tr.name, repr(tr.identity), threads)   # the revision is known from here on
     worker = _portable(tr, progress=False, usage=Usage(), _tok=None)
     if hasattr(tr, "_model"):   # the driver only counts tokens (token-budget batches): the tokenizer, never the model
@@ -290,7 +296,7 @@ def attach_translator(self: RayEngine, tr):
         return groups_of
     def translate_batch(sentences, src, tgt):
         workers()
-        parts = groups.pop(tuple(sentences), None) or [sentences[i:i + bs] for i in range(0, len(sentences), bs)]
+        parts = groups.pop(tuple(sentences), None) or _batches(sentences, bs)
         done = self.map("translate", [(p, src, tgt) for p in parts])
         for _, u in done: tr.usage.add(u)
         return [t for out, _ in done for t in out]
@@ -327,7 +333,6 @@ def attach_backend(self: RayEngine, b):
     """Route the batches of `b` (an `hf:` or `ort:` backend) to this engine's actors; the cache, the usage, the order and
     the batches stay the driver's. Other backends are returned unchanged."""
     if getattr(b, "_engine", None) is self or getattr(b, "kind", None) not in ROUTED_BACKENDS or getattr(b, "_threaded", False): return b
-    import torch
     s, bs = self.spec, b.batch_size
     if b.kind == "hf" and b._model is None and not getattr(b, "_device_map", None):
         b._device = "cuda" if s.gpus_per_worker else "cpu"   # the actors' device
@@ -335,14 +340,14 @@ def attach_backend(self: RayEngine, b):
             from clir_llm.llm import _dtype_name
             b._dtype = b._card_dtype if s.gpus_per_worker else "float32"
             b._named_dtype = _dtype_name(b._dtype)
-    threads = s.threads_per_worker or torch.get_num_threads()
+    threads = _threads(s)
     worker = _portable(b, usage=Usage())
     key = ("llm", b.kind, b.model, repr(b.identity()), threads)
     workers = lambda: self.pool(key, LLMWorker, worker, threads, self.delay)
     def on_actors(method):
         def compute(items, params):
             workers()
-            return [r for part in self.map(method, [(items[i:i + bs], params) for i in range(0, len(items), bs)]) for r in part]
+            return [r for part in self.map(method, [(p, params) for p in _batches(items, bs)]) for r in part]
         return compute
     b._generate_batch, b._score_batch, b.batch_size = on_actors("generate"), on_actors("score"), bs * s.workers * GROUP
     b._engine, b._ray_workers = self, workers
