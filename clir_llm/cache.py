@@ -215,11 +215,13 @@ class Namespace:
 @patch
 def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], list], batch_size: int = 32,
                    desc: str | None = None, order: Callable | None = None, progress: bool = True,
-                   batches: Callable[[list], Iterable[list]] | None = None) -> list:
+                   batches: Callable[[list], Iterable[list]] | None = None, executor=None) -> list:
     """Values of `items` in order: hits from the cache, misses computed by `compute(batch) -> values`.
     Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length;
     `batches(misses)` instead cuts the sorted misses into batches of its own choosing, e.g. by a token budget),
-    and each batch is committed before the next starts. In replay mode a miss raises `CacheMiss`."""
+    and each batch is committed before the next starts. With an `executor` (`clir_llm.executor`), `compute` takes a
+    group of batches and returns their lists of values, and each group is committed before the next.
+    In replay mode a miss raises `CacheMiss`."""
     items = list(items)
     hits = self.get_many(items)
     self.hits += len(hits)
@@ -236,9 +238,10 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
     done = {}
     bar = tqdm(total=len(todo), desc=desc or self.stage, disable=not progress or not todo, leave=False)
     cut = batches(todo) if batches is not None else (todo[b:b + batch_size] for b in range(0, len(todo), batch_size))
-    for batch in cut:
-        batch = list(batch)
-        values = list(compute(batch))
+    steps = ((list(b), lambda b: compute(b)) for b in cut) if executor is None else \
+            (([x for b in g for x in b], lambda _, g=g: [v for vs in compute(g) for v in vs]) for g in executor.groups(cut))
+    for batch, run in steps:
+        values = list(run(batch))
         if len(values) != len(batch):
             raise ClirError(f"{self.stage}: compute returned {len(values)} values for {len(batch)} inputs")
         self.put_many(zip(batch, values))

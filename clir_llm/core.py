@@ -248,6 +248,12 @@ class Usage:
         for k, v in other.counters.items(): self.counters[k] = self.counters.get(k, 0) + v
         return self
 
+    def minus(self, other: "Usage") -> "Usage":
+        "A new `Usage`: this one less `other` (what was spent between two snapshots; counters that did not change left out)."
+        out = Usage(**{k: getattr(self, k) - getattr(other, k) for k in ("calls", "cache_hits", "tokens_in", "tokens_out", "seconds", "cost_usd")})
+        out.counters = {k: v - other.counters.get(k, 0) for k, v in self.counters.items() if v - other.counters.get(k, 0)}
+        return out
+
     def count(self, name: str, n: int = 1):
         "Increase the free-form counter `name` by `n`."
         self.counters[name] = self.counters.get(name, 0) + n

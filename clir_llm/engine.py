@@ -4,16 +4,17 @@
 
 # %% ../nbs/13g_engine.ipynb #1cb77cc8
 from __future__ import annotations
-import json, os, time
+import copy, json, os, time
 from typing import Literal, Optional
-import numpy as np
+from fastcore.basics import patch
 from pydantic import Field
-from .core import ClirError
-from .specs import Spec, validated
+from .core import ClirError, Usage
+from .executor import LOCAL, Executor
+from .specs import Spec, add_spec_arguments, validated
 
 # %% auto #0
-__all__ = ['EXECUTION_ENV', 'GROUP', 'ROUTED_BACKENDS', 'ExecutionSpec', 'execution_of', 'EncoderWorker', 'start_local_ray',
-           'RayEngine', 'TranslatorWorker', 'LLMWorker', 'make_engine', 'add_execution_arguments', 'execution_args']
+__all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'make_executor',
+           'add_execution_arguments', 'execution_args']
 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
@@ -49,22 +50,23 @@ def execution_of(cfg=None, **override) -> ExecutionSpec:
     return validated(ExecutionSpec, base, where="execution")
 
 # %% ../nbs/13g_engine.ipynb #24517b07
-class EncoderWorker:
-    "One dense encoder in one process (a Ray actor): `encode` = `Encoder.encode_batch`, nothing cached here."
-    def __init__(self, spec, device: str, dtype: str, threads: int = 1, delay: float = 0.0):
+class Worker:
+    "One owner rebuilt in one process (a Ray actor) from its recipe; `call(method, args)` runs one batch there, nothing cached."
+    def __init__(self, factory, args: tuple, threads: int = 1, delay: float = 0.0):
         import torch
-        from clir_llm.cache import Cache
-        from clir_llm.dense import Encoder
         torch.set_num_threads(threads)
-        self.encoder = Encoder(spec, device=device, dtype=dtype, cache=Cache(mode="off"), progress=False)
-        self.encoder.load()
-        self.delay = delay
+        self.obj, self.delay, self.sizes = factory(*args), delay, []
 
     def pid(self) -> int: return os.getpid()
+    def batches(self) -> list[int]: "The sizes of the batches this process computed (tests)." ; return self.sizes
 
-    def encode(self, texts: list[str], max_length: int, instruction: str = "") -> np.ndarray:
+    def call(self, method: str, args: tuple) -> tuple:
+        "(`obj.method(*args)`, the `Usage` the call added to `obj.usage`)."
         if self.delay: time.sleep(self.delay)
-        return self.encoder.encode_batch(texts, max_length, instruction)
+        before = copy.deepcopy(self.obj.usage)
+        out = getattr(self.obj, method)(*args)
+        self.sizes.append(len(args[0]) if args and hasattr(args[0], "__len__") else 1)
+        return out, self.obj.usage.minus(before)
 
 # %% ../nbs/13g_engine.ipynb #2dbbc792
 import contextlib, socket
@@ -99,56 +101,73 @@ def start_local_ray(num_cpus: int | None = None):
     return ray
 
 # %% ../nbs/13g_engine.ipynb #25c06482
-class RayEngine:
-    "Run batches on Ray actors; the driver (this process) keeps the cache, the run files and the order of results."
+GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare (4 gave
+            # 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
+
+# %% ../nbs/13g_engine.ipynb #75f8394a
+class RayExecutor(Executor):
+    "Batches on Ray actors; the driver (this process) keeps the cache, the run files and the order of results."
+    per_worker = GROUP
+
     def __init__(self, spec: ExecutionSpec | None = None, delay: float = 0.0, max_restarts: int = 3):
         self.spec = spec or ExecutionSpec(engine="ray")
+        self.workers, self.device = self.spec.workers, "cuda" if self.spec.gpus_per_worker else "cpu"
         self.delay, self.max_restarts = delay, max_restarts
         self._key, self._actors = None, []
 
-    def start(self):
-        "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
-        try: import ray
-        except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
-        address = self.spec.address or os.environ.get("RAY_ADDRESS")
-        if not ray.is_initialized():
-            try:
-                if address: ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-                else: start_local_ray()
-            except Exception as e:   # Ray raises ConnectionError, RuntimeError, ValueError and bare Exception here
-                raise ClirError(f"cannot {'reach the Ray cluster at ' + repr(address) if address else 'start a local Ray cluster'}: "
-                                f"{str(e).strip().splitlines()[0]}") from None
-        have, s = ray.cluster_resources(), self.spec
-        if have.get("CPU", 0) < s.workers * s.cpus() or have.get("GPU", 0) < s.workers * s.gpus_per_worker:
-            raise ClirError(f"the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; "
-                            f"{s.workers} workers need {s.workers * s.cpus()} CPUs and {s.workers * s.gpus_per_worker:g} GPUs "
-                            "(lower execution.workers or threads_per_worker)")
-        return ray
+    def describe(self) -> str: return self.spec.describe()
 
-    def __repr__(self): return f"RayEngine({self.spec.describe()!r})"
+# %% ../nbs/13g_engine.ipynb #f4614749
+@patch
+def start(self: RayExecutor):
+    "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
+    try: import ray
+    except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
+    address = self.spec.address or os.environ.get("RAY_ADDRESS")
+    if not ray.is_initialized():
+        try:
+            if address: ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+            else: start_local_ray()
+        except Exception as e:   # Ray raises ConnectionError, RuntimeError, ValueError and bare Exception here
+            raise ClirError(f"cannot {'reach the Ray cluster at ' + repr(address) if address else 'start a local Ray cluster'}: "
+                            f"{str(e).strip().splitlines()[0]}") from None
+    have, s = ray.cluster_resources(), self.spec
+    if have.get("CPU", 0) < s.workers * s.cpus() or have.get("GPU", 0) < s.workers * s.gpus_per_worker:
+        raise ClirError(f"the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; "
+                        f"{s.workers} workers need {s.workers * s.cpus()} CPUs and {s.workers * s.gpus_per_worker:g} GPUs "
+                        "(lower execution.workers or threads_per_worker)")
+    return ray
 
 # %% ../nbs/13g_engine.ipynb #1819124d
-from fastcore.basics import patch
-
 @patch
-def pool(self: RayEngine, key, cls, *args) -> list:
-    "The actors of `cls(*args)` for `key` (one model): created on first use; the pool of another key is released first."
+def pool(self: RayExecutor, owner) -> list:
+    "The actors that hold `owner`'s recipe (`owner.worker()`): made on first use; the pool of another recipe is released first."
+    factory, args = owner.worker()
+    key = (getattr(factory, "__qualname__", repr(factory)), repr(args))
     if key == self._key: return self._actors
     ray = self.start()
     self.close()
     s = self.spec
-    actor = ray.remote(cls).options(num_cpus=s.cpus(), num_gpus=s.gpus_per_worker,
-                                    max_restarts=self.max_restarts, max_task_retries=self.max_restarts)
-    self._actors, self._key = [actor.remote(*args) for _ in range(s.workers)], key
+    actor = ray.remote(Worker).options(num_cpus=s.cpus(), num_gpus=s.gpus_per_worker,
+                                       max_restarts=self.max_restarts, max_task_retries=self.max_restarts)
+    threads = s.threads_per_worker or _driver_threads()
+    self._actors, self._key = [actor.remote(factory, args, threads, self.delay) for _ in range(s.workers)], key
     return self._actors
 
+def _driver_threads() -> int:
+    "This process's torch threads (CPU kernels such as attention sum in another order with other thread counts)."
+    import torch
+    return torch.get_num_threads()
+
+# %% ../nbs/13g_engine.ipynb #527dd1ab
 @patch
-def map(self: RayEngine, method: str, calls: list[tuple]) -> list:
-    """`actor.method(*args)` for each `args` of `calls`, each sent to the next idle actor (`ray.util.ActorPool`: a
-    worker that drew long texts does not hold the others up); results in the order of `calls`."""
+def map(self: RayExecutor, owner, method: str, calls) -> list:
+    """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call sent to
+    the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
     import ray
     from ray.util import ActorPool
-    try: return list(ActorPool(self._actors).map(lambda a, args: getattr(a, method).remote(*args), calls))
+    actors = self.pool(owner)
+    try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
     except ray.exceptions.RayTaskError as e:
         cause = getattr(e, "cause", None) or e
         last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
@@ -158,15 +177,30 @@ def map(self: RayEngine, method: str, calls: list[tuple]) -> list:
             lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
             raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
         raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {str(e).strip().splitlines()[0]}") from None
+    for _, used in done: owner.usage.add(used)
+    return [out for out, _ in done]
+
+# %% ../nbs/13g_engine.ipynb #f59dee30
+@patch
+def warm(self: RayExecutor, owner) -> list[int]:
+    "Start the actors of `owner`'s recipe and wait until their models are loaded; their process ids."
+    import ray
+    return ray.get([a.pid.remote() for a in self.pool(owner)])
 
 @patch
-def pids(self: RayEngine) -> list[int]:
+def pids(self: RayExecutor) -> list[int]:
     "The process ids of the current pool's actors (tests kill one)."
     import ray
     return ray.get([a.pid.remote() for a in self._actors])
 
 @patch
-def close(self: RayEngine):
+def batch_sizes(self: RayExecutor) -> list[int]:
+    "The sizes of the batches the current pool's actors computed (tests)."
+    import ray
+    return [n for sizes in ray.get([a.batches.remote() for a in self._actors]) for n in sizes]
+
+@patch
+def close(self: RayExecutor):
     "Release the actors of the current pool (the cluster stays up)."
     if self._actors:
         import ray
@@ -174,194 +208,13 @@ def close(self: RayEngine):
     self._key, self._actors = None, []
 
 # %% ../nbs/13g_engine.ipynb #30435506
-def _threads(spec) -> int:
-    "Torch threads per actor: the option, else the driver's own (CPU kernels such as attention sum in another order with other thread counts)."
-    import torch
-    return spec.threads_per_worker or torch.get_num_threads()
-
-def _batches(items: list, bs: int) -> list[list]:
-    "`items` (a driver group) cut back into the local engine's batches of `bs`."
-    return [items[i:i + bs] for i in range(0, len(items), bs)]
-
-GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare (4 gave
-            # 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
-
-def _parts(retriever):
-    "The retriever and every retriever inside it (fusion parts, the retriever of a translated view)."
-    yield retriever
-    for r in getattr(retriever, "retrievers", ()) or (): yield from _parts(r)
-    if (inner := getattr(retriever, "retriever", None)) is not None: yield from _parts(inner)
-
-@patch
-def attach_encoder(self: RayEngine, enc):
-    """Route `enc`'s batches (an `Encoder`) to this engine's actors; the cache, the order and the batches stay the driver's.
-    The driver hands the cache groups of `GROUP` batches per worker (committed group by group), and the actors draw
-    the batches of a group as they become idle."""
-    if getattr(enc, "_engine", None) is self: return enc
-    s, bs = self.spec, enc.batch_size
-    enc.device = "cuda" if s.gpus_per_worker else "cpu"
-    enc.dtype = enc.spec.dtype or (enc.spec.half if s.gpus_per_worker else "float32")   # as `Encoder` picks it on that device
-    threads = _threads(s)
-    key = ("encoder", repr(enc.spec), enc.device, enc.dtype, threads)
-    workers = lambda: self.pool(key, EncoderWorker, enc.spec, enc.device, enc.dtype, threads, self.delay)
-    def encode_batch(texts, max_length, instruction=""):
-        workers()
-        return np.concatenate(self.map("encode", [(c, max_length, instruction) for c in _batches(texts, bs)]))
-    enc.encode_batch, enc.batch_size, enc._engine, enc._workers = encode_batch, bs * s.workers * GROUP, self, workers
-    return enc
-
-@patch
-def prepare(self: RayEngine, retriever):
-    "`retriever` with its dense encoders (and the translator of a QT/DT view) routed to the actors (the same object, changed in place)."
-    from clir_llm.dense import Encoder
-    for r in _parts(retriever):
-        if isinstance(enc := getattr(r, "encoder", None), Encoder): self.attach_encoder(enc)
-        if (tr := getattr(r, "translator", None)) is not None: self.attach_translator(tr)
-    return retriever
-
-@patch
-def warm(self: RayEngine, retriever) -> list[int]:
-    "Start the actors of `retriever`'s (first) encoder and wait until their models are loaded; their process ids."
-    for r in _parts(retriever):
-        if (start := getattr(getattr(r, "encoder", None), "_workers", None)) is not None: start(); return self.pids()
-    return []
-
-# %% ../nbs/13g_engine.ipynb #85fe7986
-import copy, threading
-from .core import Usage
-
-def _portable(obj, **reset):
-    "A shallow copy of `obj` to send to an actor: no loaded model (`_model`, `_og`), lock or cache (`_settled` gives them back); `reset` laid over it."
-    c = copy.copy(obj)
-    for name in ("_model", "_og", "_lock", "cache"):
-        if name in c.__dict__: c.__dict__[name] = None
-    c.__dict__.update(reset, _cache_root=getattr(getattr(obj, "cache", None), "root", None))
-    return c
-
-def _settled(obj):
-    "In the actor: `obj` with its cache off (at the driver's root: a converted GGUF model is found there) and a new lock."
-    from clir_llm.cache import Cache
-    obj.cache = Cache(obj.__dict__.pop("_cache_root", None), mode="off")
-    if "_lock" in obj.__dict__: obj._lock = threading.Lock()
-    return obj
-
-class TranslatorWorker:
-    "One sentence translator in one process (a Ray actor): `translate` = its `_translate_batch`, nothing cached here."
-    def __init__(self, translator, threads: int = 1, delay: float = 0.0):
-        import torch
-        torch.set_num_threads(threads)
-        self.translator, self.delay, self.sizes = _settled(translator), delay, []
-        if (load := getattr(translator, "load", None)) is not None: load()
-
-    def pid(self) -> int: return os.getpid()
-    def batches(self) -> list[int]: "The sizes of the batches this process translated (tests)." ; return self.sizes
-
-    def translate(self, sentences: list[str], src: str, tgt: str) -> tuple[list[str], Usage]:
-        if self.delay: time.sleep(self.delay)
-        self.translator.usage = Usage()   # what this batch cost, for the driver's usage
-        out = self.translator._translate_batch(sentences, src, tgt)
-        self.sizes.append(len(sentences))
-        return out, self.translator.usage
-
-# %% ../nbs/13g_engine.ipynb #f19b7446
-import itertools
-
-@patch
-def attach_translator(self: RayEngine, tr):
-    """Route `tr`'s batches (a `SentenceTranslator`) to this engine's actors; the cache, the order and the batches stay the
-    driver's. An `llm:` translator's backend is attached instead; other translators (dictionaries) stay here."""
-    from clir_llm.translate import SentenceTranslator
-    if not isinstance(tr, SentenceTranslator):
-        if (b := getattr(tr, "backend", None)) is not None: self.attach_backend(b)
-        return tr
-    if getattr(tr, "_engine", None) is self: return tr
-    s, bs, groups = self.spec, tr.batch_size, {}
-    if hasattr(tr, "device"): tr.device = "cuda" if s.gpus_per_worker else "cpu"
-    threads = _threads(s)
-    key = ("translator", type(tr).__name__, tr.name, repr(tr.identity), threads)   # the revision is known from here on
-    worker = _portable(tr, progress=False, usage=Usage(), _tok=None)
-    if hasattr(tr, "_model"):   # the driver only counts tokens (token-budget batches): the tokenizer, never the model
-        from clir_llm.translate_hf import HFTranslator
-        tr.load = lambda: tr._tok is not None or setattr(tr, "_tok", HFTranslator._tokenizer(tr))
-    workers = lambda: self.pool(key, TranslatorWorker, worker, threads, self.delay)
-    budget = tr._budget_batches
-    def grouped(lengths):
-        cut = budget(lengths)
-        def groups_of(todo):
-            it = iter(cut(todo))
-            while group := list(itertools.islice(it, s.workers * GROUP)):
-                flat = [x for b in group for x in b]
-                groups[tuple(flat)] = group
-                yield flat
-        return groups_of
-    def translate_batch(sentences, src, tgt):
-        workers()
-        parts = groups.pop(tuple(sentences), None) or _batches(sentences, bs)
-        done = self.map("translate", [(p, src, tgt) for p in parts])
-        for _, u in done: tr.usage.add(u)
-        return [t for out, _ in done for t in out]
-    tr._translate_batch, tr._budget_batches, tr.batch_size = translate_batch, grouped, bs * s.workers * GROUP
-    tr._engine, tr._ray_workers = self, workers
-    return tr
-
-# %% ../nbs/13g_engine.ipynb #f4ca3da0
-ROUTED_BACKENDS = ("hf", "ort")   # backend kinds whose batches run on actors
-
-class LLMWorker:
-    "One LLM backend in one process (a Ray actor): `generate` / `score` = its `_generate_batch` / `_score_batch`, nothing cached here."
-    def __init__(self, backend, threads: int = 1, delay: float = 0.0):
-        import torch
-        torch.set_num_threads(threads)
-        self.backend, self.delay, self.sizes = _settled(backend), delay, []
-        for model in ("hf_model", "og_model"):   # load the model now (the first call is not slower than the others)
-            if hasattr(type(backend), model): getattr(backend, model)
-
-    def pid(self) -> int: return os.getpid()
-    def batches(self) -> list[int]: "The sizes of the batches this process computed (tests)." ; return self.sizes
-
-    def _run(self, compute, items, params):
-        if self.delay: time.sleep(self.delay)
-        out = compute(items, params)
-        self.sizes.append(len(items))
-        return out
-    def generate(self, items: list, params: dict) -> list[dict]: return self._run(self.backend._generate_batch, items, params)
-    def score(self, items: list, params: dict) -> list[dict]: return self._run(self.backend._score_batch, items, params)
-
-# %% ../nbs/13g_engine.ipynb #9058b318
-@patch
-def attach_backend(self: RayEngine, b):
-    """Route the batches of `b` (an `hf:` or `ort:` backend) to this engine's actors; the cache, the usage, the order and
-    the batches stay the driver's. Other backends are returned unchanged."""
-    if getattr(b, "_engine", None) is self or getattr(b, "kind", None) not in ROUTED_BACKENDS or getattr(b, "_threaded", False): return b
-    s, bs = self.spec, b.batch_size
-    if b.kind == "hf" and b._model is None and not getattr(b, "_device_map", None):
-        b._device = "cuda" if s.gpus_per_worker else "cpu"   # the actors' device
-        if getattr(b, "_card_dtype", None):   # a model card's dtype on a GPU, float32 on a CPU: the actors' device decides
-            from clir_llm.llm import _dtype_name
-            b._dtype = b._card_dtype if s.gpus_per_worker else "float32"
-            b._named_dtype = _dtype_name(b._dtype)
-    threads = _threads(s)
-    worker = _portable(b, usage=Usage())
-    key = ("llm", b.kind, b.model, repr(b.identity()), threads)
-    workers = lambda: self.pool(key, LLMWorker, worker, threads, self.delay)
-    def on_actors(method):
-        def compute(items, params):
-            workers()
-            return [r for part in self.map(method, [(p, params) for p in _batches(items, bs)]) for r in part]
-        return compute
-    b._generate_batch, b._score_batch, b.batch_size = on_actors("generate"), on_actors("score"), bs * s.workers * GROUP
-    b._engine, b._ray_workers = self, workers
-    return b
-
-# %% ../nbs/13g_engine.ipynb #18b0bd21
-def make_engine(spec: ExecutionSpec | None, **kw) -> Optional[RayEngine]:
-    "The engine of `spec`: None for local, a `RayEngine` for ray."
-    return RayEngine(spec, **kw) if spec is not None and spec.engine == "ray" else None
+def make_executor(spec: ExecutionSpec | None, **kw) -> Executor:
+    "The executor of `spec`: `LOCAL` for local, a `RayExecutor` for ray."
+    return RayExecutor(spec, **kw) if spec is not None and spec.engine == "ray" else LOCAL
 
 # %% ../nbs/13g_engine.ipynb #7ffff21b
 def add_execution_arguments(ap):
     "Add the `ExecutionSpec` options to an argparse parser; each defaults to None (the configuration's value)."
-    from clir_llm.specs import add_spec_arguments
     add_spec_arguments(ap, ExecutionSpec, group="execution (where heavy work runs; outputs are the same)")
     ap.set_defaults(**{k: None for k in ExecutionSpec.model_fields})
     return ap

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'add_spec_arguments', 'spec_from_args',
-           'pydantic_messages', 'validated']
+__all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'pydantic_messages', 'validated', 'opt', 'Options',
+           'Quirks', 'add_spec_arguments', 'spec_from_args', 'split_options']
 
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
@@ -140,6 +140,7 @@ def lookup(self: Registry, s: str) -> tuple[Entry, str]:
     return hit
 
 
+
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
     "Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config)."
@@ -149,38 +150,7 @@ def import_plugins(modules) -> list:
         except ImportError as e: raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
     return out
 
-# %% ../nbs/00a_specs.ipynb #dec31633
-def _arg_type(ann):
-    "(argparse type, choices, is_bool) for a pydantic field annotation."
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        inner = [a for a in args if a is not type(None)]
-        return _arg_type(inner[0]) if len(inner) == 1 else (str, None, False)
-    if origin is Literal: return type(args[0]), list(args), False
-    if ann is bool: return None, None, True
-    if ann in (int, float, str): return ann, None, False
-    return str, None, False
-
-def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (),
-                       group: str | None = None):
-    "Add one `--option` per field of `spec_cls` (not in `skip`); defaults and help come from the fields."
-    target = ap.add_argument_group(group) if group else ap
-    for name, f in spec_cls.model_fields.items():
-        if name in skip: continue
-        typ, choices, is_bool = _arg_type(f.annotation)
-        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-        flag = extra.get("flag") or "--" + name.replace("_", "-")   # a field may name its own flag: Field(..., json_schema_extra={"flag": "--sort-k"})
-        default = None if f.is_required() else f.default
-        help_ = (f.description or "") + ("" if default is None else f" (default {default})")
-        if is_bool: target.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_)
-        else: target.add_argument(flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_)
-    return ap
-
-def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
-    "Build `spec_cls` from parsed arguments (fields that were added by `add_spec_arguments`) plus `extra`."
-    values = {k: getattr(ns, k) for k in spec_cls.model_fields if hasattr(ns, k)}
-    return validated(spec_cls, {**values, **extra}, where="command line")
-
+# %% ../nbs/00a_specs.ipynb #1a688d9b
 def _cut(v, n: int = 80) -> str:
     r = repr(v)
     return r if len(r) <= n else r[:n] + "…"
@@ -198,3 +168,137 @@ def validated(spec_cls: type[BaseModel], data: dict, where: str = ""):
     "Build `spec_cls` from `data`; pydantic errors become one `ClirError` naming each bad field and value."
     try: return spec_cls(**data)
     except ValidationError as e: raise ClirError((f"{where}: " if where else "") + "; ".join(pydantic_messages(e))) from None
+
+# %% ../nbs/00a_specs.ipynb #306b11c9
+def opt(default=..., description: str = "", *, identity: bool = True, flag: str | None = None, **constraints):
+    """A field of an `Options` spec: its default, its help text, pydantic `constraints` (gt, le, ...), whether it names
+    runs and cache entries (`identity`), and its command-line flag when `--<name>` reads badly."""
+    from pydantic import Field
+    extra = {"identity": identity} | ({"flag": flag} if flag else {})
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+# %% ../nbs/00a_specs.ipynb #c4352afe
+def _is_options(ann) -> bool:
+    "Whether a field annotation is an `Options` model (a nested sub-model such as a family's quirks)."
+    return inspect.isclass(ann) and issubclass(ann, Options)
+
+def _extra(f) -> dict: return f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+
+# %% ../nbs/00a_specs.ipynb #945446e7
+class Options(Spec):
+    "The options of one registered class; a nested `Options` field (its `quirks`) is flattened on the command line and in configs."
+    def identity(self) -> dict:
+        "What names the runs and cache entries of these options: every field declared with `identity=True` (nested: flattened)."
+        out = {}
+        for name, f in type(self).model_fields.items():
+            v = getattr(self, name)
+            if _is_options(f.annotation): out |= v.identity()
+            elif _extra(f).get("identity", True): out[name] = v
+        return out
+
+    def non_default(self) -> dict:
+        "The options set off their default, name -> value (nested options flattened)."
+        out = {}
+        for name, f in type(self).model_fields.items():
+            v = getattr(self, name)
+            if _is_options(f.annotation): out |= v.non_default()
+            elif v != f.default: out[name] = v
+        return out
+
+    @classmethod
+    def paper(cls, **context) -> "Options":
+        "The authors' settings (their scripts' behaviour; `context`: what they depend on, e.g. the backend kind). Default: the defaults."
+        return cls()
+
+    def describe(self) -> str:
+        "The options off their default, for the dry run: 'window 10, step 5' ('defaults' when none)."
+        return ", ".join(f"{k} {v}" for k, v in self.non_default().items()) or "defaults"
+
+# %% ../nbs/00a_specs.ipynb #08bed8fc
+@patch(cls_method=True)
+def flat_fields(cls: Options) -> dict:
+    "Every option name -> its pydantic field, nested options' fields included (the names a config or a flag may use)."
+    out = {}
+    for name, f in cls.model_fields.items():
+        if _is_options(f.annotation): out |= f.annotation.flat_fields()
+        else: out[name] = f
+    return out
+
+@patch(cls_method=True)
+def from_flat(cls: Options, data: dict, where: str = "") -> "Options":
+    "These options from flat `data` (a config row's keys, parsed flags): each nested option goes to its sub-model."
+    data, nested = dict(data), {}
+    for name, f in cls.model_fields.items():
+        if _is_options(f.annotation):
+            sub = {k: data.pop(k) for k in list(data) if k in f.annotation.flat_fields()}
+            if isinstance(data.get(name), f.annotation): continue
+            nested[name] = f.annotation.from_flat({**dict(data.pop(name, None) or {}), **sub}, where)
+    return validated(cls, {**data, **nested}, where=where)
+
+@patch
+def flat(self: Options, defaults: bool = True) -> dict:
+    "These options as flat name -> value (nested options flattened); `defaults=False`: only those off their default."
+    out = {}
+    for name, f in type(self).model_fields.items():
+        v = getattr(self, name)
+        if _is_options(f.annotation): out |= v.flat(defaults)
+        elif defaults or v != f.default: out[name] = v
+    return out
+
+# %% ../nbs/00a_specs.ipynb #96171d25
+class Quirks(Options):
+    """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
+    what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
+    def identity(self) -> dict: return self.non_default()
+
+# %% ../nbs/00a_specs.ipynb #dec31633
+def _arg_type(ann):
+    "(argparse type, choices, is_bool) for a pydantic field annotation."
+    origin, args = get_origin(ann), get_args(ann)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        inner = [a for a in args if a is not type(None)]
+        return _arg_type(inner[0]) if len(inner) == 1 else (str, None, False)
+    if origin is Literal: return type(args[0]), list(args), False
+    if ann is bool: return None, None, True
+    if ann in (int, float, str): return ann, None, False
+    return str, None, False
+
+def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (),
+                       group: str | None = None):
+    "Add one `--option` per field of `spec_cls` (not in `skip`); defaults and help come from the fields."
+    target = ap.add_argument_group(group) if group else ap
+    fields = spec_cls.flat_fields() if issubclass(spec_cls, Options) else spec_cls.model_fields   # quirks flattened
+    for name, f in fields.items():
+        if name in skip: continue
+        typ, choices, is_bool = _arg_type(f.annotation)
+        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        flag = extra.get("flag") or "--" + name.replace("_", "-")   # a field may name its own flag: Field(..., json_schema_extra={"flag": "--sort-k"})
+        default = None if f.is_required() else f.default
+        help_ = (f.description or "") + ("" if default is None else f" (default {default})")
+        if is_bool: target.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_)
+        else: target.add_argument(flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_)
+    return ap
+
+def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
+    "Build `spec_cls` from parsed arguments (fields that were added by `add_spec_arguments`) plus `extra`."
+    if issubclass(spec_cls, Options):
+        values = {k: getattr(ns, k) for k in spec_cls.flat_fields() if hasattr(ns, k)}
+        return spec_cls.from_flat({**values, **extra}, where="command line")
+    values = {k: getattr(ns, k) for k in spec_cls.model_fields if hasattr(ns, k)}
+    return validated(spec_cls, {**values, **extra}, where="command line")
+
+
+
+# %% ../nbs/00a_specs.ipynb #3717f48c
+def split_options(spec: str, what: str = "spec") -> tuple[str, dict[str, str]]:
+    "`head[k=v,...]` -> (head, {k: v}) with the values as written; a key given twice or a part without '=' is a ClirError."
+    s = str(spec).strip()
+    if not (s.endswith("]") and "[" in s): return s, {}
+    head, _, body = s[:-1].partition("[")
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip(): raise ClirError(f"{what}: option {part!r} in {spec!r} is not key=value")
+        if k.strip() in out: raise ClirError(f"{what}: option {k.strip()!r} is given twice in {spec!r}")
+        out[k.strip()] = v.strip()
+    return head.strip(), out
