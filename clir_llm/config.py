@@ -8,20 +8,20 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 import yaml
 from fastcore.basics import patch
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, StrictBool,
-                      ValidationError, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
+                      StrictBool, ValidationError, field_validator, model_serializer, model_validator)
 from .core import ClirError, yaml_error
 from .languages import parse_pair
 from .llm import BackendSpec
-from .rerank import RerankerSpec
-from .retrieve import DT_SOURCES, FirstStage, parse_method
+from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unknown_options, run_identity
+from .retrieve import DT_SOURCES, FirstStage, paper_first_stage, parse_method
 from .specs import import_plugins, pydantic_messages
 from .translate import TranslatorSpec
 from .engine import ExecutionSpec
 
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
-           'ReferenceRow', 'paper_quirk_switches', 'Config', 'resolve_config', 'load_config', 'repo_root',
+           'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config', 'load_config', 'repo_root',
            'experiment_notebook', 'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
@@ -127,24 +127,82 @@ def runs_on(self: FirstStageConfig, method: FirstStage, pair: str) -> bool:
     return str(method) not in self.only_pairs or pair in self.only_pairs[str(method)]
 
 # %% ../nbs/13a_config.ipynb #87c75deb
-class RerankerConfig(RerankerSpec):
-    """One reranker row of a table: a `RerankerSpec` (method and every option, with their one default) plus the
-    LLM backend and what to rerank."""
+_ROW_FIELDS = ("name", "llm", "method", "first_stages", "docs", "pairs", "top_k", "max_queries", "options")
+
+class RerankerConfig(_Strict):
+    """One reranker row of a table: its label, LLM backend and what it reranks, and a reranker spec: the method and
+    the options of its family (`rerank.RERANKERS`), written flat in the row (`window: 10`, `heapsort_ties: llm-rankers`)."""
     name: str                            # row label, e.g. "RankZephyr"
     llm: Optional[Backend] = None        # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full" (None: a reranker without LLM)
+    method: str                          # a registered reranker
     first_stages: list[Method]           # first-stage methods to rerank
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
     pairs: Optional[list[str]] = None    # the pairs this reranker runs on (default: all pairs of the config)
     top_k: int = Field(100, gt=0)
     max_queries: Optional[int] = Field(None, gt=0)   # demo: rerank only the first N queries of each pair (sorted qids)
-    model_config = ConfigDict(strict=True)   # the spec's own counts too (window, k, ...): strict, as in every configuration
+    options: SerializeAsAny[RerankerOptions]         # the family's options (the row's other keys)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_options(cls, data):
+        "The row's keys that are not the row's own become the options of the method's family (strict, as the whole file)."
+        if not isinstance(data, dict) or "options" in data or not isinstance(data.get("method"), str): return data
+        own, rest = {k: v for k, v in data.items() if k in _ROW_FIELDS}, {k: v for k, v in data.items() if k not in _ROW_FIELDS}
+        try:
+            rcls = RERANKERS.lookup(data["method"])[0].obj
+            _unknown_options(rcls, data["method"], rest)
+            return own | {"options": rcls.options_for(data["method"]).from_flat(rest, strict=True)}
+        except ClirError as e: raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
-    def _needs_llm(self):
+    def _valid(self):
+        try: self.spec
+        except ClirError as e: raise ValueError(str(e)) from None
         if self.llm is None and self.reranker.needs_backend:
             raise ValueError(f"reranker {self.name!r}: method {self.method!r} needs an LLM backend (llm: ...)")
         return self
 
+    @model_serializer(mode="wrap")
+    def _flat(self, handler):
+        "Written back as in a file: the row's own keys and the options off their default, flat."
+        d = handler(self)
+        return {k: v for k, v in d.items() if k != "options"} | self.options.flat(defaults=False)
+
+# %% ../nbs/13a_config.ipynb #94e2a4d2
+@patch(as_prop=True)
+def spec(self: RerankerConfig) -> RerankerSpec:
+    "The reranker spec of this row: its method and options."
+    return RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
+
+@patch(as_prop=True)
+def reranker(self: RerankerConfig): return self.spec.reranker
+
+@patch(as_prop=True)
+def family(self: RerankerConfig) -> str: return self.spec.family
+
+@patch
+def options_at(self: RerankerConfig, passage_tokens: int | None = None) -> RerankerOptions:
+    "The row's options, or those of its document-length run at `passage_tokens` (the family decides what the length cuts)."
+    return self.options if passage_tokens is None else self.reranker.at_length(self.options, passage_tokens)
+
+@patch
+def run_identity(self: RerankerConfig, passage_tokens: int | None = None) -> dict:
+    """What names this row's runs (at a document length): the reranker's identity (`rerank.run_identity`, with the
+    backend's quirks), the backend, the pairs and the depth; `doc_title` only when false and, at a document length,
+    the length also as `max_words`, as the first release named them (so run files made then keep their names)."""
+    ident = run_identity(self.method, self.options_at(passage_tokens), self.llm.quirks() if self.llm else {})
+    ident |= {"llm": str(self.llm) if self.llm else None, "pairs": self.pairs, "top_k": self.top_k}
+    if passage_tokens is not None: ident |= {"passage_tokens": passage_tokens, "max_words": passage_tokens}
+    if ident.get("doc_title") is True: del ident["doc_title"]
+    return ident
+
+@patch
+def switches(self: RerankerConfig) -> dict:
+    "What this row sets beyond the first release's options (quirks, the backend's quirks, later options), name -> value: the dry run names them."
+    return {k: v for k, v in run_identity(self.method, self.options, self.llm.quirks() if self.llm else {}).items()
+            if k not in V1_OPTIONS and k != "method"}
+
+# %% ../nbs/13a_config.ipynb #094e8999
 class DocLengthConfig(_Strict):
     "The document-length study: rerankers × first stages × OG/DT at several passage lengths."
     tokens: list[Annotated[int, Field(gt=0)]] = [64, 128, 256]
@@ -171,39 +229,26 @@ class ReferenceRow(_Strict):
 
 
 # %% ../nbs/13a_config.ipynb #51b9e4af
-def paper_quirk_switches(r: dict) -> dict:
-    """The authors' switches for one reranker entry of a configuration (a dict with `method`, `llm`, `prompt`):
-    listwise: rank_llm 0.21.0's short last window, and for RankZephyr-style prompts its query '[n]' rewrite; on `hf:`
-    its answer budget (max = min new tokens); on `openai:` its cl100k budgeting without max_tokens. Pairwise
-    (llm-rankers 0.0.2): heapsort's tie rule; on `hf:` two BOS where the template has one and no attention mask."""
-    from clir_llm.rerank import RERANKERS
-    method, llm = str(r.get("method", "")), str(r.get("llm") or "")
-    try: cls = RERANKERS.lookup(method)[0].obj
-    except ClirError: return {}
-    kind, out = llm.partition(":")[0], {}
-    if cls.family == "listwise":
-        out["last_window"] = "short"
-        if (r.get("prompt") or cls.default_prompt(method)) == "rankzephyr": out["query_numbers"] = "rewrite"
-        if kind == "hf": out["answer_budget"] = "rank_llm"
-        if kind == "openai": out["cl100k_budget"] = True
-    elif cls.family == "pairwise":
-        if method == "pairwise-heapsort": out["heapsort_ties"] = "llm-rankers"
-        if kind == "hf": out.update(double_bos=True, no_attention_mask=True)
+def with_paper_quirks(row: dict) -> dict:
+    """A configuration's reranker `row` (a dict) with the authors' settings its family gives (`Reranker.paper`) and, on
+    the reference code's backend, that backend's own quirks (`upstream`: llm-rankers' calling convention on `hf:`);
+    an option written in the row wins."""
+    try:
+        rcls = RERANKERS.lookup(str(row.get("method", "")))[0].obj
+        llm = BackendSpec.parse(row["llm"]) if row.get("llm") else None
+    except (ClirError, TypeError): return row   # the row is wrong: the configuration's validation says how
+    out = {**rcls.paper(row["method"], row, llm.backend_class if llm else None), **row}
+    if llm is not None and rcls.upstream: out["llm"] = llm.with_paper_quirks(rcls.upstream)
     return out
 
 # %% ../nbs/13a_config.ipynb #0ddf37e6
 def _expand_paper_quirks(data):
-    "With `paper_quirks: true`, each reranker and the first stage get the authors' switches (those the file does not set)."
+    "With `paper_quirks: true`, each reranker and the first stage get the authors' settings (those the file does not set)."
     if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
     data = dict(data)
-    fs = data.get("first_stage")
-    if isinstance(fs, dict):
-        from clir_llm.dense import encoder_quirks
-        extra = {"dense_quirks": list(encoder_quirks())}
-        if str(fs.get("translator") or "").startswith("nllb:"): extra["nllb_output"] = "model-max-length"
-        data["first_stage"] = {**extra, **fs}
+    if isinstance(fs := data.get("first_stage"), dict): data["first_stage"] = {**paper_first_stage(fs), **fs}
     if isinstance(data.get("rerankers"), list):
-        data["rerankers"] = [{**paper_quirk_switches(r), **r} if isinstance(r, dict) else r for r in data["rerankers"]]
+        data["rerankers"] = [with_paper_quirks(r) if isinstance(r, dict) else r for r in data["rerankers"]]
     return data
 
 def _check_consistent(cfg: "Config"):
@@ -249,7 +294,7 @@ class Config(_Strict):
     regression: Optional[str] = None     # regression file, relative to the config
     recorded: Optional[str] = None       # recorded LLM responses (JSONL, relative to the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
-    paper_quirks: StrictBool = False     # true: every switch of the authors' scripts on (`paper_quirk_switches`); a switch set in the file wins
+    paper_quirks: StrictBool = False     # true: the authors' settings on (`with_paper_quirks`, `retrieve.paper_first_stage`); a setting in the file wins
     execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
     _path: Optional[Path] = PrivateAttr(None)
     @model_validator(mode="before")

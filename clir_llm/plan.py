@@ -11,18 +11,20 @@ from functools import lru_cache
 from itertools import islice
 import yaml
 from .core import ClirError
+from .collections import COLLECTIONS, collection_pairs, data_dir, load_collection
 from .config import Config, experiment_notebook
+from .dense import get_encoder_spec
 from .languages import parse_pair
-from .listwise import window_spans
-from .llm import load_prices, price_of
-from .retrieve import parse_method
-from .templates import PromptTemplate, listwise_messages, render_text
+from .pairwise import max_comparisons, simulate_comparisons
+from .prices import load_prices
+from .regression import load_regression, regression_path
+from .rerank import TextStats
+from .retrieve import dt_plan, parse_method
 
 # %% auto #0
-__all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairText', 'pair_text', 'mean_cut', 'worst_comparisons',
-           'simulated_comparisons', 'CallLoad', 'listwise_load', 'prp_load', 'plan_grid', 'plan_counts', 'reads',
-           'missing', 'gpu_names', 'llm_seconds', 'encode_seconds', 'translate_seconds', 'first_stage_work', 'gpu_plan',
-           'count_lines', 'gpu_lines', 'check_files', 'plan']
+__all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairText', 'pair_text', 'text_stats', 'mean_cut',
+           'plan_grid', 'plan_counts', 'reads', 'missing', 'gpu_names', 'llm_seconds', 'encode_seconds',
+           'translate_seconds', 'first_stage_work', 'gpu_plan', 'count_lines', 'gpu_lines', 'check_files', 'plan']
 
 # %% ../nbs/13f_plan.ipynb #2740d0f8
 def describe_collection(name: str, pair: str | None = None) -> str:
@@ -97,78 +99,13 @@ def _tpw(lang: str) -> float:
 
 def _template_tokens(text: str) -> float: return len(text) / plan_data("lengths")["chars_per_token"]
 
+def text_stats(words: list, lang: str, docs: int = 0, query_tokens: float = 0.0) -> TextStats:
+    "What the plan knows of a text (document lengths in words, in language `lang`) as the rerankers' `TextStats`."
+    return TextStats(docs, query_tokens, list(words), _tpw(lang), _template_tokens, plan_data("lengths")["listwise_answer_tokens_per_passage"])
+
 def mean_cut(words: list, lang: str, max_words: int | None = None, max_tokens: int | None = None) -> float:
     "Mean tokens of documents of `words` words in `lang`, each cut at `max_words` words and/or `max_tokens` tokens."
-    tpw, out = _tpw(lang), []
-    for w in words:
-        t = (min(w, max_words) if max_words else w) * tpw
-        out.append(min(t, max_tokens) if max_tokens else t)
-    return sum(out) / max(len(out), 1)
-
-# %% ../nbs/13f_plan.ipynb #2d084c1c
-def _heap_sift_worst(i: int, size: int) -> int:
-    "Comparisons of a sift-down from node `i` in a heap of `size` that goes to the deepest leaf (two per level while both children exist)."
-    n = 0
-    while 2 * i + 1 < size: n += 1 + (2 * i + 2 < size); i = 2 * i + 1
-    return n
-
-def worst_comparisons(sort: str, n: int, k: int) -> int:
-    "The most comparisons `sort` ('bubblesort', 'heapsort', 'allpair') can ask to put the best `k` of `n` documents first."
-    if sort == "allpair": return n * (n - 1) // 2
-    if sort == "bubblesort": return sum(n - 1 - i for i in range(min(k, n)))
-    if sort == "heapsort":
-        build = sum(_heap_sift_worst(i, n) for i in range(n // 2 - 1, -1, -1))
-        return build + sum(_heap_sift_worst(0, end) for end in range(n - 1, max(n - 1 - k, -1), -1)[:max(min(k, n) - 1, 0)])
-    raise ClirError(f"unknown sort {sort!r} (bubblesort, heapsort, allpair)")
-
-def simulated_comparisons(sort: str, n: int, k: int, trials: int = 20, seed: int = 0) -> tuple[float, float]:
-    "Mean comparisons (requested, asked with the comparison cache) of the package's `sort` under a consistent judge, over random true orders."
-    from clir_llm.pairwise import SORTS, PairJudge, run_sort
-    rng, asked, req = random.Random(seed), 0, 0
-    for _ in range(trials):
-        truth = dict(zip(range(n), rng.sample(range(n), n)))
-        j = PairJudge(lambda pairs: ["A" if truth[a] > truth[b] else "B" for a, b in pairs])
-        run_sort(SORTS[sort](list(range(n)), k=k), j)
-        req += j.stats["comparisons"]; asked += j.stats["comparisons_asked"]
-    return req / trials, asked / trials
-
-# %% ../nbs/13f_plan.ipynb #becd2b85
-@dataclass
-class CallLoad:
-    "One reranker run, per query: LLM calls (prompts), prompt and answer tokens per call, the shared prefix, and the sort's comparisons."
-    calls: float
-    prompt_tokens: float
-    output_tokens: float
-    prefix_tokens: float
-    comparisons: dict = field(default_factory=dict)   # PRP: sort -> worst-case comparisons per query
-
-def _template_of(rc) -> PromptTemplate: return _template(rc.prompt or rc.reranker.default_prompt(rc.method))
-
-@lru_cache(maxsize=32)
-def _template(name: str) -> PromptTemplate: return PromptTemplate.load(name)
-
-def listwise_load(rc, n: int, q_tokens: float, p_tokens: float) -> CallLoad:
-    "Calls and tokens per query of listwise reranker `rc` over `n` documents (passages of `p_tokens` after the cut)."
-    t = _template_of(rc)
-    spans = window_spans(n, rc.window, rc.step, rc.last_window)
-    qn = sum(str(t.get(f) or "").count("{query}") for f in ("prefix", "suffix", "passage", "prefix_assistant"))
-    toks = outs = 0.0
-    for s, e in spans:
-        msgs = listwise_messages(t, "", [""] * (e - s))
-        text = render_text(t, msgs) if t.get("chat_format") else "\n".join(m["content"] for m in msgs)
-        answer = (e - s) * plan_data("lengths")["listwise_answer_tokens_per_passage"]
-        toks += min(_template_tokens(text) + qn * q_tokens + (e - s) * p_tokens, rc.context - answer); outs += answer
-    prefix = _template_tokens(t["system"] + t["prefix"].format(num=rc.window, query="")) + q_tokens
-    return CallLoad(len(spans), toks / max(len(spans), 1), outs / max(len(spans), 1), prefix)
-
-def prp_load(rc, n: int, q_tokens: float, p_tokens: float) -> CallLoad:
-    "Prompts and tokens per query of PRP reranker `rc` over `n` documents (passages of `p_tokens` after the cut): both orders of the sort's worst-case comparisons."
-    t, sort = _template_of(rc), rc.reranker.variants[rc.method]
-    text = t["prompt"].format(query="", a="", b="") + str(t.get("answer_prefix") or "")
-    comps = {s: worst_comparisons(s, n, rc.k) for s in ("bubblesort", "heapsort", "allpair")}
-    prefix = _template_tokens(t["prompt"].split("{a}")[0].format(query="")) + min(q_tokens, rc.query_tokens)
-    return CallLoad(2 * comps[sort], _template_tokens(text) + min(q_tokens, rc.query_tokens) + 2 * p_tokens,
-                    0.0 if rc.scoring == "likelihood" else 1.0, prefix, comps)
+    return text_stats(words, lang).passage_tokens(max_words, max_tokens)
 
 # %% ../nbs/13f_plan.ipynb #c3314ae1
 def plan_grid(cfg: Config) -> dict[str, list[tuple]]:
@@ -184,25 +121,21 @@ def plan_grid(cfg: Config) -> dict[str, list[tuple]]:
 
 # %% ../nbs/13f_plan.ipynb #72afe9d5
 def _rerank_row(cfg: Config, rc, fs: str, docs: str, pair: str, text: PairText, tokens: int | None = None) -> dict:
-    "The load of one reranked run: queries, LLM calls, prompt / answer / shared-prefix tokens, comparisons, dollars."
+    "The load of one reranked run, as its reranker estimates it: queries, LLM calls, prompt / answer / shared-prefix tokens, comparisons, dollars."
     ql, dl = parse_pair(pair)
-    if tokens: rc = rc.model_copy(update=dict(passage_tokens=tokens, max_words=tokens))   # as `pipeline.rerank_params`
     lang, words = (dl.code, text.og_words) if docs == "og" else (ql.code, text.dt_words)
     n, nq = min(rc.top_k, cfg.first_stage.depth, text.docs), min(text.queries, rc.max_queries or text.queries)
-    q = text.query_words * _tpw(ql.code)
-    fam = rc.family
-    if fam == "listwise":
-        cut = dict(max_words=rc.max_words) if rc.cut == "words" else dict(max_tokens=rc.passage_tokens)
-        load = listwise_load(rc, n, q, mean_cut(words, lang, **cut))
-    elif fam == "pairwise": load = prp_load(rc, n, q, mean_cut(words, lang, max_tokens=rc.passage_tokens))
-    else: load = None
-    row = dict(reranker=rc.name, first_stage=fs, docs=docs, pair=pair, tokens=tokens, queries=nq, family=fam,
-               kind=rc.llm.kind if rc.llm else None, model=rc.llm.model if rc.llm else None, known=load is not None)
+    stats = text_stats(words, lang, n, text.query_words * _tpw(ql.code))
+    load = rc.reranker.estimate(rc.options_at(tokens), rc.method, stats)
+    b = rc.llm.backend_class if rc.llm else None
+    row = dict(reranker=rc.name, first_stage=fs, docs=docs, pair=pair, tokens=tokens, queries=nq, family=rc.family,
+               engine=b.throughput_engine if b else None, is_api=bool(b and b.is_api), model=rc.llm.model if rc.llm else None,
+               sort=rc.reranker.variants.get(rc.method) if load and load.comparisons else None, known=load is not None)
     if load is None: return row | dict(calls=0, prompt_tokens=0, output_tokens=0, prefix_tokens=0, comparisons={}, dollars=0.0)
     c = nq * load.calls
     row |= dict(calls=c, prompt_tokens=c * load.prompt_tokens, output_tokens=c * load.output_tokens,
                 prefix_tokens=max(c - nq, 0) * load.prefix_tokens, comparisons={s: nq * v for s, v in load.comparisons.items()})
-    price = price_of(rc.llm.model) if rc.llm and rc.llm.kind == "openai" else None
+    price = b.price(rc.llm.model) if b else None
     row["dollars"] = (row["prompt_tokens"] * price["input"] + row["output_tokens"] * price["output"]) / 1e6 if price else 0.0
     return row
 
@@ -215,17 +148,16 @@ def plan_counts(cfg: Config, texts: dict | None = None) -> dict:
     return dict(grid=grid, texts=texts, rows=rows)
 
 # %% ../nbs/13f_plan.ipynb #08117d43
-def _dt_by_translator(cfg: Config, pair: str) -> bool:
-    "Whether DT documents of `pair` are made by the configured translator (not the collection's shipped translations)."
-    from clir_llm.collections import COLLECTIONS
+def _dt(cfg: Config, pair: str):
+    "How DT documents of `pair` are made, by `retrieve.docs_view`'s own rule (`retrieve.dt_plan`)."
     fs = cfg.first_stage
-    return fs.dt_source == "translator" or (fs.dt_source == "auto" and not COLLECTIONS.lookup(cfg.collection)[0].obj.ships_translations(pair))
+    return dt_plan(cfg.collection, pair, fs.dt_source, fs.translator)
 
 def reads(cfg: Config) -> list[str]:
     "One line per first stage and per reranker's OG/DT: the query text, the translator and the document text it reads."
     fs, tr = cfg.first_stage, cfg.first_stage.translator
     def dt(pairs):
-        own = [p for p in pairs if _dt_by_translator(cfg, p)]
+        own = [p for p in pairs if _dt(cfg, p).source == "translator"]
         if not own: return "documents: the translations shipped with the collection (no document translation)"
         return f"documents: translated by {tr or 'NO TRANSLATOR'} on {', '.join(own)}" + (
             f"; shipped translations on {', '.join(p for p in pairs if p not in own)}" if len(own) < len(pairs) else "")
@@ -245,36 +177,38 @@ def reads(cfg: Config) -> list[str]:
 GATED = ("meta-llama/",)   # Hub organisations whose models need an accepted licence and a token (HF_TOKEN)
 
 def _hub_models(cfg: Config) -> list[tuple[str, str]]:
-    "(what, Hub id) of every model a real run of `cfg` loads from the Hub."
-    from clir_llm.dense import get_encoder_spec
-    out = []
-    tr = cfg.first_stage.translator
-    if tr is not None and tr.kind == "nllb": out.append(("translator", tr.arg or "facebook/nllb-200-1.3B"))
+    "(what, Hub id) of every model a real run of `cfg` loads from the Hub, as each translator, encoder and backend names them."
+    tr, out = cfg.first_stage.translator, []
+    if tr is not None: out += [("translator", m) for m in tr.translator_class.hub_models(tr)]
     for e in dict.fromkeys(e for m in cfg.first_stage.methods for e in parse_method(m).encoders):
-        s = get_encoder_spec(e)
-        out += [(f"encoder {e}", s.model)] + ([(f"encoder {e} base", s.base_model)] if s.base_model else [])
-    out += [(f"reranker {r.name}", r.llm.model) for r in cfg.rerankers if r.llm and r.llm.kind in ("hf", "vllm")]
+        out += [(f"encoder {e}" + (" base" if i else ""), m) for i, m in enumerate(get_encoder_spec(e).hub_models())]
+    out += [(f"reranker {r.name}", m) for r in cfg.rerankers if r.llm for m in r.llm.backend_class.hub_models(r.llm)]
     return [(w, m) for w, m in out if "/" in m and not m.startswith(("assets:", "/", ".", "~")) and not Path(m).exists()]
 
 def missing(cfg: Config) -> list[str]:
     "What a real run of `cfg` lacks on this machine: data, credentials, models not cached (one line each)."
-    from clir_llm.collections import COLLECTIONS
     src, out = COLLECTIONS.lookup(cfg.collection)[0].obj, []
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if src.env and not cfg.root and not os.environ.get(src.env):
         out.append(f"data: ${src.env} is unset: " + ("CLEF 2003 is licensed (ELRA-E0008); set it to your copy, the run fails without it"
                    if cfg.collection == "clef2003" else f"{cfg.collection} would be downloaded from the Hugging Face Hub"
                    + (" but HF_HUB_OFFLINE is set: the run fails" if offline else " on first use (needs network)")))
-    if any(r.llm and r.llm.kind == "openai" for r in cfg.rerankers) and not os.environ.get("OPENAI_API_KEY"):
-        out.append("credentials: OPENAI_API_KEY is unset: the OpenAI rerankers (" + ", ".join(
-            r.name for r in cfg.rerankers if r.llm and r.llm.kind == "openai") + ") cannot run")
-    try: from huggingface_hub import try_to_load_from_cache
+    for spec, names in _by_backend(cfg).items():
+        out += [f"{line}: the rerankers {', '.join(names)} cannot run" for line in spec.backend_class.missing(spec)]
+    try: from huggingface_hub import try_to_load_from_cache   # installed with transformers; the check is skipped without it
     except ImportError: try_to_load_from_cache = lambda *a, **k: None
     for what, m in dict.fromkeys(_hub_models(cfg)):
         if isinstance(try_to_load_from_cache(m, "config.json") or try_to_load_from_cache(m, "adapter_config.json"), str): continue
         why = "HF_HUB_OFFLINE is set: it cannot be downloaded" if offline else "downloaded on first use"
         if m.startswith(GATED) and not os.environ.get("HF_TOKEN"): why += "; gated: accept its licence on the Hub and set HF_TOKEN"
         out.append(f"model: {what} {m} is not in the local Hugging Face cache: {why}")
+    return out
+
+def _by_backend(cfg: Config) -> dict:
+    "The rerankers of `cfg` by backend spec."
+    out: dict = {}
+    for r in cfg.rerankers:
+        if r.llm: out.setdefault(r.llm, []).append(r.name)
     return out
 
 # %% ../nbs/13f_plan.ipynb #07e5c72d
@@ -312,7 +246,6 @@ def translate_seconds(sentences: float, gpu: str = "H200", engine: str = "servin
 # %% ../nbs/13f_plan.ipynb #6322f1a1
 def first_stage_work(cfg: Config, texts: dict) -> dict:
     "`translate`: (src, tgt) -> sentences; `encode`: (encoder, doc language) -> (passages, tokens per passage)."
-    from clir_llm.dense import get_encoder_spec
     fs, sw = cfg.first_stage, plan_data("lengths")["collections"].get(cfg.collection, {}).get("sentence_words", 20)
     tr, enc = {}, {}
     needs_dt = lambda p: (any(getattr(x, "view", "") == "dt" for m in fs.methods if fs.runs_on(m, p) for x in m.parts())
@@ -320,8 +253,8 @@ def first_stage_work(cfg: Config, texts: dict) -> dict:
     for p, t in texts.items():
         ql, dl = parse_pair(p)
         words = sum(t.og_words) / max(len(t.og_words), 1)
-        if fs.translator is not None and fs.translator.kind == "nllb":
-            if needs_dt(p) and _dt_by_translator(cfg, p): tr[dl.code, ql.code] = t.docs * max(words / sw, 1)
+        if fs.translator is not None and fs.translator.translator_class.uses_gpu:
+            if needs_dt(p) and _dt(cfg, p).source == "translator": tr[dl.code, ql.code] = t.docs * max(words / sw, 1)
             if any(getattr(x, "view", "") == "qt" for m in fs.methods if fs.runs_on(m, p) for x in m.parts()):
                 tr[ql.code, dl.code] = tr.get((ql.code, dl.code), 0) + t.queries * max(t.query_words / sw, 1)
         for m in fs.methods:
@@ -333,14 +266,14 @@ def first_stage_work(cfg: Config, texts: dict) -> dict:
 
 # %% ../nbs/13f_plan.ipynb #d6e18c34
 def _row_seconds(row: dict, gpu: str, engine: str, prefix_cache: bool = False, scale: float = 1.0) -> float | None:
-    if row["kind"] not in ("hf", "vllm", "gguf") or not row["calls"]: return 0.0
+    "GPU seconds of a reranked run's LLM calls on `engine` (0 for an API or a reranker without a model)."
+    if row["engine"] is None or not row["calls"]: return 0.0
     return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["prefix_tokens"] if prefix_cache else 0)),
                        scale * row["output_tokens"], gpu, engine)
 
 def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
     "GPU-hours per stage under the paper's settings (`paper`) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."
     work, unknown = first_stage_work(cfg, counts["texts"]), set()
-    from clir_llm.dense import get_encoder_spec
     enc = {}
     for (e, lang), (n, toks) in work["encode"].items():
         s = encode_seconds(get_encoder_spec(e).model, n, toks, gpu)
@@ -357,7 +290,7 @@ def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
             if paper is None: unknown.add(r["model"]); continue
             h["paper"] += paper / 3600; h["fast"] += fast / 3600
             save["serving engine"] += (paper - serving) / 3600; save["prefix caching"] += (serving - fast) / 3600
-            if r["family"] == "pairwise" and (sort := cfg.reranker(r["reranker"]).reranker.variants[cfg.reranker(r["reranker"]).method]) != "heapsort":
+            if (sort := r["sort"]) and "heapsort" in r["comparisons"] and sort != "heapsort":
                 save["heapsort"] += (fast - _row_seconds(r, gpu, "serving", True, r["comparisons"]["heapsort"] / max(r["comparisons"][sort], 1))) / 3600
         hours[stage] = h
     total = {k: sum(h[k] for h in hours.values()) for k in ("paper", "fast")}
@@ -384,10 +317,11 @@ def _reranker_line(cfg: Config, name: str, rows: dict) -> str:
         rs = [r for r in rs if r["reranker"] == name]
         if not rs: continue
         calls, q = sum(r["calls"] for r in rs), sum(r["queries"] for r in rs)
-        what = "prompts (both orders)" if rc.family == "pairwise" else "calls"
+        sorts = rs[0]["sort"]
+        what = "prompts (both orders)" if sorts else "calls"
         s = f"{stage}: {len(rs)} runs, {_n(q)} queries, {_n(calls)} {what}, {_n(sum(r['prompt_tokens'] for r in rs))} prompt tokens"
-        if rc.family == "pairwise":
-            sort = rc.reranker.variants[rc.method]
+        if sorts:
+            sort = sorts
             s += f" ({sort} worst case; heapsort {_n(2 * sum(r['comparisons']['heapsort'] for r in rs))}, allpair {_n(2 * sum(r['comparisons']['allpair'] for r in rs))})"
         if (d := sum(r["dollars"] for r in rs)): s += f", ${d:,.0f}"
         parts.append(s)
@@ -407,7 +341,7 @@ def count_lines(cfg: Config, counts: dict) -> list[str]:
     for name in dict.fromkeys(r.name for r in cfg.rerankers): lines.append(_reranker_line(cfg, name, rows))   # one line per name: it sums all its entries
     allr = [r for rs in rows.values() for r in rs]
     lw = sum(r["calls"] for r in allr if r["family"] == "listwise")
-    oa = sum(r["calls"] for r in allr if r["family"] == "listwise" and r["kind"] == "openai")
+    oa = sum(r["calls"] for r in allr if r["family"] == "listwise" and r["is_api"])
     pr = sum(r["calls"] for r in allr if r["family"] == "pairwise")
     prices = load_prices()
     dollars = f"; OpenAI ${sum(r['dollars'] for r in allr):,.0f} at the prices of {prices['as_of']} ({prices['source']})" if oa else ""
@@ -439,24 +373,22 @@ def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
               if k != "batched NLLB" or gp["sentences"]]
     if any(r.family == "pairwise" for r in cfg.rerankers):
         lines.append("saves: likelihood instead of generated PRP answers: about 0 h (a one-token answer comes out of the prefill; changes how answers are read)")
-        for n_, k in sorted({(min(r.top_k, cfg.first_stage.depth), r.k) for r in cfg.rerankers if r.family == "pairwise"}):
-            b, h = simulated_comparisons("bubblesort", n_, k), simulated_comparisons("heapsort", n_, k)
-            lines.append(f"saves: the comparison cache, top {n_}, k {k}: nothing in bubblesort's worst case ({_count(worst_comparisons('bubblesort', n_, k), 'comparison')}"
+        for n_, k in sorted({(min(r.top_k, cfg.first_stage.depth), r.options.k) for r in cfg.rerankers if r.family == "pairwise"}):
+            b, h = simulate_comparisons("bubblesort", n_, k), simulate_comparisons("heapsort", n_, k)
+            lines.append(f"saves: the comparison cache, top {n_}, k {k}: nothing in bubblesort's worst case ({_count(max_comparisons('bubblesort', n_, k), 'comparison')}"
                          f", no pair asked twice; the hours above count it); with a consistent judge (simulated) bubblesort asks {_count(b[0], 'comparison')} a query, "
-                         f"{b[1]:.0f} with the cache; heapsort {h[0]:.0f} / {h[1]:.0f} (worst case {worst_comparisons('heapsort', n_, k)})")
+                         f"{b[1]:.0f} with the cache; heapsort {h[0]:.0f} / {h[1]:.0f} (worst case {max_comparisons('heapsort', n_, k)})")
     if gp["unknown"]: lines.append(f"GPU-hours leave out {', '.join(gp['unknown'])}: no size class in data/throughput.yaml")
     return lines
 
 # %% ../nbs/13f_plan.ipynb #8c2dbe13
 def _dt_text(cfg: Config) -> str:
-    "Which document text DT runs read (first stage and rerankers alike), by `retrieve.docs_view`'s precedence."
-    from clir_llm.collections import COLLECTIONS
-    fs, source = cfg.first_stage, COLLECTIONS.lookup(cfg.collection)[0].obj
-    shipped = [p for p in cfg.pairs if source.ships_translations(p)]
-    if fs.dt_source == "shipped" or (fs.dt_source == "auto" and len(shipped) == len(cfg.pairs)):
-        return "the translations shipped with the collection"
+    "Which document text DT runs read (first stage and rerankers alike), by `retrieve.dt_plan`, the rule `docs_view` runs."
+    fs, plans = cfg.first_stage, {p: _dt(cfg, p) for p in cfg.pairs}
+    shipped = [p for p, d in plans.items() if d.source == "shipped"]
+    if len(shipped) == len(cfg.pairs): return "the translations shipped with the collection"
     own = f"documents translated by {fs.translator}" if fs.translator else "none (no translator configured: DT runs fail)"
-    return own if fs.dt_source == "translator" or not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
+    return own if not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
 
 def _near(cfg: Config, p) -> bool:
     "Whether path `p` exists as given (from the working folder) or relative to the configuration file."
@@ -468,11 +400,9 @@ def check_files(cfg: Config):
     where = f"{cfg.path}: " if cfg.path else ""
     if cfg.root and not _near(cfg, cfg.root): raise ClirError(f"{where}root: no such folder {cfg.root!r}")
     for r in cfg.rerankers:
-        if r.llm is not None and r.llm.kind == "gguf" and not _near(cfg, r.llm.model):
-            raise ClirError(f"{where}reranker {r.name!r}: llm {r.llm}: no such GGUF file {r.llm.model!r}")
-    if cfg.regression:
-        from clir_llm.regression import load_regression, regression_path
-        load_regression(regression_path(cfg))
+        if r.llm is not None and (bad := r.llm.backend_class.missing_files(r.llm, near=lambda p: _near(cfg, p))):
+            raise ClirError(f"{where}reranker {r.name!r}: llm {r.llm}: {bad[0]}")
+    if cfg.regression: load_regression(regression_path(cfg))
 
 def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str]:
     """Resolve every name in `cfg` without loading a model; return the plan as lines (ClirError on the first unknown name):
@@ -485,7 +415,7 @@ def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str
     fs = cfg.first_stage
     if fs.translator:
         use = [w for w, on in (("queries (QT)", any(getattr(x, "view", "") == "qt" for m in fs.methods for x in m.parts())),
-                               ("documents (DT)", any(_dt_by_translator(cfg, p) for p in cfg.pairs))) if on]
+                               ("documents (DT)", any(_dt(cfg, p).source == "translator" for p in cfg.pairs))) if on]
         lines.append(f"translator {fs.translator}: {fs.translator.describe()}; translates " + (" and ".join(use) or "nothing in this configuration"))
     if fs.dense_doc_max_length: lines.append(f"dense encoders: documents cut at {fs.dense_doc_max_length} tokens (instead of the registry's length)")
     if fs.dense_quirks: lines.append(f"the authors' dense quirks switched on: {', '.join(fs.dense_quirks)}")
@@ -495,13 +425,13 @@ def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str
     for r in cfg.rerankers:
         llm = f" with {r.llm} = {r.llm.describe()}" if r.llm else ""
         lines.append(f"reranker {r.name}: {r.method}{llm}; first stages {', '.join(map(str, r.first_stages))}; "
-                     f"docs {'/'.join(r.docs)} ({'title + text' if r.doc_title else 'text only'}); top {r.top_k}; "
+                     f"docs {'/'.join(r.docs)} ({'title + text' if r.options.doc_title else 'text only'}); top {r.top_k}; "
                      f"pairs {', '.join(cfg.reranker_pairs(r))}" + (f"; first {r.max_queries} queries per pair" if r.max_queries else ""))
     for ref in cfg.references:
         lines.append(f"reference row (copied, not run): {ref.row} in the {ref.table} table ({ref.measure}) after {ref.after or 'the last row'}: "
                      + ", ".join(f"{p} {v:.4f}" for p, v in ref.values.items()) + f"; {ref.source}")
     for r in cfg.rerankers:   # the authors' switches (README "Where the authors' scripts differ"), named in the runs' identities
-        if sw := r.non_default_switches(): lines.append(f"reranker {r.name} switches: " + ", ".join(f"{k} {v}" for k, v in sw.items()))
+        if sw := r.switches(): lines.append(f"reranker {r.name} switches: " + ", ".join(f"{k} {v}" for k, v in sw.items()))
     if fs.nllb_output != "256-new-tokens": lines.append(f"NLLB output cap: {fs.nllb_output} (the model's generation config, 200 tokens, as the authors)")
     if fs.dense_dtype: lines.append("dense dtypes on a GPU: " + ", ".join(f"{e} {d}" for e, d in fs.dense_dtype.items()))
     if any(m.translated for m in fs.methods) or any("dt" in r.docs for r in cfg.rerankers):

@@ -9,11 +9,12 @@ from typing import Callable, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, Reranker, _lang, _quiet, check_scoring, doc_text
-from .templates import PromptTemplate, prompt_tokens, squash
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .specs import opt
+from .templates import prompt_tokens
 
 # %% auto #0
-__all__ = ['pointwise_order', 'yes_probability', 'PointwiseReranker']
+__all__ = ['pointwise_order', 'yes_probability', 'PointwiseOptions', 'PointwiseReranker']
 
 # %% ../nbs/11e_pointwise.ipynb #05d0c492
 def pointwise_order(docids: Sequence, score: Callable[[object], float]) -> list:
@@ -26,60 +27,62 @@ def yes_probability(log_yes: float, log_no: float) -> float:
     return 1.0 / (1.0 + math.exp(max(-700.0, min(700.0, log_no - log_yes))))
 
 # %% ../nbs/11e_pointwise.ipynb #22ad86a5
-class PointwiseReranker(Reranker):
-    "Pointwise LLM reranking: relevance generation (Yes/No likelihood) or query likelihood, one prompt per document."
-    family = "pointwise"
-    prompt_kind, spec_fields = "pointwise", ("prompt", "passage_tokens", "query_tokens", "doc_title")
-    variants = {"pointwise-yes-no": "relevance", "pointwise-qlm": "qlm"}   # method -> prompt
-    def __init__(self, backend,
-                 template: str = "relevance",   # prompt template name or YAML path (relevance | qlm)
-                 query_tokens: int = 128,       # query cut (backend tokenizer)
-                 passage_tokens: int = 300,     # passage cut (backend tokenizer)
-                 batch_size: int | None = None, # prompts per backend call (None: a query's top k at once)
-                 doc_title: bool = True,        # show a document's title before its text
-                 progress: bool = True):
-        self.template = PromptTemplate.load(template)
-        if self.template.method != "pointwise": raise ClirError(f"template {self.template.name!r} is not a pointwise prompt")
-        self.kind = self.template["scoring"]
-        method = "pointwise-" + ("qlm" if self.kind == "qlm" else "yes-no")
-        check_scoring(backend, method, "sequence" if self.kind == "qlm" else "first")
-        self.backend, self.query_tokens, self.passage_tokens, self.doc_title = backend, query_tokens, passage_tokens, doc_title
-        self.batch_size, self.progress = batch_size, progress
-        self.params = dict(scoring=self.kind, template=self.template.name, query_tokens=query_tokens,
-                           passage_tokens=passage_tokens) | ({} if doc_title else {"doc_title": False})
-        self.name = f"pointwise-{self.template.name}[{backend.name}]" + ("" if doc_title else "[no-title]")
-        self.usage, self.diagnostics = Usage(), {}
-
-    def rerank(self, collection, run: Run, k: int = 100) -> Run:
-        "Rerank the top `k` of every query of `run` by each document's pointwise score; the rest keep their order."
-        self._start(collection, run, k)
-        heads, b = {}, self.backend
-        bar = tqdm(total=sum(len(run.docids(q, k)) for q in self.diagnostics), desc=f"rerank pointwise-{self.template.name}",
-                   disable=not self.progress, leave=False)
-        for q in self.diagnostics:
-            ids, d = run.docids(q, k), self.diagnostics[q]
-            qtext = collection.queries[q].text
-            query = b.truncate(qtext, self.query_tokens) if self.kind == "yes_no" else qtext
-            prompts = [self._prompt(query, p) for p in self._passages(collection, q, ids)]
-            cands, scores = self._candidates(query), []
-            bs = (self.batch_size or len(prompts) or 1) if b.supports_batching else 1
-            for i in range(0, len(prompts), bs):
-                scores += b.score(prompts[i:i + bs], cands, **_quiet(b.score)); d["calls"] += 1; bar.update(len(prompts[i:i + bs]))
-            d["prompts"] += len(prompts); d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
-            value = {doc: (yes_probability(*s) if self.kind == "yes_no" else s[0]) for doc, s in zip(ids, scores)}
-            heads[q] = pointwise_order(ids, value.get)
-        bar.close()
-        return self._finish(run, heads, k)
+class PointwiseOptions(RerankerOptions):
+    "The options of pointwise reranking, each default written once (llm-rankers' cuts: queries 128, passages 300 tokens)."
+    query_tokens: int = opt(128, "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)", gt=0)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
 
 # %% ../nbs/11e_pointwise.ipynb #f9a00a5a
+class PointwiseReranker(Reranker):
+    "Pointwise LLM reranking: relevance generation (Yes/No likelihood) or query likelihood, one prompt per document."
+    Options, family, prompt_kind = PointwiseOptions, "pointwise", "pointwise"
+    variants = {"pointwise-yes-no": "relevance", "pointwise-qlm": "qlm"}   # method -> prompt
+
+    def __init__(self, options: PointwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+        super().__init__(options, backend, method, progress)
+        self.kind = self.template["scoring"]
+        check_scoring(backend, "pointwise-" + ("qlm" if self.kind == "qlm" else "yes-no"), "sequence" if self.kind == "qlm" else "first")
+
+    @property
+    def name(self) -> str: return f"pointwise-{self.template.name}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
+
+# %% ../nbs/11e_pointwise.ipynb #ef9ff818
+@patch
+def rerank(self: PointwiseReranker, collection, run: Run, k: int = 100) -> Run:
+    "Rerank the top `k` of every query of `run` by each document's pointwise score; the rest keep their order."
+    self._start(collection, run, k)
+    heads, b, o = {}, self.backend, self.options
+    bar = tqdm(total=sum(len(run.docids(q, k)) for q in self.diagnostics), desc=f"rerank pointwise-{self.template.name}",
+               disable=not self.progress, leave=False)
+    for q in self.diagnostics:
+        ids, d = run.docids(q, k), self.diagnostics[q]
+        qtext = collection.queries[q].text
+        query = b.truncate(qtext, o.query_tokens) if self.kind == "yes_no" else qtext
+        texts = self.cut_passages(collection, q, ids)
+        prompts = [self._prompt(query, texts[doc]) for doc in ids]
+        cands, scores = self._candidates(query), []
+        bs = (o.batch_size or len(prompts) or 1) if b.supports_batching else 1
+        for i in range(0, len(prompts), bs):
+            scores += b.score(prompts[i:i + bs], cands, **_quiet(b.score)); d["calls"] += 1; bar.update(len(prompts[i:i + bs]))
+        d["prompts"] += len(prompts); d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
+        value = {doc: (yes_probability(*s) if self.kind == "yes_no" else s[0]) for doc, s in zip(ids, scores)}
+        heads[q] = pointwise_order(ids, value.get)
+    bar.close()
+    return self._finish(run, heads, k)
+
+# %% ../nbs/11e_pointwise.ipynb #72e1b0fd
 @patch(cls_method=True)
 def default_prompt(cls: PointwiseReranker, method: str) -> str: return cls.variants.get(method, "relevance")
 
 @patch(cls_method=True)
-def from_spec(cls: PointwiseReranker, spec, backend=None, progress: bool = True, **options) -> "PointwiseReranker":
-    "The pointwise reranker of a `RerankerSpec` (its prompt, query and passage cuts, doc_title)."
-    return cls(backend, template=spec.prompt or cls.default_prompt(spec.method), query_tokens=spec.query_tokens,
-               passage_tokens=spec.passage_tokens, doc_title=spec.doc_title, progress=progress, **options)
+def estimate(cls: PointwiseReranker, options: PointwiseOptions, method: str, stats) -> CallLoad:
+    "Prompts and tokens per query of pointwise `method` on text of `stats`."
+    t = cls.load_prompt(options.prompt or cls.default_prompt(method))
+    qlm = t["scoring"] == "qlm"
+    q = stats.query_tokens if qlm else min(stats.query_tokens, options.query_tokens)
+    text = t["prompt"].format(query="", passage="") + str(t.get("answer_prefix") or "")
+    return CallLoad(stats.docs, stats.template_tokens(text) + q + stats.passage_tokens(max_tokens=options.passage_tokens), 0.0,
+                    0.0 if qlm else stats.template_tokens(t["prompt"].split("{passage}")[0]))
 
 # %% ../nbs/11e_pointwise.ipynb #b25a6378
 @patch
@@ -94,18 +97,6 @@ def _candidates(self: PointwiseReranker, query: str) -> list[str]:
     "What is scored after each prompt: the yes and no answers, or the query (`target`)."
     t = self.template
     return [t["choices"]["yes"], t["choices"]["no"]] if self.kind == "yes_no" else [t["target"].format(query=query)]
-
-# %% ../nbs/11e_pointwise.ipynb #03e279b3
-@patch
-def _passages(self: PointwiseReranker, collection, q: str, ids: list[str]) -> list[str]:
-    "The passages of `ids` cut to `passage_tokens`, in order; truncations recorded."
-    texts = {}
-    for doc in collection.get_docs(ids):
-        full = squash(doc_text(doc, self.doc_title))
-        texts[doc.docid] = self.backend.truncate(full, self.passage_tokens)
-        n = self.backend.count_tokens(full)
-        if n > self.passage_tokens: self._truncated(q, _lang(doc, collection), n - self.passage_tokens)
-    return [texts[d] for d in ids]
 
 # %% ../nbs/11e_pointwise.ipynb #29f253a8
 for _method, _prompt in PointwiseReranker.variants.items():

@@ -4,18 +4,19 @@
 
 # %% ../nbs/11d_setwise.ipynb #44c98d76
 from __future__ import annotations
-import re
-from typing import Callable, Sequence
+import random, re
+from typing import Callable, Literal, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, Reranker, _lang, _quiet, check_scoring, doc_text
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .specs import opt
 from .pairwise import Sort, _keep_rest, drive_sorts
-from .templates import ALPHA, PromptTemplate, prompt_tokens, squash
+from .templates import ALPHA, prompt_tokens
 
 # %% auto #0
 __all__ = ['LABELS', 'SETWISE_SORTS', 'setwise_heapsort', 'setwise_bubblesort', 'run_setwise', 'setwise_judges', 'parse_label',
-           'SetwiseReranker']
+           'SetwiseOptions', 'SetwiseReranker']
 
 # %% ../nbs/11d_setwise.ipynb #a53d7993
 LABELS = ALPHA[:23]   # llm-rankers' CHARACTERS, A..W ("Passage X" and "Passage Y" tokenise into 3 tokens, so it stops at W)
@@ -89,84 +90,95 @@ def parse_label(answer: str, n: int) -> int | None:
     return i if 0 <= i < min(n, len(LABELS)) else None
 
 # %% ../nbs/11d_setwise.ipynb #f5050edd
+class SetwiseOptions(RerankerOptions):
+    "The options of setwise reranking, each default written once (llm-rankers' defaults: c = 3, the top 10)."
+    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, flag="--sort-k")
+    num_child: int = opt(3, "c: children compared with their parent in one prompt (a prompt shows up to c + 1 passages)",
+                         ge=1, lt=len(LABELS))
+    scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated label, or compare the labels' likelihoods")
+    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+
+# %% ../nbs/11d_setwise.ipynb #630d36bf
 class SetwiseReranker(Reranker):
     "Setwise reranking (Zhuang et al. 2024): heapsort or bubblesort over sets of c + 1 passages judged by an LLM."
-    family = "setwise"
-    prompt_kind, spec_fields = "setwise", ("prompt", "k", "num_child", "scoring", "passage_tokens", "query_tokens", "doc_title")
-    switches = ("num_child",)
+    Options, family, prompt_kind = SetwiseOptions, "setwise", "setwise"
     variants = {f"setwise-{s}": s for s in SETWISE_SORTS}  # method -> sort
-    def __init__(self, backend,
-                 method: str = "heapsort",      # heapsort | bubblesort
-                 sort_k: int = 10,              # how many top documents to sort; after them, first-stage order
-                 num_child: int = 3,            # c: children per heap node / a window holds c + 1 passages
-                 scoring: str = "generation",   # generation | likelihood
-                 template: str = "setwise",     # prompt template name or YAML path
-                 query_tokens: int = 128,       # query cut (backend tokenizer)
-                 passage_tokens: int = 300,     # passage cut (backend tokenizer)
-                 batch_queries: bool = True,    # pending sets of all queries in one batch (batching backends)
-                 batch_size: int | None = None, # prompts per backend call (None: all pending)
-                 doc_title: bool = True,        # show a document's title before its text
-                 progress: bool = True):
-        if method not in SETWISE_SORTS: raise ClirError(f"unknown setwise method {method!r} (one of {', '.join(SETWISE_SORTS)})")
-        if not 1 <= num_child < len(LABELS): raise ClirError(f"num_child must be between 1 and {len(LABELS) - 1}, got {num_child}")
-        if scoring not in ("generation", "likelihood"): raise ClirError(f"scoring must be 'generation' or 'likelihood', got {scoring!r}")
-        if scoring == "likelihood": check_scoring(backend, f"setwise-{method}", "prefixed", hint="use scoring=generation")
-        self.template = PromptTemplate.load(template)
-        if self.template.method != "setwise": raise ClirError(f"template {self.template.name!r} is not a setwise prompt")
-        self.backend, self.method, self.sort_k, self.num_child, self.scoring = backend, method, sort_k, num_child, scoring
-        self.query_tokens, self.passage_tokens, self.doc_title = query_tokens, passage_tokens, doc_title
-        self.batch_queries, self.batch_size, self.progress = batch_queries, batch_size, progress
-        self.params = dict(method=method, sort_k=sort_k, num_child=num_child, scoring=scoring, template=self.template.name,
-                           query_tokens=query_tokens, passage_tokens=passage_tokens) | ({} if doc_title else {"doc_title": False})
-        self.name = f"setwise-{method}{sort_k}c{num_child}-{scoring[:3]}[{backend.name}]" + ("" if doc_title else "[no-title]")
-        self.usage, self.diagnostics = Usage(), {}
 
-    def rerank(self, collection, run: Run, k: int = 100) -> Run:
-        "Rerank the top `k` of every query of `run` with setwise sorting; documents after the sorted ones keep their order."
-        self._start(collection, run, k)
-        queries, texts, sorts = {}, {}, {}
-        for q in self.diagnostics:
-            ids = run.docids(q, k)
-            queries[q], texts[q] = self._cut(collection, q, ids)
-            sorts[q] = SETWISE_SORTS[self.method](ids, k=self.sort_k, c=self.num_child)
-            self.diagnostics[q].update(sets=0, trivial_sets=0)
-        bar = tqdm(desc=f"rerank setwise-{self.method}", unit="set", disable=not self.progress, leave=False)
-        def judge(pending):
-            bar.update(len(pending))
-            asked = {q: ids for q, ids in pending.items() if len(ids) > 1}
-            for q, ids in pending.items():
-                self.diagnostics[q]["sets"] += 1
-                if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
-            best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
-            out = {q: (0 if ids else None) for q, ids in pending.items()}
-            return out | dict(zip(asked, best))
-        heads = drive_sorts(sorts, judge, groups=[list(sorts)] if self.batch_queries and self.backend.supports_batching else [[q] for q in sorts])
-        bar.close()
-        return self._finish(run, heads, k)
+    def __init__(self, options: SetwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+        super().__init__(options, backend, method, progress)
+        self.sort = self.variants[self.method]
+        if self.options.scoring == "likelihood": check_scoring(backend, self.method, "prefixed", hint="use scoring=generation")
 
-# %% ../nbs/11d_setwise.ipynb #2c9c978d
+    @property
+    def name(self) -> str:
+        o = self.options
+        return f"setwise-{self.sort}{o.k}c{o.num_child}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
+
+# %% ../nbs/11d_setwise.ipynb #d936be17
+@patch
+def rerank(self: SetwiseReranker, collection, run: Run, k: int = 100) -> Run:
+    "Rerank the top `k` of every query of `run` with setwise sorting; documents after the sorted ones keep their order."
+    self._start(collection, run, k)
+    o, queries, texts, sorts = self.options, {}, {}, {}
+    for q in self.diagnostics:
+        ids = run.docids(q, k)
+        queries[q], texts[q] = self._cut(collection, q, ids)
+        sorts[q] = SETWISE_SORTS[self.sort](ids, k=o.k, c=o.num_child)
+        self.diagnostics[q].update(sets=0, trivial_sets=0)
+    bar = tqdm(desc=f"rerank setwise-{self.sort}", unit="set", disable=not self.progress, leave=False)
+    def judge(pending):
+        bar.update(len(pending))
+        asked = {q: ids for q, ids in pending.items() if len(ids) > 1}
+        for q, ids in pending.items():
+            self.diagnostics[q]["sets"] += 1
+            if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
+        best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
+        return {q: (0 if ids else None) for q, ids in pending.items()} | dict(zip(asked, best))
+    batch = o.batch_queries and self.backend.supports_batching
+    heads = drive_sorts(sorts, judge, groups=[list(sorts)] if batch else [[q] for q in sorts])
+    bar.close()
+    return self._finish(run, heads, k)
+
+# %% ../nbs/11d_setwise.ipynb #152bcef2
 @patch(cls_method=True)
 def default_prompt(cls: SetwiseReranker, method: str) -> str: return "setwise"
 
-@patch(cls_method=True)
-def from_spec(cls: SetwiseReranker, spec, backend=None, progress: bool = True, **options) -> "SetwiseReranker":
-    "The setwise reranker of a `RerankerSpec` (its sort, prompt, k, num_child, scoring, query and passage cuts, doc_title)."
-    return cls(backend, method=cls.variants[spec.method], sort_k=spec.k, num_child=spec.num_child, scoring=spec.scoring,
-               template=spec.prompt or "setwise", query_tokens=spec.query_tokens, passage_tokens=spec.passage_tokens,
-               doc_title=spec.doc_title, progress=progress, **options)
+def _asked(sort, truth) -> list:
+    "The sets a setwise sort asks under a judge that knows `truth` (docid -> value)."
+    asked = []
+    run_setwise(sort, lambda ids: asked.append(ids) or (max(range(len(ids)), key=lambda i: truth[ids[i]]) if ids else None))
+    return asked
 
-# %% ../nbs/11d_setwise.ipynb #152bcef2
+@patch(cls_method=True)
+def simulate(cls: SetwiseReranker, method: str, n: int, k: int, c: int, trials: int = 10, seed: int = 0) -> tuple[float, float]:
+    "(prompts, passages per prompt) per query of setwise `method` over `n` documents, the mean over `trials` random true orders."
+    rng, sets, shown = random.Random(seed), 0, 0
+    for _ in range(trials):
+        truth = dict(zip(range(n), rng.sample(range(n), n)))
+        asked = [ids for ids in _asked(SETWISE_SORTS[cls.variants[method]](list(range(n)), k=k, c=c), truth) if len(ids) > 1]
+        sets += len(asked); shown += sum(map(len, asked))
+    return sets / trials, shown / max(sets, 1)
+
+# %% ../nbs/11d_setwise.ipynb #e99cfb88
+@patch(cls_method=True)
+def estimate(cls: SetwiseReranker, options: SetwiseOptions, method: str, stats) -> CallLoad:
+    "Prompts and tokens per query of setwise `method` on text of `stats` (simulated sets, as `simulate`)."
+    t = cls.load_prompt(options.prompt or cls.default_prompt(method))
+    calls, per = cls.simulate(method, stats.docs, options.k, options.num_child)
+    q, p = min(stats.query_tokens, options.query_tokens), stats.passage_tokens(max_tokens=options.passage_tokens)
+    frame = stats.template_tokens(t["prompt"].format(query="", passages="") + str(t.get("answer_prefix") or ""))
+    label = stats.template_tokens(t["passage"].format(label="A", passage=""))
+    prefix = stats.template_tokens(t["prompt"].split("{passages}")[0].format(query="")) + q
+    return CallLoad(calls, frame + q + per * (p + label), 0.0 if options.scoring == "likelihood" else 1.0, prefix)
+
+# %% ../nbs/11d_setwise.ipynb #0ed8a010
 @patch
 def _cut(self: SetwiseReranker, collection, q: str, ids: list[str]) -> tuple[str, dict[str, str]]:
     "The query `q` and the passages of `ids` cut to `query_tokens` and `passage_tokens`; truncations recorded."
-    qtext, texts = collection.queries[q].text, {}
-    for d in collection.get_docs(ids):
-        full = squash(doc_text(d, self.doc_title))
-        texts[d.docid] = self.backend.truncate(full, self.passage_tokens)
-        n = self.backend.count_tokens(full)
-        if n > self.passage_tokens: self._truncated(q, _lang(d, collection), n - self.passage_tokens)
-    return self.backend.truncate(qtext, self.query_tokens), texts
+    return self.backend.truncate(collection.queries[q].text, self.options.query_tokens), self.cut_passages(collection, q, ids)
 
+# %% ../nbs/11d_setwise.ipynb #b1b3f566
 @patch
 def _prompt(self: SetwiseReranker, query: str, passages: list[str]):
     "The setwise prompt of one set in the backend's form, and whether it ends in the answer prefix (prefill)."
@@ -183,12 +195,12 @@ def _prompt(self: SetwiseReranker, query: str, passages: list[str]):
 def _ask(self: SetwiseReranker, queries: list[str], qids: list[str], sets: list[list[str]]) -> list[int | None]:
     "The index of the most relevant passage of each set (`queries[i]`, passages `sets[i]`) of query `qids[i]`, None if unreadable."
     out, b = [], self.backend
-    bs = (self.batch_size or len(sets) or 1) if b.supports_batching else 1
+    bs = (self.options.batch_size or len(sets) or 1) if b.supports_batching else 1
     for i in range(0, len(sets), bs):
         chunk, owners = sets[i:i + bs], qids[i:i + bs]
         built = [self._prompt(queries[j], s) for j, s in enumerate(chunk, i)]
         prompts, n_out = [p for p, _ in built], [0] * len(chunk)
-        if self.scoring == "generation":
+        if self.options.scoring == "generation":
             # llm-rankers' token budgets: 1 new token after the " Passage:" prefill of a decoder-only chat model, 2 for T5's decoder
             budget = (2 if b.is_encoder_decoder else 1) if built[0][1] else 4
             answers = b.generate(prompts, max_new_tokens=budget, **_quiet(b.generate))

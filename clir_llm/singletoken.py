@@ -23,13 +23,20 @@ def first_token_order(logprobs: Sequence[float]) -> list[int]:
 class SingleTokenListwiseReranker(ListwiseReranker):
     "FIRST single-token listwise reranking: each sliding window ranked by its identifiers' first-token log-probabilities."
     variants = {"listwise-first": "first"}   # method -> prompt
-    def __init__(self, backend, template: str = "first", **options):
+
+    def __init__(self, options=None, backend=None, method: str | None = None, progress: bool = True):
         check_scoring(backend, "listwise-first", "prefixed")
-        super().__init__(backend, template=template, **options)
+        super().__init__(options, backend, method, progress)
         if self.template.get("identifiers") != "alpha": raise ClirError(f"template {self.template.name!r}: single-token ranking needs alphabetical identifiers (identifiers: alpha)")
-        if self.window > len(ALPHA): raise ClirError(f"window {self.window}: single-token ranking has {len(ALPHA)} identifiers (A-Z)")
-        self.params["scoring"] = "first-token"
-        self.name = self.name.replace(f"{self.template.name}-w", f"{self.template.name}-first-w", 1) if self.template.name != "first" else self.name
+        if self.options.window > len(ALPHA): raise ClirError(f"window {self.options.window}: single-token ranking has {len(ALPHA)} identifiers (A-Z)")
+
+    @property
+    def name(self) -> str:
+        n, t = super().name, self.template.name
+        return n if t == "first" else n.replace(f"{t}-w", f"{t}-first-w", 1)
+
+    @property
+    def params(self) -> dict: return {**super().params, "scoring": "first-token"}
 
 # %% ../nbs/11f_singletoken.ipynb #f2f67002
 @patch
@@ -42,7 +49,7 @@ def _rank_windows(self: SingleTokenListwiseReranker, queries, texts: dict, jobs:
         elif not isinstance(prompt, list): prompt = prompt + pre
         prompts.append(prompt)
         dq = self.diagnostics[q]; dq["prompts"] += 1; dq["tokens_in"] += n
-        dq["words_cut_to"] = min(dq.get("words_cut_to", self.max_words), w)
+        dq["words_cut_to"] = min(dq.get("words_cut_to", self.options.max_words), w)
         for d in ids:
             if len(texts[d].split()) > w: cuts[q, d] = min(w, cuts.get((q, d), w))
     perms, by_size = [None] * len(jobs), {}
@@ -50,7 +57,7 @@ def _rank_windows(self: SingleTokenListwiseReranker, queries, texts: dict, jobs:
     for n, idx in by_size.items():
         prefilled = not (isinstance(prompts[idx[0]], list) and prompts[idx[0]][-1]["role"] != "assistant")
         cands = [("" if prefilled else pre) + ALPHA[i] for i in range(n)]
-        bs = (self.batch_size or len(idx)) if self.backend.supports_batching else 1
+        bs = (self.options.batch_size or len(idx)) if self.backend.supports_batching else 1
         for s in range(0, len(idx), bs):
             part = idx[s:s + bs]
             for i, lp in zip(part, self.backend.score([prompts[i] for i in part], cands, **_quiet(self.backend.score))):

@@ -164,9 +164,9 @@ def pydantic_messages(e: ValidationError) -> list[str]:
         out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if err["type"] != "missing" else "") if loc else msg)
     return out
 
-def validated(spec_cls: type[BaseModel], data: dict, where: str = ""):
-    "Build `spec_cls` from `data`; pydantic errors become one `ClirError` naming each bad field and value."
-    try: return spec_cls(**data)
+def validated(spec_cls: type[BaseModel], data: dict, where: str = "", strict: bool | None = None):
+    "Build `spec_cls` from `data` (`strict`: no type coercion, as in a configuration); pydantic errors become one `ClirError` naming each bad field and value."
+    try: return spec_cls.model_validate(data, strict=strict)
     except ValidationError as e: raise ClirError((f"{where}: " if where else "") + "; ".join(pydantic_messages(e))) from None
 
 # %% ../nbs/00a_specs.ipynb #306b11c9
@@ -225,15 +225,15 @@ def flat_fields(cls: Options) -> dict:
     return out
 
 @patch(cls_method=True)
-def from_flat(cls: Options, data: dict, where: str = "") -> "Options":
+def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = None) -> "Options":
     "These options from flat `data` (a config row's keys, parsed flags): each nested option goes to its sub-model."
     data, nested = dict(data), {}
     for name, f in cls.model_fields.items():
         if _is_options(f.annotation):
             sub = {k: data.pop(k) for k in list(data) if k in f.annotation.flat_fields()}
             if isinstance(data.get(name), f.annotation): continue
-            nested[name] = f.annotation.from_flat({**dict(data.pop(name, None) or {}), **sub}, where)
-    return validated(cls, {**data, **nested}, where=where)
+            nested[name] = f.annotation.from_flat({**dict(data.pop(name, None) or {}), **sub}, where, strict)
+    return validated(cls, {**data, **nested}, where=where, strict=strict)
 
 @patch
 def flat(self: Options, defaults: bool = True) -> dict:

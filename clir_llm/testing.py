@@ -6,11 +6,13 @@
 from __future__ import annotations
 import http.server, json, socketserver, threading, time
 from pathlib import Path
+from fastcore.basics import patch
 from typing import Callable, Sequence
 from .core import ClirError
 
 # %% auto #0
-__all__ = ['make_tiny_hf_model', 'make_tiny_mt_model', 'FakeOpenAIServer', 'TinyCollection', 'tiny_setup']
+__all__ = ['make_tiny_hf_model', 'make_tiny_mt_model', 'FakeOpenAIServer', 'TinyCollection', 'tiny_setup', 'template_pattern',
+           'QrelsOracle']
 
 # %% ../nbs/15_testing.ipynb #823b9c99
 _CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -278,3 +280,129 @@ def tiny_setup(n_queries=2, n_docs=30, seed=0):
         rng.shuffle(ids)
         run[f"q{i}"] = ids
     return TinyCollection(queries, docs, qrels), Run.from_ranked(run, name="first")
+
+# %% ../nbs/15_testing.ipynb #d7d3da2f
+import re
+from .core import Usage
+from .llm import Backend
+from .templates import PromptTemplate, prompt_text, prompts_dir, squash
+
+def template_pattern(text: str, last_greedy: bool = False) -> re.Pattern:
+    "A regex of template `text`: its literal text as written, each `{name}` a group (a repeated name matches the same text)."
+    out, seen, parts = "", set(), re.split(r"\{(\w+)\}", text)
+    for i, part in enumerate(parts):
+        if i % 2 == 0: out += re.escape(part); continue
+        last = i == len(parts) - 2 and not parts[-1]
+        out += f"(?P={part})" if part in seen else f"(?P<{part}>.*)" if last and last_greedy else f"(?P<{part}>.*?)"
+        seen.add(part)
+    return re.compile(out, re.S)
+
+# %% ../nbs/15_testing.ipynb #85f0c7f8
+def _shipped_templates() -> dict[str, list[PromptTemplate]]:
+    "Every shipped prompt template, by kind (listwise, pairwise, setwise, pointwise)."
+    out: dict[str, list[PromptTemplate]] = {}
+    for p in sorted(prompts_dir().glob("*.yaml")):
+        try: t = PromptTemplate.load(p.stem)
+        except ClirError: continue   # a prompt of another kind of stage (translation)
+        out.setdefault(t.method, []).append(t)
+    return out
+
+# %% ../nbs/15_testing.ipynb #1ae57e3d
+class QrelsOracle(Backend):
+    "A backend that answers listwise, PRP, setwise and pointwise prompts from the qrels of `collection` (whitespace tokens)."
+    supports_logprobs = supports_batching = is_chat = supports_prefill = scores_sequences = True
+    def __init__(self, collection, qrels=None, name: str = "oracle:qrels"):
+        self.collection, self.qrels, self.name = collection, qrels if qrels is not None else collection.qrels, name
+        self.usage, self._grades = Usage(), {}
+        self.queries = {qid: squash(q.text) for qid, q in collection.queries.items()}
+        self.templates = _shipped_templates()
+
+    def count_tokens(self, text) -> int: return len(prompt_text(text).split())
+    def truncate(self, text: str, max_tokens: int) -> str: return " ".join(text.split()[:max_tokens])
+
+    def generate(self, prompts, max_new_tokens: int = 64, **params) -> list[str]:
+        self.usage.calls += 1
+        self.usage.tokens_in += sum(self.count_tokens(p) for p in prompts)
+        return [self._answer(p)[0] for p in prompts]
+
+    def score(self, prompts, candidates: list[str], **params) -> list[list[float]]:
+        "Log-likelihood stand-ins: 0 for the label the qrels prefer, -1 for the others; grades for identifiers, Yes, queries."
+        self.usage.calls += 1
+        return [self._answer(p, candidates)[1][:len(candidates)] for p in prompts]
+
+# %% ../nbs/15_testing.ipynb #c2e2f952
+@patch
+def _query(self: QrelsOracle, prompt: str) -> str:
+    "The query id whose text (its first 60 characters) the prompt contains."
+    hits = [q for q, t in self.queries.items() if t[:60] and t[:60] in prompt]
+    if not hits: raise ClirError(f"{self.name}: no known query in prompt {prompt[:120]!r}")
+    return max(hits, key=lambda q: len(self.queries[q]))
+
+@patch
+def _grade(self: QrelsOracle, qid: str, passage: str) -> int:
+    "The grade of the judged document of `qid` whose text (title or not) starts with `passage`'s first words."
+    key = lambda s: tuple(squash(s).replace("(", "[").replace(")", "]").split()[:8])
+    if qid not in self._grades:
+        judged = self.qrels.get(qid, {})
+        self._grades[qid] = {key(t): judged[d.docid] for d in self.collection.get_docs(list(judged))
+                             for t in (d.text, d.full_text)}   # a reranker may show the title or not
+    words = key(passage)
+    if words in self._grades[qid]: return self._grades[qid][words]
+    for dw, g in self._grades[qid].items():  # a passage cut to fewer than 8 words
+        if words and len(words) < 8 and dw[:len(words)] == words: return g
+    return 0
+
+# %% ../nbs/15_testing.ipynb #0a26f75a
+@patch
+def _match(self: QrelsOracle, kind: str, text: str, field: str = "prompt"):
+    "The first template of `kind` whose `field` matches `text`: (template, match), or None."
+    for t in self.templates.get(kind, []):
+        if t.get(field) and (m := template_pattern(t[field]).search(text)): return t, m
+    return None
+
+@patch
+def _pointwise(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
+    "A pointwise answer: query likelihood (the query is the candidate) or Yes/No by grade."
+    if (hit := self._match("pointwise", text)) is None: return None
+    t, m = hit
+    if t["scoring"] == "qlm": return "", [float(self._grade(self._query(squash(c)), m["passage"])) for c in candidates]
+    g = self._grade(self._query(squash(text)), m["passage"])
+    return ("Yes" if g > 0 else "No"), [float(g), 0.0]
+
+# %% ../nbs/15_testing.ipynb #b73d8303
+@patch
+def _pairwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] | None:
+    "The PRP answer: the passage of the higher grade ('Passage A' on a tie)."
+    if (hit := self._match("pairwise", text)) is None: return None
+    ga, gb = self._grade(qid, hit[1]["a"]), self._grade(qid, hit[1]["b"])
+    return ("Passage B" if gb > ga else "Passage A"), [0.0 if ga >= gb else -1.0, 0.0 if gb > ga else -1.0]
+
+@patch
+def _setwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] | None:
+    "The setwise answer: the label of the first passage of the highest grade."
+    if (hit := self._match("setwise", text)) is None: return None
+    t, m = hit
+    one = template_pattern(t["passage"], last_greedy=True)
+    g = [self._grade(qid, one.fullmatch(p)["passage"]) for p in m["passages"].split(t["separator"])]
+    best = g.index(max(g))
+    return f"Passage {chr(65 + best)}", [0.0 if i == best else -1.0 for i in range(len(g))]
+
+# %% ../nbs/15_testing.ipynb #f4a438f0
+@patch
+def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]:
+    "The listwise answer: the window's identifiers by grade (ties in input order), from the passage lines of a listwise template."
+    for t in self.templates.get("listwise", []):
+        line = template_pattern(t["passage"].rstrip("\n"), last_greedy=True).pattern
+        passages = [(m["rank"], m["passage"]) for m in re.finditer("(?m)^" + line.replace(".*)", "[^\n]+)") + "$", text)]
+        if passages: break
+    grades = [self._grade(qid, p) for _, p in passages]
+    order = sorted(range(len(passages)), key=lambda i: -grades[i])  # stable: ties in input order
+    return " > ".join(f"[{passages[i][0]}]" for i in order), [float(x) for x in grades]
+
+@patch
+def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
+    "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt."
+    text = prompt_text(prompt)
+    if (out := self._pointwise(text, candidates)) is not None: return out
+    qid = self._query(squash(text))
+    return self._pairwise(text, qid) or self._setwise(text, qid) or self._listwise(text, qid)
