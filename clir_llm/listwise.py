@@ -132,27 +132,25 @@ class ListwiseReranker(Reranker):
                 + ("" if q.last_window == "full" else f"[last-{q.last_window}]") + ("" if o.cut == "words" else f"[tokens{o.passage_tokens}]")
                 + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items()))
 
-# %% ../nbs/11b_listwise.ipynb #d082abb3
-@patch
-def rerank(self: ListwiseReranker, collection, run: Run, k: int = 100) -> Run:
-    "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
-    self._start(collection, run, k)
-    o = self.options
-    order = {q: run.docids(q, k) for q in self.diagnostics}
-    full, texts, langs = self._passages(collection, order)
-    cuts = {}  # (qid, docid) -> the smallest word cut the document got
-    batch = o.batch_queries and self.backend.supports_batching
-    bar = tqdm(total=sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values()),
-               desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
-    def rank_windows(jobs):
-        perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
-    slide(order, rank_windows, o.window, o.step, groups=[list(order)] if batch else [[q] for q in order], last=o.quirks.last_window)
-    bar.close()
-    token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
-    for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
-        shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
-        self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
-    return self._finish(run, order, k)
+    def rerank(self, collection, run: Run, k: int = 100) -> Run:
+        "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
+        self._start(collection, run, k)
+        o = self.options
+        order = {q: run.docids(q, k) for q in self.diagnostics}
+        full, texts, langs = self._passages(collection, order)
+        cuts = {}  # (qid, docid) -> the smallest word cut the document got
+        batch = o.batch_queries and self.backend.supports_batching
+        bar = tqdm(total=sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values()),
+                   desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
+        def rank_windows(jobs):
+            perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
+        slide(order, rank_windows, o.window, o.step, groups=[list(order)] if batch else [[q] for q in order], last=o.quirks.last_window)
+        bar.close()
+        token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
+        for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
+            shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
+            self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
+        return self._finish(run, order, k)
 
 # %% ../nbs/11b_listwise.ipynb #facf4b6b
 @patch(cls_method=True)

@@ -230,29 +230,27 @@ class PairwiseReranker(Reranker):
         return (f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
                 + ("" if ties == "first-stage" else f"[ties-{ties}]"))
 
-# %% ../nbs/11c_pairwise.ipynb #b40c8dc3
-@patch
-def rerank(self: PairwiseReranker, collection, run: Run, k: int = 100) -> Run:
-    "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
-    self._start(collection, run, k)
-    o, queries, texts, judges, sorts = self.options, {}, {}, {}, {}
-    tie = {"ties": o.quirks.heapsort_ties} if self.sort == "heapsort" else {}
-    for q in self.diagnostics:
-        ids = run.docids(q, k)
-        queries[q], texts[q] = self._cut(collection, q, ids)
-        judges[q] = PairJudge(cache=o.cache_comparisons)
-        sorts[q] = SORTS[self.sort](ids, k=o.k, **tie)
-    bound = sum(max_comparisons(self.sort, len(run.docids(q, k)), o.k) for q in self.diagnostics)
-    bar = tqdm(total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False)
-    def ask(owners, items):
-        return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
-    def judge(pending):
-        bar.update(sum(map(len, pending.values())))
-        return judge_many(judges, pending, ask, o.batch_orders)
-    heads = drive_sorts(sorts, judge, groups=[list(sorts)] if o.batch_queries else [[q] for q in sorts])
-    bar.total = bar.n; bar.close()   # done: the bound was not reached
-    for q, j in judges.items(): self.diagnostics[q].update(j.stats)
-    return self._finish(run, heads, k)
+    def rerank(self, collection, run: Run, k: int = 100) -> Run:
+        "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
+        self._start(collection, run, k)
+        o, queries, texts, judges, sorts = self.options, {}, {}, {}, {}
+        tie = {"ties": o.quirks.heapsort_ties} if self.sort == "heapsort" else {}
+        for q in self.diagnostics:
+            ids = run.docids(q, k)
+            queries[q], texts[q] = self._cut(collection, q, ids)
+            judges[q] = PairJudge(cache=o.cache_comparisons)
+            sorts[q] = SORTS[self.sort](ids, k=o.k, **tie)
+        bound = sum(max_comparisons(self.sort, len(run.docids(q, k)), o.k) for q in self.diagnostics)
+        bar = tqdm(total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False)
+        def ask(owners, items):
+            return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
+        def judge(pending):
+            bar.update(sum(map(len, pending.values())))
+            return judge_many(judges, pending, ask, o.batch_orders)
+        heads = drive_sorts(sorts, judge, groups=[list(sorts)] if o.batch_queries else [[q] for q in sorts])
+        bar.total = bar.n; bar.close()   # done: the bound was not reached
+        for q, j in judges.items(): self.diagnostics[q].update(j.stats)
+        return self._finish(run, heads, k)
 
 # %% ../nbs/11c_pairwise.ipynb #2ce25351
 @patch(cls_method=True)

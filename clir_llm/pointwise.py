@@ -46,29 +46,27 @@ class PointwiseReranker(Reranker):
     @property
     def name(self) -> str: return f"pointwise-{self.template.name}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
 
-# %% ../nbs/11e_pointwise.ipynb #ef9ff818
-@patch
-def rerank(self: PointwiseReranker, collection, run: Run, k: int = 100) -> Run:
-    "Rerank the top `k` of every query of `run` by each document's pointwise score; the rest keep their order."
-    self._start(collection, run, k)
-    heads, b, o = {}, self.backend, self.options
-    bar = tqdm(total=sum(len(run.docids(q, k)) for q in self.diagnostics), desc=f"rerank pointwise-{self.template.name}",
-               disable=not self.progress, leave=False)
-    for q in self.diagnostics:
-        ids, d = run.docids(q, k), self.diagnostics[q]
-        qtext = collection.queries[q].text
-        query = b.truncate(qtext, o.query_tokens) if self.kind == "yes_no" else qtext
-        texts = self.cut_passages(collection, q, ids)
-        prompts = [self._prompt(query, texts[doc]) for doc in ids]
-        cands, scores = self._candidates(query), []
-        bs = (o.batch_size or len(prompts) or 1) if b.supports_batching else 1
-        for i in range(0, len(prompts), bs):
-            scores += b.score(prompts[i:i + bs], cands, **_quiet(b.score)); d["calls"] += 1; bar.update(len(prompts[i:i + bs]))
-        d["prompts"] += len(prompts); d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
-        value = {doc: (yes_probability(*s) if self.kind == "yes_no" else s[0]) for doc, s in zip(ids, scores)}
-        heads[q] = pointwise_order(ids, value.get)
-    bar.close()
-    return self._finish(run, heads, k)
+    def rerank(self, collection, run: Run, k: int = 100) -> Run:
+        "Rerank the top `k` of every query of `run` by each document's pointwise score; the rest keep their order."
+        self._start(collection, run, k)
+        heads, b, o = {}, self.backend, self.options
+        bar = tqdm(total=sum(len(run.docids(q, k)) for q in self.diagnostics), desc=f"rerank pointwise-{self.template.name}",
+                   disable=not self.progress, leave=False)
+        for q in self.diagnostics:
+            ids, d = run.docids(q, k), self.diagnostics[q]
+            qtext = collection.queries[q].text
+            query = b.truncate(qtext, o.query_tokens) if self.kind == "yes_no" else qtext
+            texts = self.cut_passages(collection, q, ids)
+            prompts = [self._prompt(query, texts[doc]) for doc in ids]
+            cands, scores = self._candidates(query), []
+            bs = (o.batch_size or len(prompts) or 1) if b.supports_batching else 1
+            for i in range(0, len(prompts), bs):
+                scores += b.score(prompts[i:i + bs], cands, **_quiet(b.score)); d["calls"] += 1; bar.update(len(prompts[i:i + bs]))
+            d["prompts"] += len(prompts); d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
+            value = {doc: (yes_probability(*s) if self.kind == "yes_no" else s[0]) for doc, s in zip(ids, scores)}
+            heads[q] = pointwise_order(ids, value.get)
+        bar.close()
+        return self._finish(run, heads, k)
 
 # %% ../nbs/11e_pointwise.ipynb #72e1b0fd
 @patch(cls_method=True)

@@ -115,30 +115,28 @@ class SetwiseReranker(Reranker):
         o = self.options
         return f"setwise-{self.sort}{o.k}c{o.num_child}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
 
-# %% ../nbs/11d_setwise.ipynb #d936be17
-@patch
-def rerank(self: SetwiseReranker, collection, run: Run, k: int = 100) -> Run:
-    "Rerank the top `k` of every query of `run` with setwise sorting; documents after the sorted ones keep their order."
-    self._start(collection, run, k)
-    o, queries, texts, sorts = self.options, {}, {}, {}
-    for q in self.diagnostics:
-        ids = run.docids(q, k)
-        queries[q], texts[q] = self._cut(collection, q, ids)
-        sorts[q] = SETWISE_SORTS[self.sort](ids, k=o.k, c=o.num_child)
-        self.diagnostics[q].update(sets=0, trivial_sets=0)
-    bar = tqdm(desc=f"rerank setwise-{self.sort}", unit="set", disable=not self.progress, leave=False)
-    def judge(pending):
-        bar.update(len(pending))
-        asked = {q: ids for q, ids in pending.items() if len(ids) > 1}
-        for q, ids in pending.items():
-            self.diagnostics[q]["sets"] += 1
-            if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
-        best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
-        return {q: (0 if ids else None) for q, ids in pending.items()} | dict(zip(asked, best))
-    batch = o.batch_queries and self.backend.supports_batching
-    heads = drive_sorts(sorts, judge, groups=[list(sorts)] if batch else [[q] for q in sorts])
-    bar.close()
-    return self._finish(run, heads, k)
+    def rerank(self, collection, run: Run, k: int = 100) -> Run:
+        "Rerank the top `k` of every query of `run` with setwise sorting; documents after the sorted ones keep their order."
+        self._start(collection, run, k)
+        o, queries, texts, sorts = self.options, {}, {}, {}
+        for q in self.diagnostics:
+            ids = run.docids(q, k)
+            queries[q], texts[q] = self._cut(collection, q, ids)
+            sorts[q] = SETWISE_SORTS[self.sort](ids, k=o.k, c=o.num_child)
+            self.diagnostics[q].update(sets=0, trivial_sets=0)
+        bar = tqdm(desc=f"rerank setwise-{self.sort}", unit="set", disable=not self.progress, leave=False)
+        def judge(pending):
+            bar.update(len(pending))
+            asked = {q: ids for q, ids in pending.items() if len(ids) > 1}
+            for q, ids in pending.items():
+                self.diagnostics[q]["sets"] += 1
+                if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
+            best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
+            return {q: (0 if ids else None) for q, ids in pending.items()} | dict(zip(asked, best))
+        batch = o.batch_queries and self.backend.supports_batching
+        heads = drive_sorts(sorts, judge, groups=[list(sorts)] if batch else [[q] for q in sorts])
+        bar.close()
+        return self._finish(run, heads, k)
 
 # %% ../nbs/11d_setwise.ipynb #152bcef2
 @patch(cls_method=True)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import argparse, importlib, inspect, sys, typing
+import abc, argparse, importlib, inspect, sys, typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
@@ -56,6 +56,7 @@ def check_contract(obj, contract, kind: str, name: str):
     if contract is None or not inspect.isclass(obj): return
     if not issubclass(obj, contract):
         raise ClirError(f"{kind} {name!r}: {obj.__name__} must subclass {contract.__module__}.{contract.__name__}")
+    abc.update_abstractmethods(obj)   # methods added to the class after it was made (`@patch` in later cells) count
     if missing := sorted(getattr(obj, "__abstractmethods__", ())):
         raise ClirError(f"{kind} {name!r}: {obj.__name__} does not implement {', '.join(missing)} "
                         f"(required by {contract.__name__})")
