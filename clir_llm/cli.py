@@ -4,25 +4,15 @@
 
 # %% ../nbs/14_cli.ipynb #201bd9fe
 from __future__ import annotations
-import argparse, contextlib, importlib, os, sys
+import importlib, logging, os, sys, warnings
+from . import __version__
 from .core import ClirError
+from .progress import quiet_libraries, setup_logging
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main', 'registries', 'cli_methods']
+__all__ = ['COMMANDS', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
-def _one_line_error(self: argparse.ArgumentParser, message: str):
-    "argparse's `error` without the usage block: `clir-llm <cmd>: error: <message> (see clir-llm <cmd> --help)`, exit 2."
-    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-@contextlib.contextmanager
-def _one_line_errors():
-    "While a command runs under `main`: its parsers (each subcommand builds its own) report a bad option in one line."
-    old, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _one_line_error
-    try: yield
-    finally: argparse.ArgumentParser.error = old
-
-# %% ../nbs/14_cli.ipynb #83ece062
 COMMANDS = {
     "evaluate":  ("clir_llm.evaluate:cli_evaluate",   "score a run against qrels (per measure, one line each)"),
     "datasets":  ("clir_llm.collections:cli_datasets", "list collections, language pairs and counts"),
@@ -34,7 +24,7 @@ COMMANDS = {
     "prepare":   ("clir_llm.reproduce:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
-    "methods":   ("clir_llm.cli:cli_methods",           "every registered method, model and collection, as the strings the CLI and configs accept"),
+    "methods":   ("clir_llm.methods:cli_methods",       "every registered method, model and collection, as the strings the CLI and configs accept, with its options"),
 }
 
 def _usage() -> str:
@@ -47,8 +37,6 @@ _LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "q
 
 def _verbosity(argv: list[str]) -> list[str]:
     "Take `-v`/`-q` from anywhere in `argv` (no command uses them otherwise), set up logging, return the rest."
-    import logging, warnings
-    from clir_llm.progress import quiet_libraries, setup_logging
     flags = {_LEVELS[a] for a in argv if a in _LEVELS}
     if flags == {"verbose", "quiet"}: raise ClirError("-v and -q together: choose one")
     setup_logging(verbose="verbose" in flags, quiet="quiet" in flags)
@@ -64,7 +52,7 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage()); return 0
     if argv[0] == "--version":
-        from clir_llm import __version__; print(__version__); return 0
+        print(__version__); return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"clir-llm: unknown command {name!r}\n\n{_usage()}", file=sys.stderr); return 2
@@ -75,45 +63,13 @@ def main(argv=None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"clir-llm {name}: not available in this installation ({e})", file=sys.stderr); return 2
     try:
-        with _one_line_errors(): return int(func(rest) or 0)
+        return int(func(rest) or 0)
     except ClirError as e:
         print(f"clir-llm {name}: error: {e}", file=sys.stderr); return 1
     except BrokenPipeError:   # output piped into `head` and closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 0
     except KeyboardInterrupt:
         print(f"clir-llm {name}: interrupted; finished work is cached and a re-run resumes from there", file=sys.stderr); return 130
-
-# %% ../nbs/14_cli.ipynb #d992b830
-def registries() -> dict[str, list[tuple[str, str]]]:
-    "Each kind (with where its strings go) -> [(accepted string, one-line summary)], read from the registries."
-    from clir_llm.assets import OFFLINE_MODELS
-    from clir_llm.collections import COLLECTIONS
-    from clir_llm.dense import ENCODERS
-    from clir_llm.llm import BACKENDS
-    from clir_llm.rerank import RERANKERS
-    from clir_llm.retrieve import FIRST_STAGES
-    from clir_llm.translate import TRANSLATORS
-    first = [(f"dense:{n}", s.label) if e.name == "dense:" else (e.example, e.summary)
-             for e in FIRST_STAGES.entries() for n, s in (ENCODERS.items() if e.name == "dense:" else [(None, None)])]
-    llms = [(e.example, e.summary) for e in BACKENDS.entries()] + [(n, m.label) for n, m in OFFLINE_MODELS.items() if not n.startswith("dense:")]
-    return {"collections (--collection; config: collection)": [(e.example, e.summary) for e in COLLECTIONS.entries()],
-            "first stages (retrieve --method; config: first_stage.methods)": first,
-            "translators (--translator; config: first_stage.translator)": [(e.example, e.summary) for e in TRANSLATORS.entries()],
-            "rerankers (rerank --method; config: rerankers[].method)": [(e.example, e.summary) for e in RERANKERS.entries()],
-            "LLM backends (rerank --llm; config: rerankers[].llm)": llms}
-
-def cli_methods(argv=None) -> int:
-    "`clir-llm methods [--plugin MODULE]`: every registry, one accepted string and its summary per line."
-    ap = argparse.ArgumentParser(prog="clir-llm methods", description="List what the package can run, as accepted strings.")
-    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods)")
-    a = ap.parse_args(argv)
-    from clir_llm.specs import import_plugins
-    import_plugins(a.plugin)
-    for kind, rows in registries().items():
-        print(kind)
-        w = max(len(s) for s, _ in rows)
-        for s, summary in rows: print(f"  {s:<{w}}  {summary}")
-    return 0
 
 # %% ../nbs/14_cli.ipynb #f90d08ee
 if __name__ == "__main__" and not hasattr(sys, "ps1") and "ipykernel" not in sys.modules:   # python -m clir_llm.cli

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional, Union
 import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
-                      StrictBool, ValidationError, field_validator, model_serializer, model_validator)
+                      StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
 from .core import ClirError, yaml_error
 from .languages import parse_pair
 from .llm import BackendSpec
@@ -301,6 +301,12 @@ class Config(_Strict):
     @classmethod
     def _expand_quirks(cls, data): return _expand_paper_quirks(data)   # paper_quirks: true
 
+    @model_validator(mode="after")
+    def _where(self, info: ValidationInfo):
+        "The file it was read from (`load_config` passes it), for the paths written relative to it."
+        self._path = (info.context or {}).get("path")
+        return self
+
 
     @field_validator("name")
     @classmethod
@@ -366,12 +372,10 @@ def load_config(path) -> Config:
     if isinstance(data.get("plugins"), list):
         try: import_plugins(data["plugins"])
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
-    try: cfg = Config(**data)
+    try: return Config.model_validate(data, context={"path": path})
     except ValidationError as e:
         raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
     except ClirError as e: raise ClirError(f"{path}: {e}") from None
-    cfg._path = path
-    return cfg
 
 # %% ../nbs/13a_config.ipynb #299eefc6
 def repo_root() -> Path:

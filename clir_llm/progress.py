@@ -150,12 +150,15 @@ def add_verbosity_arguments(ap: argparse.ArgumentParser):
     g.add_argument("-v", "--verbose", action="store_true", help="show logs, warnings and the notebook kernels' output")
     g.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no progress)")
 
+class _CommandLineHandler(logging.StreamHandler):
+    "The handler `setup_logging` adds (a second call replaces it)."
+
 def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
     "Send the `clir_llm` logger to stderr at DEBUG (`verbose`), ERROR (`quiet`) or INFO; return the level."
     level = logging.DEBUG if verbose else logging.ERROR if quiet else logging.INFO
     logger = logging.getLogger("clir_llm")
-    for h in [h for h in logger.handlers if getattr(h, "_clir_llm", False)]: logger.removeHandler(h)
-    h = logging.StreamHandler(sys.stderr); h._clir_llm = True
+    for h in [h for h in logger.handlers if isinstance(h, _CommandLineHandler)]: logger.removeHandler(h)
+    h = _CommandLineHandler(sys.stderr)
     h.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
     logger.addHandler(h); logger.setLevel(level); logger.propagate = False
     if verbose: logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

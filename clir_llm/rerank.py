@@ -12,7 +12,7 @@ from typing import Callable, ClassVar, Optional
 from fastcore.basics import patch
 from pydantic import SerializeAsAny, field_validator, model_validator
 from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
-from .specs import Options, Registry, Spec, add_spec_arguments, import_plugins, opt, spec_from_args, validated
+from .specs import ArgumentParser, Options, Registry, Spec, add_spec_arguments, import_plugins, opt, spec_from_args, validated
 from .templates import PromptTemplate, squash
 from .llm import BackendSpec, add_backend_arguments, backend_spec_from_args
 from .cache import Cache
@@ -321,7 +321,7 @@ def check_run(path, run: Run, collection, k: int = 100):
 # %% ../nbs/11_rerank.ipynb #9247c60d
 def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> argparse.ArgumentParser:
     "`clir-llm rerank`'s parser: the common options, then the options of `method`'s family and of `llm`'s backend kind."
-    ap = argparse.ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise "
+    ap = ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise "
                                  "PRP, setwise, pointwise) or any registered reranker. `--method M --help` lists M's options; "
                                  "`--llm KIND:MODEL --help` the backend's.")
     ap.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")
@@ -348,7 +348,7 @@ def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> a
 # %% ../nbs/11_rerank.ipynb #f2343002
 def _first_parse(argv) -> argparse.Namespace:
     "The arguments that decide the rest of the parser: plugins, the method and the backend."
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--plugin", action="append", default=[]); pre.add_argument("--method"); pre.add_argument("--llm")
     return pre.parse_known_args(argv)[0]
 

@@ -14,7 +14,7 @@ from .core import ClirError
 
 # %% auto #0
 __all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'pydantic_messages', 'validated', 'opt', 'Options',
-           'Quirks', 'add_spec_arguments', 'spec_from_args', 'split_options']
+           'Quirks', 'add_spec_arguments', 'spec_from_args', 'ArgumentParser', 'split_options']
 
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
@@ -113,6 +113,10 @@ class Registry:
         e = self._items.get(str(name).strip().lower())
         return default if e is None else e.obj
     def values(self) -> list: return [e.obj for e in self.entries()]
+    def options_of(self, name: str):
+        "The options class of member `name` (its class's `options_for(name)` or `Options`); None for a member without options."
+        e = self.lookup(name)[0]
+        return e.obj.options_for(e.name) if hasattr(e.obj, "options_for") else getattr(e.obj, "Options", None)
     def __getitem__(self, name: str):
         "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
         if (obj := self.get(name)) is None: raise self._unknown(name)
@@ -289,6 +293,12 @@ def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
     return validated(spec_cls, {**values, **extra}, where="command line")
 
 
+
+# %% ../nbs/00a_specs.ipynb #7278f9ba
+class ArgumentParser(argparse.ArgumentParser):
+    "argparse's parser whose errors are one line: `<prog>: error: <message> (see <prog> --help)`, exit status 2."
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 # %% ../nbs/00a_specs.ipynb #3717f48c
 def split_options(spec: str, what: str = "spec") -> tuple[str, dict[str, str]]:

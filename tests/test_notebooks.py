@@ -70,3 +70,78 @@ def test_papermill_help_notebook_works_on_the_repos_notebooks(nb):
     "`papermill --help-notebook` reads the kernel from the notebook (before: 'No kernel name found in notebook')."
     r = subprocess.run([_papermill(), "--help-notebook", str(nb)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0 and "config" in r.stdout, (r.stdout[-500:], r.stderr[-1500:])
+
+
+# --- the module notebooks read like fastcore's (issue 25): one definition per export cell, short cells, an example
+# with its output after each public definition
+
+import ast, re
+
+MODULE_NBS = sorted(p for p in (ROOT / "nbs").glob("[0-9]*.ipynb"))
+_EXPORT = re.compile(r"^#\|\s*export", re.M)
+
+
+def _source(cell) -> str:
+    src = cell["source"]
+    return src if isinstance(src, str) else "".join(src)
+
+
+def defined(src: str) -> list[str]:
+    "Names of the functions and classes a cell defines at its top level (`@patch` methods included), in order."
+    code = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith(("%", "!")))
+    try: tree = ast.parse(code)
+    except SyntaxError: return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+
+
+def export_cells(nb_path):
+    "(index, source, defined names) of every export cell of a notebook."
+    cells = json.loads(Path(nb_path).read_text())["cells"]
+    return cells, [(i, _source(c), defined(_source(c))) for i, c in enumerate(cells)
+                   if c["cell_type"] == "code" and _EXPORT.search(_source(c))]
+
+
+def _exports():
+    return {nb.name: export_cells(nb) for nb in MODULE_NBS}
+
+
+def test_defined_reads_patched_methods():
+    assert defined("#| export\n@patch\ndef a(self: X): pass\nclass B: pass\nC = 1\n") == ["a", "B"]
+
+
+def test_at_most_one_export_cell_in_ten_defines_several_things():
+    multi = [(name, i, d) for name, (_, ex) in _exports().items() for i, _, d in ex if len(d) > 1]
+    total = sum(len(ex) for _, ex in _exports().values())
+    assert len(multi) * 10 <= total, f"{len(multi)} of {total} export cells define more than one thing: {multi[:20]}"
+
+
+def test_no_export_cell_over_60_lines():
+    long = [(name, i, len(src.splitlines())) for name, (_, ex) in _exports().items() for i, src, _ in ex if len(src.splitlines()) > 60]
+    assert not long, long
+
+
+def missing_examples(cells, exports) -> list[str]:
+    "The public definitions of a notebook after which no code cell with an output comes before the next public definition."
+    out, starts = [], [(i, [n for n in d if not n.startswith("_")]) for i, _, d in exports]
+    public = [(i, names) for i, names in starts if names]
+    for k, (i, names) in enumerate(public):
+        end = public[k + 1][0] if k + 1 < len(public) else len(cells)
+        shown = any(c["cell_type"] == "code" and c.get("outputs") and not _EXPORT.search(_source(c)) for c in cells[i + 1:end])
+        if not shown: out.append(f"cell {i}: {', '.join(names)}")
+    return out
+
+
+def test_missing_examples_can_fail():
+    code = lambda src, out=(): {"cell_type": "code", "source": src, "outputs": list(out), "metadata": {}}
+    cells = [code("#| export\ndef f(): pass"), code("f()", [{"output_type": "execute_result"}]), code("#| export\ndef g(): pass"), code("g()")]
+    assert missing_examples(cells, export_cells_of(cells)) == ["cell 2: g"]
+
+
+def export_cells_of(cells):
+    return [(i, _source(c), defined(_source(c))) for i, c in enumerate(cells) if c["cell_type"] == "code" and _EXPORT.search(_source(c))]
+
+
+@pytest.mark.parametrize("nb", MODULE_NBS, ids=lambda p: p.name)
+def test_each_public_definition_is_followed_by_an_example_with_its_output(nb):
+    cells, ex = export_cells(nb)
+    assert not missing_examples(cells, ex), missing_examples(cells, ex)
