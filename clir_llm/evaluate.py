@@ -14,6 +14,8 @@ import ir_measures
 from scipy import stats
 from fastcore.basics import patch
 from .core import ClirError, Qrels, Run, cut
+from .collections import load_collection
+from .specs import ArgumentParser
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
@@ -254,8 +256,7 @@ def notes(self: ResultTable) -> list[str]:
 # %% ../nbs/12_evaluate.ipynb #47b3bf5c
 def cli_evaluate(argv=None) -> int:
     "`clir-llm evaluate`: score a TREC run."
-    import argparse
-    ap = argparse.ArgumentParser(prog="clir-llm evaluate", description="Score a TREC run against qrels.")
+    ap = ArgumentParser(prog="clir-llm evaluate", description="Score a TREC run against qrels.")
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--qrels", help="TREC qrels file")
     src.add_argument("--collection", help="registered collection name (see `clir-llm datasets`); needs --pair")
@@ -271,7 +272,6 @@ def cli_evaluate(argv=None) -> int:
     if a.qrels: qrels = Qrels.read(a.qrels)
     else:
         if not a.pair: raise ClirError("--collection needs --pair (e.g. --pair en-de)")
-        from clir_llm.collections import load_collection
         qrels = load_collection(a.collection, a.pair).qrels
     run = Run.read(a.run)
     df = per_query(run, qrels, a.measures, a.missing)

@@ -4,6 +4,7 @@
 
 # %% ../nbs/13d_figures.ipynb #a06202c2
 from __future__ import annotations
+import numpy as np
 from pathlib import Path
 from .core import atomic_write
 from .tables import cost_summary
@@ -36,7 +37,6 @@ def _freeze(fig):
 
 def _ylim(ax, values):
     "A y range of at least 0.1 around the values (a flat series is not drawn on a 0.48-0.52 axis), inside [0, 1] for scores."
-    import numpy as np
     v = np.asarray([x for x in values if x == x], float)
     if not len(v): return
     lo, hi = v.min(), v.max(); mid, span = (lo + hi) / 2, max(hi - lo, 0.1) * 1.2

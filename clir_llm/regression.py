@@ -4,6 +4,7 @@
 
 # %% ../nbs/13e_regression.ipynb #1115bfe0
 from __future__ import annotations
+import pandas as pd
 from pathlib import Path
 from typing import Optional
 import yaml
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 from .core import ClirError, atomic_write, yaml_error
 from .config import _Strict, Config, load_config, results_dir
 from .tables import load_table
+from .specs import ArgumentParser
 
 # %% auto #0
 __all__ = ['RegressionCell', 'Regression', 'regression_path', 'load_regression', 'check', 'write_regression', 'cli_check']
@@ -51,7 +53,6 @@ def load_regression(path) -> Regression:
 
 def _table(out: Path, name: str):
     "Table `name` under `out`, None when missing; ClirError naming the file when it cannot be read as a table."
-    import pandas as pd
     p = out / "tables" / f"{name}.csv"
     if not p.exists(): return None
     try: t = load_table(out, name)
@@ -103,8 +104,7 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
 # %% ../nbs/13e_regression.ipynb #29796e5d
 def cli_check(argv=None) -> int:
     "`clir-llm check CONFIG`: OK / FAIL / MISSING per regression cell; exit 1 on any FAIL or MISSING."
-    import argparse
-    ap = argparse.ArgumentParser(prog="clir-llm check", description="Compare results with the configuration's regression file.")
+    ap = ArgumentParser(prog="clir-llm check", description="Compare results with the configuration's regression file.")
     ap.add_argument("config"); ap.add_argument("--results", default="results")
     a = ap.parse_args(argv)
     c = check(a.config, a.results)

@@ -4,6 +4,8 @@
 
 # %% ../nbs/13c_tables.ipynb #8abfd147
 from __future__ import annotations
+import pandas as pd
+from .evaluate import Cell, ResultTable
 from pathlib import Path
 from .core import ClirError, atomic_write
 from .pipeline import Pipeline
@@ -19,8 +21,6 @@ def references(cfg, table: str, measure: str | None = None) -> list:
 
 def reference_cells(ref, pairs) -> list:
     "Table cells of reference row `ref` (one published value per pair, in `pairs` order)."
-    import pandas as pd
-    from clir_llm.evaluate import Cell
     return [Cell(ref.row, p, pd.Series([ref.values[p]], index=["published"])) for p in pairs if p in ref.values]
 
 def reference_notes(cfg, table: str, measure: str | None = None) -> list[str]:
@@ -31,7 +31,6 @@ def reference_notes(cfg, table: str, measure: str | None = None) -> list[str]:
 # %% ../nbs/13c_tables.ipynb #51d283a0
 def first_stage_table(pipe: Pipeline, measure: str | None = None):
     "Table 1/2 of the paper: every first-stage method (rows) on every pair (columns), and the configuration's copied reference rows."
-    from clir_llm.evaluate import Cell, ResultTable
     cells, refs = [], references(pipe.cfg, "first_stage", measure)
     for m in pipe.cfg.first_stage.methods:
         for pair in pipe.cfg.pairs:
@@ -53,8 +52,6 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
     """Tables 3/4 of the paper: for each reranker of `kind` ('listwise' or 'pairwise') and each of its first stages,
     the first stage row, an oracle row (best possible reordering of the same top-k) and one row per OG/DT,
     tested against the first stage. Returns `(table, cost DataFrame)`."""
-    import pandas as pd
-    from clir_llm.evaluate import Cell, ResultTable
     cells, cost, seen = [], [], set()
     for rc, fs in _rerank_rows(pipe, kind):
         n = f" (first {rc.max_queries} queries)" if rc.max_queries else ""
@@ -105,7 +102,6 @@ def doc_length_label(reranker: str, first_stage, docs: str) -> str:
 # %% ../nbs/13c_tables.ipynb #62c1fb44
 def doc_length_table(pipe: Pipeline, measure: str | None = None):
     "The document-length study: rows `doc_length_label` ('<reranker> / <first stage> · <OG|DT> docs'), columns the passage lengths, values the pair average."
-    import pandas as pd
     dl = pipe.cfg.doc_length
     if dl is None: raise ClirError(f"config {pipe.cfg.name!r} has no doc_length section")
     rows = {}
@@ -125,7 +121,6 @@ def doc_length_table(pipe: Pipeline, measure: str | None = None):
 # %% ../nbs/13c_tables.ipynb #b4442892
 def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:
     "Save a `ResultTable` (or DataFrame) as `<name>.csv` (raw), `.md` and `.tex` under `out_dir/tables/`."
-    import pandas as pd
     d = Path(out_dir) / "tables"
     means = table.means if hasattr(table, "means") else table
     paths = {"csv": atomic_write(d / f"{name}.csv", means.to_csv(float_format="%.4f"))}
@@ -137,7 +132,6 @@ def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:
 
 def load_table(out_dir, name: str):
     "Read back the raw means of table `name`."
-    import pandas as pd
     p = Path(out_dir) / "tables" / f"{name}.csv"
     if not p.exists(): raise ClirError(f"{p}: table not found (run `clir-llm reproduce` first)")
     return pd.read_csv(p, index_col=0)
