@@ -5,16 +5,16 @@
 # %% ../nbs/00_core.ipynb #051c69fc
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import codecs, json, os, math, tempfile, hashlib, time
+import codecs, stat, json, os, math, tempfile, hashlib, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
 from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
-__all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'yaml_error', 'atomic_write', 'write_json',
-           'Query', 'Document', 'cut', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash',
-           'memoised', 'Retriever']
+__all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'yaml_error', 'writable_target',
+           'atomic_write', 'write_json', 'check_outputs', 'Query', 'Document', 'cut', 'check_id', 'Qrels',
+           'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -39,17 +39,37 @@ def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
                        f"{what}: {msg or ' '.join(str(e).split())}" + (f" ({'; '.join(where)})" if where else ""))
 
 # %% ../nbs/00_core.ipynb #4aa93b74
-def atomic_write(path, data: str | bytes, encoding: str = "utf-8") -> Path:
-    "Write `data` to `path` atomically (temporary file + fsync + rename); create parent folders."
+def _kind(st) -> str:
+    "What a path is, in words, from its `lstat`."
+    m = st.st_mode
+    return ("a link" if stat.S_ISLNK(m) else "a folder" if stat.S_ISDIR(m) else "a named pipe (FIFO)" if stat.S_ISFIFO(m)
+            else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m) else "a socket" if stat.S_ISSOCK(m) else "not a regular file")
+
+def writable_target(path) -> Path:
+    "`path` if a file may be written there: nothing there yet, or a regular file (never a link, FIFO, device or folder)."
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try: st = os.lstat(path)
+    except FileNotFoundError: return path
+    except OSError as e: raise ClirError(f"{path}: cannot write there: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode): raise ClirError(f"{path}: is {_kind(st)}; an output is written only as a regular file")
+    return path
+
+# %% ../nbs/00_core.ipynb #793b544d
+def atomic_write(path, data: str | bytes, encoding: str = "utf-8", private: bool = False) -> Path:
+    """Write `data` to `path` atomically (temporary file + fsync + rename); create parent folders. Only a regular file
+    is replaced (`writable_target`); `private`: readable by its owner only (files that may hold run details)."""
+    path = writable_target(path)
+    try: path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e: raise ClirError(f"{path.parent}: cannot create the folder: {e.strerror}") from None
+    try: fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e: raise ClirError(f"{path}: cannot write in {path.parent}: {e.strerror}") from None
     umask = os.umask(0); os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes the file private; the result should read like any other file
+    os.chmod(tmp, 0o600 if private else 0o666 & ~umask)   # mkstemp makes the file private; a result reads like any other file
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode(encoding) if isinstance(data, str) else data)
             f.flush(); os.fsync(f.fileno())
+        writable_target(path)   # nothing else appeared there meanwhile
         os.replace(tmp, path)
     except BaseException:
         try: os.unlink(tmp)
@@ -57,9 +77,30 @@ def atomic_write(path, data: str | bytes, encoding: str = "utf-8") -> Path:
         raise
     return path
 
-def write_json(path, obj, **kw) -> Path:
-    "Write `obj` as indented, key-sorted JSON, atomically."
-    return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False, default=str, **kw) + "\n")
+def write_json(path, obj, private: bool = False, **kw) -> Path:
+    "Write `obj` as indented, key-sorted JSON, atomically (`private`: owner-only)."
+    return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False, default=str, **kw) + "\n", private=private)
+
+# %% ../nbs/00_core.ipynb #fbd9b51d
+def check_outputs(outputs, inputs=(), what: str = "--out") -> list[Path]:
+    "The `outputs` (paths) checked before any work: regular files or nothing yet, none of the `inputs`, in writable folders."
+    ins = [Path(i) for i in inputs if i is not None]
+    out = []
+    for o in outputs:
+        o = writable_target(o)
+        for i in ins:
+            same = o.resolve() == i.resolve()
+            if not same and o.exists() and i.exists():
+                try: same = os.path.samefile(o, i)
+                except OSError: pass
+            if same: raise ClirError(f"{what} {o} is also an input of this command ({i}); choose another output file")
+        d = o.parent if str(o.parent) else Path(".")
+        probe = d
+        while not probe.exists() and probe != probe.parent: probe = probe.parent
+        if not probe.is_dir(): raise ClirError(f"{what} {o}: {probe} is not a folder")
+        if not os.access(probe, os.W_OK | os.X_OK): raise ClirError(f"{what} {o}: the folder {probe} is not writable")
+        out.append(o)
+    return out
 
 # %% ../nbs/00_core.ipynb #ed0ac8f1
 @dataclass(frozen=True)
@@ -85,6 +126,12 @@ class Document:
 def cut(text: str, n: int = 80) -> str:
     "`repr(text)`, cut after `n` characters (a long offending line in an error message shows its start and its length)."
     return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
+
+def check_id(s, what: str = "id") -> str:
+    "`s` if a TREC line can hold it as a query or document id: a non-empty string without whitespace; else a ClirError."
+    if not isinstance(s, str) or not s: raise ClirError(f"{what} is empty" if s == "" else f"{what} must be a string, got {s!r}")
+    if any(c.isspace() for c in s): raise ClirError(f"{what} {cut(s, 40)} contains whitespace (a TREC line would break on it)")
+    return s
 
 def _lines(path) -> Iterator[tuple[int, str]]:
     """Yield `(line number, stripped line)` for the non-blank lines of a UTF-8 text file; bad bytes are a `FormatError`.
@@ -175,6 +222,7 @@ class Run(dict):
             for r, it in enumerate(items):
                 docid, score = (it, float(len(items) - r)) if isinstance(it, str) else (it[0], float(it[1]))
                 if docid in scores: raise ClirError(f"run {name!r}: document {docid!r} ranked twice for query {qid!r}")
+                if not math.isfinite(score): raise ClirError(f"run {name!r}: query {qid!r}: document {docid!r} has score {score} (not a number)")
                 scores[docid] = score
             out[qid] = scores
         return out
@@ -219,8 +267,11 @@ class Run(dict):
 # %% ../nbs/00_core.ipynb #f652063c
 @patch
 def write(self: Run, path, tag: str | None = None) -> Path:
-    "Write in TREC format, queries in sorted order, documents by rank, atomically."
-    tag = (tag or self.name or "run").replace(" ", "_")
+    "Write in TREC format, queries in sorted order, documents by rank, atomically; an id a TREC line cannot hold is a ClirError."
+    tag = "_".join((tag or self.name or "run").split()) or "run"
+    for q in self:
+        check_id(q, f"run {self.name!r}: query id")
+        for d in self[q]: check_id(d, f"run {self.name!r}: query {q!r}: document id")
     lines = [f"{q} Q0 {d} {r} {s:.{SCORE_DECIMALS}f} {tag}" for q in sorted(self) for r, (d, s) in enumerate(self.ranking(q), 1)]
     return atomic_write(path, "\n".join(lines) + "\n")
 
