@@ -10,14 +10,12 @@ from fastcore.basics import patch
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from .progress import progress_bar as tqdm
-from .core import ClirError, stable_hash
+from .core import ClirError, check_no_secret, stable_hash
 
 # %% auto #0
-__all__ = ['SECRET_ENV_VARS', 'MODES', 'URL_ENV_VARS', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError',
-           'default_cache_dir', 'redact', 'check_no_secret', 'Cache', 'Namespace']
+__all__ = ['MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir', 'Cache', 'Namespace']
 
 # %% ../nbs/02_cache.ipynb #d826819f
-SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
 MODES = ("readwrite", "readonly", "replay", "off")
 
 class CacheMiss(ClirError, KeyError):
@@ -30,32 +28,6 @@ class CacheError(ClirError):
 def default_cache_dir() -> Path:
     "`$CLIR_LLM_CACHE`, else `~/.cache/clir-llm`."
     return Path(os.environ.get("CLIR_LLM_CACHE") or Path.home() / ".cache" / "clir-llm")
-
-URL_ENV_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HF_ENDPOINT")   # server addresses that may carry `user:key@`
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
-
-def _url_secrets() -> list[str]:
-    "Credentials written into the server addresses of `URL_ENV_VARS` (`scheme://user:key@host`)."
-    out = []
-    for k in URL_ENV_VARS:
-        p = urllib.parse.urlsplit(os.environ.get(k) or "")
-        for v in (p.password, urllib.parse.unquote(p.password or "")):
-            if v and len(v) >= 8: out.append(v)
-    return out
-
-def _secrets() -> list[str]:
-    return [v for k in SECRET_ENV_VARS if (v := os.environ.get(k)) and len(v) >= 8] + _url_secrets()
-
-def redact(text: str) -> str:
-    "`text` with credentials in URLs (`scheme://user:key@` → `scheme://***@`) and secret values replaced by `***`."
-    text = _USERINFO.sub(r"\1***@", str(text))
-    for v in sorted(_secrets(), key=len, reverse=True): text = text.replace(v, "***")
-    return text
-
-def check_no_secret(text: str, what: str = "value"):
-    "Raise if `text` contains the value of a secret environment variable (the secret itself is never printed)."
-    for s in _secrets():
-        if s in text: raise CacheError(f"refusing to store a {what} that contains the value of a secret environment variable")
 
 # %% ../nbs/02_cache.ipynb #17993e6f
 def _encode(value) -> tuple[bytes, str]:

@@ -5,16 +5,17 @@
 # %% ../nbs/00_core.ipynb #051c69fc
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import codecs, stat, json, os, math, tempfile, hashlib, time
+import codecs, stat, json, os, math, re, tempfile, hashlib, time, urllib.parse
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
 from typing import Iterable, Iterator, Mapping
 
 # %% auto #0
-__all__ = ['GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError', 'yaml_error', 'writable_target',
-           'atomic_write', 'write_json', 'check_outputs', 'Query', 'Document', 'cut', 'check_id', 'Qrels',
-           'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
+__all__ = ['SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError',
+           'yaml_error', 'writable_target', 'atomic_write', 'write_json', 'check_outputs', 'secret_env', 'SecretError',
+           'redact', 'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run',
+           'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -101,6 +102,48 @@ def check_outputs(outputs, inputs=(), what: str = "--out") -> list[Path]:
         if not os.access(probe, os.W_OK | os.X_OK): raise ClirError(f"{what} {o}: the folder {probe} is not writable")
         out.append(o)
     return out
+
+# %% ../nbs/00_core.ipynb #b768ca31
+SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
+URL_ENV_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HF_ENDPOINT")   # server addresses that may carry `user:key@`
+_SECRET_NAME = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$")
+_NAMED: set[str] = set()   # variables a backend reads its key from (`api_key_env`)
+
+def secret_env(name: str) -> str:
+    "Remember that environment variable `name` holds a credential (its value is redacted wherever text leaves); returns `name`."
+    _NAMED.add(str(name)); return name
+
+class SecretError(ClirError):
+    "A value to be stored holds a credential."
+
+# %% ../nbs/00_core.ipynb #d0f0b5e8
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+_QUERY_KEY = re.compile(r"(?i)([?&;](?:api[-_]?key|key|token|access[-_]?token|auth|password|passwd|secret|sig|signature)=)[^&#\s'\"<>]+")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]{6,}")
+_KEYLIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
+
+def _secrets() -> list[str]:
+    "The credential values this process holds (at least 8 characters: shorter ones would redact ordinary words)."
+    names = set(SECRET_ENV_VARS) | _NAMED | {k for k in os.environ if _SECRET_NAME.search(k)}
+    vals = [v for k in names if (v := os.environ.get(k)) and len(v) >= 8]
+    for k in URL_ENV_VARS:
+        u = urllib.parse.urlsplit(os.environ.get(k) or "")
+        vals += [v for v in (u.password, urllib.parse.unquote(u.password or "")) if v and len(v) >= 8]
+    return sorted(set(vals), key=len, reverse=True)
+
+def redact(text) -> str:
+    "`text` with every credential replaced by `***` (values the process holds, URL user info and query keys, bearer tokens, sk- keys)."
+    text = _USERINFO.sub(r"\1***@", str(text))
+    text = _QUERY_KEY.sub(r"\1***", text)
+    text = _BEARER.sub(r"\1\2***", text)
+    text = _KEYLIKE.sub("***", text)
+    for v in _secrets(): text = text.replace(v, "***")
+    return text
+
+def check_no_secret(text: str, what: str = "value"):
+    "A `SecretError` if `text` holds a credential value this process holds (the credential itself is never printed)."
+    for s in _secrets():
+        if s in text: raise SecretError(f"refusing to store a {what} that contains a credential (the value of a secret environment variable)")
 
 # %% ../nbs/00_core.ipynb #ed0ac8f1
 @dataclass(frozen=True)
