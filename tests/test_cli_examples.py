@@ -64,7 +64,8 @@ def test_pairwise_progress_has_a_total(tmp_path, monkeypatch):
     "PRP's bar counts comparisons against their upper bound (n of N and an estimate), and ends at 100 %."
     from clir_llm.pairwise import PairwiseReranker, max_comparisons
     from clir_llm.progress import CHANNEL
-    from clir_llm.rerank import QrelsOracle, get_reranker
+    from clir_llm.rerank import get_reranker
+    from clir_llm.testing import QrelsOracle
     from clir_llm.testing import tiny_setup
     coll, run = tiny_setup(n_queries=3, n_docs=8)
     ch = tmp_path / "p.jsonl"
@@ -73,7 +74,7 @@ def test_pairwise_progress_has_a_total(tmp_path, monkeypatch):
     assert isinstance(rr, PairwiseReranker)
     rr.rerank(coll, run, k=8)
     evs = [json.loads(l) for l in ch.read_text().splitlines() if "prp" in l]
-    assert evs[0]["total"] == 3 * max_comparisons("bubblesort", 8, rr.sort_k) and evs[0]["n"] == 0
+    assert evs[0]["total"] == 3 * max_comparisons("bubblesort", 8, rr.options.k) and evs[0]["n"] == 0
     assert evs[-1]["closed"] and evs[-1]["n"] == evs[-1]["total"] > 0
 
 

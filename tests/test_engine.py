@@ -168,12 +168,12 @@ def test_ray_translation_by_token_budget_sends_the_local_batches(cluster, mt, tm
 
 def test_ray_llm_rerank_generate_and_score_are_local(cluster, tmp_path):
     from clir_llm.llm import HFBackend
-    from clir_llm.pairwise import PairwiseReranker
+    from clir_llm.rerank import get_reranker
     from clir_llm.testing import make_tiny_hf_model, tiny_setup
     coll, first = tiny_setup(n_queries=2, n_docs=6)
     model = make_tiny_hf_model(tmp_path / "qwen2")
     def rerank(b):
-        return [PairwiseReranker(b, method="bubblesort", sort_k=2, scoring=s, progress=False).rerank(coll, first, k=6)
+        return [get_reranker("pairwise-bubblesort", b, k=2, scoring=s, progress=False).rerank(coll, first, k=6)
                 for s in ("generation", "likelihood")]
     local = HFBackend(str(model), cache=Cache(tmp_path / "local"), batch_size=2)
     want = rerank(local)

@@ -167,11 +167,11 @@ def test_translation_batches_cache_and_usage_as_local(fake_ray, tmp_path, budget
 def test_llm_batches_cache_and_usage_as_local(fake_ray, tmp_path):
     "An hf: backend's generate and score batches on the actors: the local batches, runs, cache entries and usage."
     from clir_llm.llm import HFBackend
-    from clir_llm.pairwise import PairwiseReranker
+    from clir_llm.rerank import get_reranker
     from clir_llm.testing import make_tiny_hf_model
     coll, first = tiny_setup(n_queries=2, n_docs=5)
     model = make_tiny_hf_model(tmp_path / "qwen2")
-    rerank = lambda b: [PairwiseReranker(b, method="bubblesort", sort_k=2, scoring=s, progress=False).rerank(coll, first, k=5)
+    rerank = lambda b: [get_reranker("pairwise-bubblesort", b, k=2, scoring=s, progress=False).rerank(coll, first, k=5)
                         for s in ("generation", "likelihood")]
     local = HFBackend(str(model), cache=Cache(tmp_path / "l"), batch_size=3)
     want = rerank(local)

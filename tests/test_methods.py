@@ -22,14 +22,6 @@ def test_every_listed_first_stage_builds():
         assert str(parse_method(s)) == s and get_retriever(s).name
 
 
-def test_every_listed_reranker_builds():
-    from clir_llm.rerank import QrelsOracle, RerankerSpec, get_reranker
-    from clir_llm.collections import load_collection
-    coll = load_collection("fixture", "en-de")
-    for s in _concrete("rerankers"):
-        assert RerankerSpec(method=s).method == s and get_reranker(s, QrelsOracle(coll), progress=False)
-
-
 def test_every_listed_backend_translator_and_collection_parses():
     from clir_llm.collections import collection_pairs
     from clir_llm.llm import BackendSpec

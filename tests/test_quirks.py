@@ -1,118 +1,14 @@
-"""Issue 15, findings 4, 6, 7, 8: the reference implementations' behaviour as named switches, each checked against a
-plain reimplementation of the reference (llm-rankers 0.0.2's heapsort, rank_llm 0.21.0's sliding windows) with pure
-comparators; switches at their default stay out of run identities; the dense encoders' quirks by name; revisions."""
-import random, re
+"""Issue 15, findings 4, 6, 7, 8: the reference implementations' behaviour as named switches; switches at their default
+stay out of run identities; the dense encoders' quirks by name; revisions. (The rerankers' quirks, each checked against
+a plain reimplementation of llm-rankers 0.0.2 / rank_llm 0.21.0, are tested with their families: tests/test_pairwise.py,
+tests/test_listwise.py; the `clir-llm rerank` flags in tests/test_rerank.py.)"""
+import re
 import pytest
 from clir_llm.core import ClirError, Run
-from clir_llm.rerank import QrelsOracle, RerankerSpec, get_reranker
-from clir_llm.pairwise import PairJudge, heapsort, run_sort
-from clir_llm.listwise import sliding_window, window_spans
+from clir_llm.rerank import get_reranker
 from clir_llm.specs import validated
-from clir_llm.testing import tiny_setup
+from clir_llm.testing import QrelsOracle, tiny_setup
 from clir_llm import dense as D
-
-
-# ---- references, written from the upstream files (not imported: neither package is installed here)
-def llmrankers_heapsort(docids, k, answer):
-    """llm-rankers 0.0.2 `PairwiseLlmRanker` heapsort: `ComparableDoc.__gt__` is True only when the two orders answer
-    ('Passage A', 'Passage B'); `heapify` compares left then right child against the largest; `heapSort` builds the heap
-    from n // 2 down and pops until k are ranked. Every `>` is one `compare` (`total_compare`)."""
-    calls = []
-    def gt(a, b): calls.append((a, b)); return (answer(a, b), answer(b, a)) == ("A", "B")
-    def heapify(arr, n, i):
-        largest, l, r = i, 2 * i + 1, 2 * i + 2
-        if l < n and gt(arr[l], arr[i]): largest = l
-        if r < n and gt(arr[r], arr[largest]): largest = r
-        if largest != i:
-            arr[i], arr[largest] = arr[largest], arr[i]
-            heapify(arr, n, largest)
-    arr, n, ranked = list(docids), len(docids), 0
-    for i in range(n // 2, -1, -1): heapify(arr, n, i)
-    for i in range(n - 1, 0, -1):
-        arr[i], arr[0] = arr[0], arr[i]
-        ranked += 1
-        if ranked == k: break
-        heapify(arr, i, 0)
-    top = list(reversed(arr))[:k]
-    return top + [d for d in docids if d not in top], calls
-
-
-def rank_llm_windows(rank_end, window_size, step, rank_start=0):
-    "rank_llm 0.21.0 `ListwiseRankLLM.sliding_windows`: the (start_pos, end_pos) it hands to `permutation_pipeline`."
-    out, end_pos, start_pos = [], rank_end, rank_end - window_size
-    while end_pos > rank_start and start_pos + step != rank_start:
-        start_pos = max(start_pos, rank_start)
-        out.append((start_pos, end_pos))
-        end_pos, start_pos = end_pos - step, start_pos - step
-    return out
-
-
-def ours_heapsort(docids, k, answer, ties):
-    log, judge = [], PairJudge(lambda ps: [answer(a, b) for a, b in ps], cache=False)
-    return run_sort(heapsort(docids, k, ties=ties), lambda ps: log.extend(ps) or judge(ps)), log
-
-
-ANSWERS = {
-    "random": lambda rng: (lambda memo: lambda a, b: memo.setdefault((a, b), rng.choice("AB")))({}),
-    "always A": lambda rng: lambda a, b: "A",
-    "garbage": lambda rng: lambda a, b: None,
-    "graded oracle": lambda rng: (lambda g: lambda a, b: "B" if g[b] > g[a] else "A")(
-        {f"d{i}": rng.choice([0, 0, 0, 1, 2]) for i in range(200)}),
-    "strict order": lambda rng: (lambda v: lambda a, b: "A" if v[a] > v[b] else "B")({f"d{i}": rng.random() for i in range(200)}),
-}
-
-
-@pytest.mark.parametrize("kind", list(ANSWERS))
-def test_heapsort_llm_rankers_ties_is_llm_rankers(kind):
-    "Same comparisons in the same order and the same ranking as llm-rankers, for every list length and k."
-    for n in (0, 1, 2, 3, 5, 10, 11, 17, 30, 100):
-        for k in (1, 2, 10, 50):
-            answer = ANSWERS[kind](random.Random(n * 1000 + k))
-            docids = [f"d{i}" for i in range(n)]
-            assert ours_heapsort(docids, k, answer, "llm-rankers") == llmrankers_heapsort(docids, k, answer), (kind, n, k)
-
-
-def test_heapsort_default_tie_rule_differs_only_when_answers_tie():
-    docids = [f"d{i}" for i in range(100)]
-    strict = ANSWERS["strict order"](random.Random(0))
-    assert ours_heapsort(docids, 10, strict, "first-stage") == ours_heapsort(docids, 10, strict, "llm-rankers")
-    always_a = ANSWERS["always A"](None)
-    ranked, calls = ours_heapsort(docids, 10, always_a, "first-stage")
-    ref, ref_calls = llmrankers_heapsort(docids, 10, always_a)
-    assert ranked == docids != ref and ref[:3] == ["d0", "d99", "d98"]   # llm-rankers shuffles an uninformative model's top k
-    assert (len(calls), len(ref_calls)) == (203, 117)                     # +73.5 % comparisons, as the notebook states
-    with pytest.raises(ClirError, match="heapsort ties must be one of"): next(heapsort(docids, ties="never"))
-
-
-def test_heapsort_ties_switch_through_spec_and_reranker():
-    coll, first = tiny_setup()
-    class AlwaysA(QrelsOracle):
-        def generate(self, prompts, max_new_tokens=64, **params): return ["Passage A"] * len(prompts)
-    spec = validated(RerankerSpec, {"method": "pairwise-heapsort", "heapsort_ties": "llm-rankers"})
-    rr = get_reranker(spec, AlwaysA(coll), progress=False)
-    out = rr.rerank(coll, first, k=30)
-    for q in first:
-        expect, calls = llmrankers_heapsort(first.docids(q, 30), 10, lambda a, b: "A")
-        assert out.docids(q) == expect + first.docids(q)[30:] and rr.diagnostics[q]["comparisons"] == len(calls)
-    assert rr.name.endswith("[ties-llm-rankers]")
-    plain = get_reranker("pairwise-heapsort", AlwaysA(coll), progress=False)
-    assert all(plain.rerank(coll, first, k=30).docids(q) == first.docids(q) for q in first)
-    assert "heapsort_ties" not in plain.params and "ties" not in plain.name
-    with pytest.raises(ClirError, match="'pairwise-bubblesort' has no switch heapsort_ties"):
-        validated(RerankerSpec, {"method": "pairwise-bubblesort", "heapsort_ties": "llm-rankers"})
-
-
-@pytest.mark.parametrize("window,step", [(20, 10), (20, 5), (4, 2), (5, 5), (10, 3), (3, 1)])
-def test_short_last_window_is_rank_llms(window, step):
-    for n in range(0, 120):
-        assert window_spans(n, window, step, "short") == rank_llm_windows(n, window, step), (n, window, step)
-        full = window_spans(n, window, step, "full")
-        assert full[-1:] in ([], [(0, min(window, n))]) and all(e - s == min(window, n) for s, e in full)
-        if n == window or (n > window and (n - window) % step == 0): assert full == rank_llm_windows(n, window, step)
-        seen = []
-        sliding_window("q", list(range(n)), lambda q, ids: seen.append(len(ids)) or list(range(len(ids))), window, step, last="short")
-        assert seen == [e - s for s, e in rank_llm_windows(n, window, step)]
-    with pytest.raises(ClirError, match="last window must be one of full, short"): window_spans(5, last="half")
 
 
 class Recording(QrelsOracle):
@@ -125,41 +21,9 @@ class Recording(QrelsOracle):
 def _passages(b): return [line for p in b.seen for line in p.splitlines() if re.match(r"\[\d+\] ", line)]
 
 
-def test_listwise_last_window_switch_in_the_reranker():
-    coll, first = tiny_setup()
-    one = Run({"q0": first["q0"]})
-    for last, sizes in (("full", [20, 20]), ("short", [20, 15])):
-        b = Recording(coll)
-        rr = get_reranker(RerankerSpec(method="listwise-rankgpt", last_window=last), b, progress=False)
-        rr.rerank(coll, one, k=25)
-        assert [len(re.findall(r"(?m)^\[\d+\] ", p)) for p in b.seen] == sizes
-        assert rr.diagnostics["q0"]["prompts"] == len(sizes) and ("[last-short]" in rr.name) == (last == "short")
-
-
-def test_listwise_cut_in_backend_tokens():
-    coll, first = tiny_setup()
-    class TwoTokenWords(Recording):
-        def count_tokens(self, text): return 2 * super().count_tokens(text)
-        def truncate(self, text, max_tokens): return " ".join(text.split()[:max_tokens // 2])
-    shown = {}
-    for cut in ("words", "tokens"):
-        b = TwoTokenWords(coll)
-        rr = get_reranker(RerankerSpec(method="listwise", cut=cut, max_words=64, passage_tokens=20), b, progress=False)
-        rr.rerank(coll, first, k=30)
-        shown[cut] = {len(line.split()) - 1 for line in _passages(b)}
-        assert rr.params.get("cut", "words") == cut and rr.params.get("passage_tokens") == (20 if cut == "tokens" else None)
-    assert shown["tokens"] == {10} and min(shown["words"]) > 10   # 20 tokens = 10 two-token words; words: uncut (< 64)
-    assert rr.diagnostics["q0"]["truncated_docs"]["de"] == 30
-
-
 def test_switches_stay_out_of_identities_at_their_default():
     from clir_llm.config import RerankerConfig
     from clir_llm.pipeline import rerank_params
-    before = ["context", "doc_title", "k", "max_words", "passage_tokens", "prompt", "query_tokens", "scoring", "step", "window"]
-    for m in ("listwise", "pairwise-heapsort", "pairwise-allpair"):
-        s = RerankerSpec(method=m)
-        assert sorted(s.model_dump(exclude={"method"})) == before and s.non_default_switches() == {}
-        assert s.key() == m + "[" + ",".join(f"{f}={getattr(s, f)}" for f in before) + "]"
     base = dict(name="x", llm="openai:x", first_stages=["bm25-qt"])
     for method, switch, value in (("pairwise-heapsort", "heapsort_ties", "llm-rankers"), ("listwise", "last_window", "short"),
                                   ("listwise", "cut", "tokens")):
@@ -168,23 +32,6 @@ def test_switches_stay_out_of_identities_at_their_default():
         assert switch not in rerank_params(plain) and rerank_params(on)[switch] == value
         assert rerank_params(on) != rerank_params(plain) and RerankerConfig(**on.model_dump()) == on
         assert f"{switch} {value}" in on.describe() and switch not in plain.describe()
-
-
-def test_switches_are_cli_flags():
-    from clir_llm.rerank import _rerank_parser, RERANKERS
-    from clir_llm.specs import spec_from_args
-    common = ["--collection", "c", "--pair", "en-de", "--run", "r", "--out", "o"]
-    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "listwise", "--last-window", "short", "--cut", "tokens"])
-    assert spec_from_args(RerankerSpec, a).non_default_switches() == {"last_window": "short", "cut": "tokens"}
-    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "pairwise-heapsort", "--heapsort-ties", "llm-rankers"])
-    assert spec_from_args(RerankerSpec, a).heapsort_ties == "llm-rankers"
-    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "pairwise-heapsort", "--double-bos", "--omit-attention-mask",
-                                                                 "--dtype", "bfloat16"])
-    s = spec_from_args(RerankerSpec, a)
-    assert s.backend_options() == {"double_bos": True, "no_attention_mask": True, "dtype": "bfloat16"} and "double_bos=True" in s.key()
-    a = _rerank_parser(RERANKERS.names()).parse_args(common + ["--method", "listwise", "--answer-budget", "rank_llm", "--query-numbers",
-                                                                 "rewrite", "--cl100k-budget"])
-    assert spec_from_args(RerankerSpec, a).non_default_switches() == {"answer_budget": "rank_llm", "query_numbers": "rewrite", "cl100k_budget": True}
 
 
 def test_dense_quirks_by_name_and_revisions(tmp_path):
@@ -225,62 +72,7 @@ def test_dense_quirks_from_a_config_name_only_their_encoders_runs(tmp_path):
     with pytest.raises(ClirError, match="unknown dense quirk 'e5-typo'"): load_config(tmp_path / "q.yaml")
 
 
-# ---- issue 15 findings 3, 4, 6: the backend's and rank_llm's switches, paper_quirks in a configuration, document length in tokens
-class Kwargs(QrelsOracle):
-    "Records the keyword arguments of every generate call."
-    def generate(self, prompts, max_new_tokens=64, **params):
-        self.calls = getattr(self, "calls", []) + [dict(max_new_tokens=max_new_tokens, n=len(prompts), **params)]
-        from clir_llm.templates import prompt_text
-        self.seen = getattr(self, "seen", []) + [prompt_text(p) for p in prompts]
-        return super().generate(prompts, max_new_tokens, **params)
-
-
-def test_rank_llm_answer_budget_is_max_and_min_new_tokens_per_window_size():
-    coll, first = tiny_setup()
-    one = Run({"q0": first["q0"]})
-    b = Kwargs(coll)
-    rr = get_reranker(RerankerSpec(method="listwise", answer_budget="rank_llm", last_window="short"), b, progress=False)
-    rr.rerank(coll, one, k=25)
-    want = [b.count_tokens(" > ".join(f"[{i}]" for i in range(1, n + 1))) for n in (20, 15)]
-    assert [(c["max_new_tokens"], c.get("min_new_tokens")) for c in b.calls] == [(w, w) for w in want]
-    plain = Kwargs(coll)
-    get_reranker(RerankerSpec(method="listwise"), plain, progress=False).rerank(coll, one, k=25)
-    assert {(c["max_new_tokens"], c.get("min_new_tokens")) for c in plain.calls} == {(want[0] + 2, None)}
-    assert "[answer_budget-rank_llm]" in rr.name and rr.params["answer_budget"] == "rank_llm"
-
-
-def test_query_numbers_rewritten_as_rank_llm():
-    from clir_llm.core import Query
-    coll, first = tiny_setup()
-    coll.queries["q0"] = Query("q0", "was ist [3] und [12]?")
-    class Seen(Kwargs):
-        def generate(self, prompts, max_new_tokens=64, **params):
-            from clir_llm.templates import prompt_text
-            self.seen = getattr(self, "seen", []) + [prompt_text(p) for p in prompts]; return ["[1] > [2]"] * len(prompts)
-    for mode, shown in (("keep", "[3] und [12]"), ("rewrite", "(3) und (12)")):
-        b = Seen(coll)
-        get_reranker(RerankerSpec(method="listwise", query_numbers=mode), b, progress=False).rerank(coll, Run({"q0": first["q0"]}), k=5)
-        assert all(f"query: was ist {shown}?" in p for p in b.seen), mode
-
-
-def test_cl100k_budget_counts_like_rank_llm_and_sends_no_max_tokens(tmp_path):
-    from clir_llm.llm import OpenAIBackend
-    from clir_llm.listwise import rank_llm_gpt_tokens, tiktoken_encoding
-    from clir_llm.testing import FakeOpenAIServer
-    coll, first = tiny_setup()
-    one = Run({"q0": first["q0"]})
-    with FakeOpenAIServer(responder=lambda m, b: "[2] > [1]") as s:
-        for on in (False, True):
-            api = OpenAIBackend("gpt-3.5-turbo", base_url=s.url, api_key="x")
-            rr = get_reranker(RerankerSpec(method="listwise-rankgpt", cl100k_budget=on, context=900), api, progress=False)
-            rr.rerank(coll, one, k=10)
-        capped, uncapped = s.requests[0]["body"], s.requests[-1]["body"]
-    assert "max_tokens" in capped and "max_tokens" not in uncapped
-    assert rank_llm_gpt_tokens(uncapped["messages"], "gpt-3.5-turbo") <= 900 - (len(tiktoken_encoding().encode(" > ".join(f"[{i}]" for i in range(1, 21)))) - 1)
-    with pytest.raises(ClirError, match="cl100k_budget is rank_llm's budgeting of OpenAI models"):
-        get_reranker(RerankerSpec(method="listwise", cl100k_budget=True), QrelsOracle(coll), progress=False)
-
-
+# ---- issue 15 findings 3, 4, 6: the backend's switches, paper_quirks in a configuration, document length in tokens
 def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
     import yaml
     from clir_llm.config import load_config

@@ -1,0 +1,112 @@
+"""clir_llm.pointwise: relevance generation (P(Yes) against P(No)) and query likelihood, each document scored on its own,
+ordered as llm-rankers' PointwiseLlmRanker sorts; prompts in the backend's form; the capability each needs; the dry
+run's estimate (one prompt per document) against a run; an encoder-decoder model through hf:."""
+import math, random
+import pytest
+from clir_llm.core import ClirError, Run
+from clir_llm.pointwise import PointwiseOptions, PointwiseReranker, pointwise_order, yes_probability
+from clir_llm.rerank import RerankerSpec, TextStats, get_reranker
+from clir_llm.templates import prompt_text
+from clir_llm.testing import QrelsOracle, tiny_setup
+from _rerankers import tiny   # noqa: F401  (a fixture)
+
+METHOD = {"relevance": "pointwise-yes-no", "qlm": "pointwise-qlm"}
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_setup(n_queries=2, n_docs=30, seed=5)
+
+
+def test_pointwise_equals_llmrankers_sort(small):
+    coll, first = small
+    class Scores(QrelsOracle):
+        def __init__(self, coll, value): super().__init__(coll, name="scores"); self.value, self.given = value, []
+        def score(self, prompts, candidates, **kw):
+            self.usage.calls += 1
+            out = [[self.value(), -0.5][:len(candidates)] for _ in prompts]; self.given += [s for s in out]; return out
+    for template in ("relevance", "qlm"):
+        for value in (random.Random(3).random, lambda: 1.0, lambda: float(random.Random(9).choice([0, 1]))):
+            b = Scores(coll, value)
+            pw = get_reranker(METHOD[template], b, progress=False)
+            rr = pw.rerank(coll, first, k=30)
+            for i, q in enumerate(first):
+                given = b.given[30 * i:30 * (i + 1)]
+                score = [1 / (1 + math.exp(s[1] - s[0])) if template == "relevance" else s[0] for s in given]
+                ref = [d for d, _ in sorted(zip(first.docids(q, 30), score), key=lambda x: x[1], reverse=True)]   # llm-rankers' sorted(..., reverse=True)
+                assert rr.docids(q, 30) == ref and rr.docids(q)[30:] == first.docids(q)[30:]
+                assert pw.diagnostics[q]["prompts"] == 30 and pw.diagnostics[q]["calls"] == 1
+    assert pointwise_order(["a", "b", "c"], {"a": 0.1, "b": 0.9, "c": 0.1}.get) == ["b", "a", "c"]
+
+
+def test_yes_probability_is_the_softmax_of_the_two_answers():
+    assert yes_probability(0.0, 0.0) == 0.5 and abs(yes_probability(-1.0, -2.0) - 1 / (1 + math.exp(-1))) < 1e-12
+    assert yes_probability(0.0, -1e6) == 1.0 and yes_probability(-1e6, 0.0) < 1e-300   # no overflow
+
+
+def test_names_prompts_and_candidates(small):
+    coll, first = small
+    yn, qlm = get_reranker("pointwise-yes-no", QrelsOracle(coll)), get_reranker("pointwise-qlm", QrelsOracle(coll), doc_title=False)
+    assert (yn.name, qlm.name) == ("pointwise-relevance[oracle:qrels]", "pointwise-qlm[oracle:qrels][no-title]")
+    assert (yn.kind, qlm.kind) == ("yes_no", "qlm") and yn._candidates("q") == ["Yes", "No"]
+    assert qlm._candidates("what is x") == ["what is x"]
+    assert yn._prompt("Q", "P") == [{"role": "user", "content": yn.template["prompt"].format(query="Q", passage="P")}]   # a chat backend
+    class Plain(QrelsOracle): is_chat = False
+    assert get_reranker("pointwise-yes-no", Plain(coll))._prompt("Q", "P").endswith("Answer 'Yes' or 'No'\n")   # the answer prefix
+    assert PointwiseReranker.default_prompt("pointwise-qlm") == "qlm" and PointwiseReranker.paper("pointwise-qlm", {}) == {}
+    assert list(PointwiseOptions.flat_fields())[4:] == ["query_tokens", "passage_tokens"]
+
+
+def test_query_cut_for_relevance_but_whole_query_for_likelihood(small):
+    coll, first = small
+    class Seen(QrelsOracle):
+        def score(self, prompts, candidates, **kw):
+            self.seen = getattr(self, "seen", []) + [(prompt_text(p), tuple(candidates)) for p in prompts]
+            return [[0.0] * len(candidates) for _ in prompts]
+    one = Run({"q0": first["q0"]})
+    b = Seen(coll); get_reranker("pointwise-yes-no", b, query_tokens=2, progress=False).rerank(coll, one, k=3)
+    assert all("Query: topic 0\n" in p for p, _ in b.seen)
+    b = Seen(coll); get_reranker("pointwise-qlm", b, query_tokens=2, progress=False).rerank(coll, one, k=3)
+    assert all(c == (coll.queries["q0"].text,) for _, c in b.seen)
+
+
+def test_capabilities_each_scoring_needs(small):
+    coll, _ = small
+    class FirstTokenOnly(QrelsOracle): scores_sequences = False
+    class NoLogprobs(QrelsOracle): supports_logprobs = False
+    with pytest.raises(ClirError, match="reranker 'pointwise-qlm' reads likelihoods, .* cannot score a continuation of several tokens"):
+        get_reranker("pointwise-qlm", FirstTokenOnly(coll))
+    assert get_reranker("pointwise-yes-no", FirstTokenOnly(coll)).kind == "yes_no"
+    with pytest.raises(ClirError, match="reranker 'pointwise-yes-no' reads likelihoods, .* returns no log-probabilities"):
+        get_reranker("pointwise-yes-no", NoLogprobs(coll))
+    with pytest.raises(ClirError, match="PointwiseReranker needs a pointwise prompt; 'setwise' is a setwise prompt"):
+        get_reranker("pointwise-yes-no", QrelsOracle(coll), prompt="setwise")
+
+
+# ---------- (f) the dry run's estimate: one prompt per document
+
+@pytest.mark.parametrize("method", ["pointwise-yes-no", "pointwise-qlm"])
+@pytest.mark.parametrize("n,options", [(1, {}), (9, {}), (30, {}), (30, dict(batch_size=4, passage_tokens=20))])
+def test_estimate_is_one_prompt_per_document(method, n, options):
+    spec = RerankerSpec.parse(method, **options)
+    stats = TextStats(docs=n, query_tokens=10, doc_words=[40, 80], tokens_per_word=1.3, template_tokens=lambda s: len(s.split()))
+    est = PointwiseReranker.estimate(spec.options, method, stats)
+    coll, first = tiny_setup(n_queries=2, n_docs=n)
+    rr = spec.build(QrelsOracle(coll), progress=False)
+    rr.rerank(coll, first, k=n)
+    assert est.calls == n and all(d["prompts"] == est.calls for d in rr.diagnostics.values())
+    assert est.output_tokens == 0.0 and est.prompt_tokens > 0 and (est.prefix_tokens == 0.0) == (method == "pointwise-qlm")
+
+
+# ---------- an encoder-decoder model through hf:
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["pointwise-yes-no", "pointwise-qlm"])
+def test_encoder_decoder_backend(tiny, small, method):
+    from clir_llm.llm import get_backend
+    coll, first = small
+    b = get_backend(f"hf:{tiny['mt5']}")
+    rr = get_reranker(method, b, progress=False)
+    one = Run({q: first[q] for q in list(first)[:1]})
+    out = rr.rerank(coll, one, k=5)
+    assert all(sorted(out.docids(q)) == sorted(one.docids(q)) for q in one) and b.usage.calls > 0
