@@ -10,7 +10,7 @@ from fastcore.basics import patch
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from .progress import progress_bar as tqdm
-from .core import ClirError, check_no_secret, stable_hash
+from .core import ClirError, SECRET_ENV_VARS, check_no_secret, redact, stable_hash   # SECRET_ENV_VARS, redact: until the backends import them from core
 
 # %% auto #0
 __all__ = ['MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir', 'Cache', 'Namespace']

@@ -125,6 +125,9 @@ class ListwiseReranker(Reranker):
         self.as_messages = bool(backend.is_chat)
 
     @property
+    def params(self) -> dict: return {**super().params, "max_new_tokens": self.max_new_tokens}   # the answer budget it used
+
+    @property
     def name(self) -> str:
         o, q = self.options, self.options.quirks
         on = {k: v for k, v in q.non_default().items() if k != "last_window"}

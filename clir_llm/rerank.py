@@ -46,7 +46,11 @@ class Reranker(ABC):
 
     def __init__(self, options: RerankerOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
         self.method = method or next(iter(self.variants), type(self).__name__.lower())
-        self.options = options if options is not None else self.options_for(self.method)()
+        if self.variants and self.method not in self.variants:
+            raise ClirError(f"{type(self).__name__} has no method {self.method!r}; its methods: {', '.join(self.variants)}")
+        want = self.options_for(self.method)
+        self.options = options if options is not None else want()
+        if type(self.options) is not want: raise ClirError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
         if self.needs_backend and backend is None: raise ClirError(f"reranker {self.method!r} needs an LLM backend (--llm)")
         self.backend, self.progress = backend, progress
         self.template = self.load_prompt(self.options.prompt or self.default_prompt(self.method)) if self.prompt_kind else None
@@ -245,7 +249,7 @@ class RerankerSpec(Spec):
     @model_validator(mode="after")
     def _consistent(self):
         want = self.reranker.options_for(self.method)
-        if not isinstance(self.options, want): raise ValueError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
+        if type(self.options) is not want: raise ValueError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
         if self.options.prompt is not None:
             if self.reranker.prompt_kind is None: raise ValueError(f"reranker {self.method!r} takes no prompt (got {self.options.prompt!r})")
             try: self.reranker.load_prompt(self.options.prompt)

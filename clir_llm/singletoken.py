@@ -4,10 +4,11 @@
 
 # %% ../nbs/11f_singletoken.ipynb #15f7909c
 from __future__ import annotations
+import dataclasses
 from typing import Mapping, Sequence
 from fastcore.basics import patch
 from .core import ClirError
-from .rerank import RERANKERS, _quiet, check_scoring
+from .rerank import RERANKERS, CallLoad, _quiet, check_scoring
 from .listwise import ListwiseReranker
 from .templates import ALPHA
 
@@ -37,6 +38,12 @@ class SingleTokenListwiseReranker(ListwiseReranker):
 
     @property
     def params(self) -> dict: return {**super().params, "scoring": "first-token"}
+
+# %% ../nbs/11f_singletoken.ipynb #a3ee2fad
+@patch(cls_method=True)
+def estimate(cls: SingleTokenListwiseReranker, options, method: str, stats) -> CallLoad:
+    "FIRST's windows and prompts are listwise's (`ListwiseReranker.estimate`); it generates no answer (it reads one token's scores)."
+    return dataclasses.replace(ListwiseReranker.estimate.__func__(cls, options, method, stats), output_tokens=0.0)
 
 # %% ../nbs/11f_singletoken.ipynb #f2f67002
 @patch

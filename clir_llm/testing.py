@@ -311,11 +311,14 @@ def _shipped_templates() -> dict[str, list[PromptTemplate]]:
 class QrelsOracle(Backend):
     "A backend that answers listwise, PRP, setwise and pointwise prompts from the qrels of `collection` (whitespace tokens)."
     supports_logprobs = supports_batching = is_chat = supports_prefill = scores_sequences = True
-    def __init__(self, collection, qrels=None, name: str = "oracle:qrels"):
+    def __init__(self, collection, qrels=None, name: str = "oracle:qrels", templates=()):
+        "`templates`: prompt templates (names, paths or `PromptTemplate`s) read before the shipped ones, for prompts of one's own."
         self.collection, self.qrels, self.name = collection, qrels if qrels is not None else collection.qrels, name
         self.usage, self._grades = Usage(), {}
         self.queries = {qid: squash(q.text) for qid, q in collection.queries.items()}
         self.templates = _shipped_templates()
+        for t in reversed([t if isinstance(t, PromptTemplate) else PromptTemplate.load(t) for t in templates]):
+            self.templates.setdefault(t.method, []).insert(0, t)
 
     def count_tokens(self, text) -> int: return len(prompt_text(text).split())
     def truncate(self, text: str, max_tokens: int) -> str: return " ".join(text.split()[:max_tokens])
@@ -391,10 +394,12 @@ def _setwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] 
 @patch
 def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]:
     "The listwise answer: the window's identifiers by grade (ties in input order), from the passage lines of a listwise template."
+    passages = []
     for t in self.templates.get("listwise", []):
         line = template_pattern(t["passage"].rstrip("\n"), last_greedy=True).pattern
         passages = [(m["rank"], m["passage"]) for m in re.finditer("(?m)^" + line.replace(".*)", "[^\n]+)") + "$", text)]
         if passages: break
+    if not passages: raise ClirError(f"{self.name}: no prompt template it knows matches the prompt {text[:120]!r}")
     grades = [self._grade(qid, p) for _, p in passages]
     order = sorted(range(len(passages)), key=lambda i: -grades[i])  # stable: ties in input order
     return " > ".join(f"[{passages[i][0]}]" for i in order), [float(x) for x in grades]

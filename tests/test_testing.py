@@ -56,20 +56,17 @@ def _reworded_prp(tmp_path):
 @pytest.mark.parametrize("scoring", ["generation"])
 def test_oracle_reads_a_reworded_template_only_when_given_it(tmp_path, scoring):
     """(e) The oracle reads prompts by the templates it holds: a reworded PRP template (a temporary YAML) is read only
-    once it is among `templates` (the oracle takes no argument for it: the test adds it to the attribute)."""
+    when the oracle is given it (`templates=`); a prompt it cannot read is a one-line ClirError naming the prompt."""
     path = _reworded_prp(tmp_path)
     custom = PromptTemplate.load(path)
     assert custom.method == "pairwise" and custom.name == "prp-reworded"
     coll, run = make(2, 30)
     plain = QrelsOracle(coll)
     rr = get_reranker("pairwise-heapsort", plain, prompt=str(path), scoring=scoring, progress=False)
-    out = rr.rerank(coll, run, k=30)
-    assert rr.name.startswith("prp-heapsort10-gen[oracle:qrels]") and "For the search query" in rr._prompt("q", "a", "b")[0][0]["content"]
-    for q in run:   # every answer unreadable: each comparison a tie, the first-stage order kept
-        d = rr.diagnostics[q]
-        assert d["parse_failures"] == 2 * d["comparisons_asked"] > 0 and out.docids(q) == run.docids(q)
-    given = QrelsOracle(coll)
-    given.templates["pairwise"] = [custom] + given.templates["pairwise"]
+    assert "For the search query" in rr._prompt("q", "a", "b")[0][0]["content"]
+    with pytest.raises(ClirError, match="no prompt template it knows matches the prompt") as e: rr.rerank(coll, run, k=30)
+    assert "\n" not in str(e.value).split("prompt")[0]
+    given = QrelsOracle(coll, templates=[path])
     rr = get_reranker("pairwise-heapsort", given, prompt=str(path), scoring=scoring, progress=False)
     out = rr.rerank(coll, run, k=30)
     for q in run:
