@@ -4,13 +4,14 @@
 
 # %% ../nbs/13a_config.ipynb #3134a95c
 from __future__ import annotations
+import re
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
                       StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
-from .core import ClirError, yaml_error
+from .core import ClirError, load_yaml
 from .languages import parse_pair
 from .llm import BackendSpec
 from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unknown_options, run_identity
@@ -20,9 +21,10 @@ from .translate import TranslatorSpec
 from .engine import ExecutionSpec
 
 # %% auto #0
-__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig',
-           'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config', 'load_config', 'repo_root',
-           'experiment_notebook', 'results_dir']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MAX_DEPTH', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name',
+           'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config',
+           'resolve_config', 'load_config', 'ConfigHead', 'load_config_head', 'repo_root', 'experiment_notebook',
+           'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -40,12 +42,30 @@ MethodName = Annotated[str, AfterValidator(_field(lambda s: str(parse_method(s))
 Translator = Annotated[TranslatorSpec, BeforeValidator(_field(TranslatorSpec.parse)), PlainSerializer(str, return_type=str)]
 Backend = Annotated[BackendSpec, BeforeValidator(_field(BackendSpec.parse)), PlainSerializer(str, return_type=str)]
 
+# %% ../nbs/13a_config.ipynb #2618aa49
+MAX_DEPTH = 10_000                                         # documents per query a first stage keeps or a reranker reads
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"   # a plugin: a dotted module name, nothing else
+NOTEBOOK_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"            # an experiment: a notebook's name in nbs/experiments
+
+def plain_name(v: str) -> str:
+    "A configuration's name: a folder under `--results`, so a plain file name, never a path out of it."
+    if not v.strip() or v in (".", "..") or any(c in v for c in "/\\\0") or v.startswith("."):
+        raise ValueError("name must be a plain file name (no '/', '\\', leading '.')")
+    return v
+
+def _beside(v: str) -> str:
+    "A path relative to the configuration's folder that stays in it (no absolute path, no '..', no '~')."
+    p = Path(v)
+    if not v.strip() or p.is_absolute() or v.startswith("~") or ".." in p.parts or "\0" in v:
+        raise ValueError(f"{v!r} must be a file in the configuration's folder or below it (relative, without '..')")
+    return v
+
 # %% ../nbs/13a_config.ipynb #82c695e0
 class FirstStageConfig(_Strict):
     "Which first-stage runs to make (method strings of `clir-llm retrieve`, parsed into `FirstStage` specs)."
     methods: list[Method]
     translator: Optional[Translator] = None     # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
-    depth: int = Field(100, gt=0)
+    depth: int = Field(100, gt=0, le=MAX_DEPTH)
     only_pairs: dict[MethodName, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
     dt_source: Literal[DT_SOURCES] = "auto"   # DT documents (first stage and rerankers): shipped translations, else the translator
     dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
@@ -138,8 +158,8 @@ class RerankerConfig(_Strict):
     first_stages: list[Method]           # first-stage methods to rerank
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
     pairs: Optional[list[str]] = None    # the pairs this reranker runs on (default: all pairs of the config)
-    top_k: int = Field(100, gt=0)
-    max_queries: Optional[int] = Field(None, gt=0)   # demo: rerank only the first N queries of each pair (sorted qids)
+    top_k: int = Field(100, gt=0, le=MAX_DEPTH)
+    max_queries: Optional[int] = Field(None, gt=0, le=10_000_000)   # demo: rerank only the first N queries of each pair (sorted qids)
     options: SerializeAsAny[RerankerOptions]         # the family's options (the row's other keys)
 
     @model_validator(mode="before")
@@ -217,7 +237,7 @@ class ReferenceRow(_Strict):
     measure: str                         # the measure of the values (the row goes only to tables of this measure)
     row: str                             # row label, e.g. "BM25-QT (Google MT, copied)"
     after: Optional[MethodName] = None   # placed after this first stage's row (None: last)
-    values: dict[str, float]             # pair -> published value
+    values: dict[str, Annotated[float, Field(allow_inf_nan=False)]]   # pair -> published value
     source: str                          # who published the values and how they were made
 
     @field_validator("row")
@@ -280,19 +300,19 @@ class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
     name: str
     description: str = ""
-    plugins: list[str] = []              # modules imported before anything is resolved (they register their own methods)
+    plugins: list[Annotated[str, Field(pattern=MODULE_NAME)]] = []   # modules imported before anything is resolved (they register their own methods)
     collection: str
     root: Optional[str] = None           # data folder (CLEF_HOME / CIRAL folder); None = the collection's default
-    pairs: list[str]
+    pairs: list[str] = Field(min_length=1)
     measure: str                         # the table measure: MAP (CLEF), nDCG@20 (CIRAL)
     extra_measures: list[str] = ["Judged@20"]
     first_stage: FirstStageConfig
     rerankers: list[RerankerConfig] = []
     doc_length: Optional[DocLengthConfig] = None
     references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
-    experiments: list[str]               # notebooks of nbs/experiments, in dependency order
-    regression: Optional[str] = None     # regression file, relative to the config
-    recorded: Optional[str] = None       # recorded LLM responses (JSONL, relative to the config): `reproduce` seeds the cache from them
+    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME)]] = Field(min_length=1)   # notebooks of nbs/experiments, in dependency order
+    regression: Optional[Annotated[str, AfterValidator(_beside)]] = None   # regression file, in the config's folder or below it
+    recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None     # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
     paper_quirks: StrictBool = False     # true: the authors' settings on (`with_paper_quirks`, `retrieve.paper_first_stage`); a setting in the file wins
     execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
@@ -308,13 +328,15 @@ class Config(_Strict):
         return self
 
 
+    @field_validator("pairs")
+    @classmethod
+    def _distinct(cls, v):
+        if dup := sorted({p for p in v if v.count(p) > 1}): raise ValueError(f"pair {', '.join(dup)} given twice")
+        return v
+
     @field_validator("name")
     @classmethod
-    def _plain_name(cls, v):
-        "The name is a folder under `--results`: a plain file name, never a path out of it."
-        if not v.strip() or v in (".", "..") or any(c in v for c in "/\\\0") or v.startswith("."):
-            raise ValueError("name must be a plain file name (no '/', '\\', leading '.')")
-        return v
+    def _plain_name(cls, v): return plain_name(v)
 
     @field_validator("measure", "extra_measures")
     @classmethod
@@ -360,22 +382,50 @@ def resolve_config(name_or_path) -> Path:
         if (c := root / "configs" / f"{p.name}.yaml").exists(): return c
     raise ClirError(f"no configuration {name_or_path!r} (neither a file nor configs/{p.name}.yaml above {Path.cwd()})")
 
-def load_config(path) -> Config:
-    "Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key."
+def _read(path) -> tuple[Path, dict]:
+    "The configuration file `path` (or a name under configs/) read strictly (`core.load_yaml`): its path and its mapping."
     path = resolve_config(path)
     if not path.exists(): raise ClirError(f"{path}: no such configuration file")
     if not path.is_file(): raise ClirError(f"{path}: a configuration is a YAML file, not a folder")
-    try: data = yaml.safe_load(path.read_bytes().decode("utf-8-sig"))   # a byte-order mark is accepted; CRLF is YAML
-    except UnicodeDecodeError as e: raise ClirError(f"{path}: not UTF-8 text (byte {e.start}); save the configuration as UTF-8") from None
-    except yaml.YAMLError as e: raise yaml_error(path, e) from None
+    data = load_yaml(path)
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
-    if isinstance(data.get("plugins"), list):
+    return path, data
+
+def load_config(path, plugins: bool = True) -> Config:
+    """Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key.
+    Its `plugins:` modules are imported first (they register methods it names); `plugins=False` imports none and
+    refuses a configuration that lists any."""
+    path, data = _read(path)
+    if isinstance(data.get("plugins"), list) and data["plugins"]:
+        if not plugins: raise ClirError(f"{path}: imports code (plugins: {', '.join(map(str, data['plugins']))}), which this command does not do")
+        bad = [m for m in data["plugins"] if not isinstance(m, str) or not re.match(MODULE_NAME, m)]
+        if bad: raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
         try: import_plugins(data["plugins"])
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: return Config.model_validate(data, context={"path": path})
     except ValidationError as e:
         raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
     except ClirError as e: raise ClirError(f"{path}: {e}") from None
+
+# %% ../nbs/13a_config.ipynb #d3e64b19
+class ConfigHead(BaseModel):
+    "What `clir-llm check` reads of a configuration: its name and its regression file (nothing resolved, no plugin imported)."
+    model_config = ConfigDict(extra="ignore", strict=True)
+    name: str
+    regression: Optional[Annotated[str, AfterValidator(_beside)]] = None
+    _path: Optional[Path] = PrivateAttr(None)
+    @property
+    def path(self) -> Optional[Path]: return self._path
+
+def load_config_head(path) -> ConfigHead:
+    "The name and regression file of the configuration at `path`, validated as `load_config` would, without importing its plugins."
+    path, data = _read(path)
+    try: head = ConfigHead.model_validate(data)
+    except ValidationError as e: raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
+    try: plain_name(head.name)
+    except ValueError as e: raise ClirError(f"{path}: name: {e}") from None
+    head._path = path
+    return head
 
 # %% ../nbs/13a_config.ipynb #299eefc6
 def repo_root() -> Path:

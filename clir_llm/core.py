@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
 from typing import Iterable, Iterator, Mapping
+import yaml
 
 # %% auto #0
-__all__ = ['SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError', 'FormatError',
-           'yaml_error', 'writable_target', 'atomic_write', 'write_json', 'check_outputs', 'secret_env', 'SecretError',
-           'redact', 'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run',
-           'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
+__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'ClirError',
+           'FormatError', 'yaml_error', 'load_yaml', 'writable_target', 'atomic_write', 'write_json', 'check_outputs',
+           'secret_env', 'SecretError', 'redact', 'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels',
+           'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -38,6 +39,56 @@ def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
     if opened is not None and (mark is None or opened.line != mark.line): where.append(f"opened at line {opened.line + 1}, column {opened.column + 1}")
     return FormatError(path, None if mark is None else mark.line + 1,
                        f"{what}: {msg or ' '.join(str(e).split())}" + (f" ({'; '.join(where)})" if where else ""))
+
+# %% ../nbs/00_core.ipynb #69205791
+YAML_LIMITS = dict(depth=64, nodes=200_000, scalar=10_000)   # nesting, expanded nodes (aliases followed), characters per scalar
+
+class _StrictLoader(yaml.SafeLoader):
+    "PyYAML's safe loader that counts nesting and refuses duplicate keys and oversized scalars as it composes."
+    def compose_node(self, parent, index):
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > YAML_LIMITS["depth"]:
+                raise yaml.YAMLError(f"line {self.peek_event().start_mark.line + 1}: nesting deeper than {YAML_LIMITS['depth']} levels")
+            node = super().compose_node(parent, index)
+        finally: self._depth -= 1
+        if isinstance(node, yaml.ScalarNode) and len(node.value) > YAML_LIMITS["scalar"]:
+            raise yaml.YAMLError(f"line {node.start_mark.line + 1}: a value of {len(node.value):,} characters (at most {YAML_LIMITS['scalar']:,})")
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode):
+                    if k.value in seen: raise yaml.YAMLError(f"line {k.start_mark.line + 1}: key {k.value!r} given twice (first on line {seen[k.value]})")
+                    seen[k.value] = k.start_mark.line + 1
+        return node
+
+# %% ../nbs/00_core.ipynb #f623933b
+def _expanded(node, memo: dict) -> int:
+    "Nodes `node` stands for with every alias followed (a shared node counts each time it is used)."
+    if id(node) in memo: return memo[id(node)]
+    memo[id(node)] = 1   # a recursive alias: counted once
+    kids = [x for kv in node.value for x in kv] if isinstance(node, yaml.MappingNode) else node.value if isinstance(node, yaml.SequenceNode) else []
+    memo[id(node)] = n = 1 + sum(_expanded(k, memo) for k in kids)
+    return n
+
+def load_yaml(path, what: str = "not valid YAML"):
+    "The YAML file at `path` (UTF-8, a byte-order mark accepted) read strictly and within `YAML_LIMITS`; errors are `file:line:` lines."
+    path = Path(path)
+    try: text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e: raise ClirError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8") from None
+    except OSError as e: raise ClirError(f"{path}: cannot read: {e.strerror}") from None
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and (n := _expanded(node, {})) > YAML_LIMITS["nodes"]:
+            raise yaml.YAMLError(f"its aliases expand to {n:,} values (at most {YAML_LIMITS['nodes']:,}: an alias bomb?)")
+        return None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as e:
+        if getattr(e, "problem_mark", None) is not None: raise yaml_error(path, e, what) from None
+        m = re.match(r"line (\d+): (.*)", str(e))
+        raise FormatError(path, int(m[1]) if m else None, f"{what}: {m[2] if m else e}") from None
+    except (ValueError, RecursionError) as e: raise FormatError(path, None, f"{what}: {type(e).__name__}: {str(e)[:120]}") from None
+    finally: loader.dispose()
 
 # %% ../nbs/00_core.ipynb #4aa93b74
 def _kind(st) -> str:

@@ -8,9 +8,9 @@ import pandas as pd
 from pathlib import Path
 from typing import Optional
 import yaml
-from pydantic import ValidationError
-from .core import ClirError, atomic_write, yaml_error
-from .config import _Strict, Config, load_config, results_dir
+from pydantic import Field, ValidationError
+from .core import ClirError, atomic_write, load_yaml
+from .config import _Strict, Config, ConfigHead, load_config, load_config_head, results_dir
 from .tables import load_table
 from .specs import ArgumentParser
 
@@ -19,19 +19,21 @@ __all__ = ['RegressionCell', 'Regression', 'regression_path', 'load_regression',
 
 # %% ../nbs/13e_regression.ipynb #716e252d
 class RegressionCell(_Strict):
+    "One expected number of a result table: table, row, column, the value and its own tolerance (else the file's)."
     table: str
     row: str
     col: str
-    expected: float
-    tol: Optional[float] = None
+    expected: float = Field(allow_inf_nan=False)
+    tol: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
     source: str = ""
 
 class Regression(_Strict):
-    tolerance: float = 1e-3
-    cells: list[RegressionCell]
+    "A regression file: a tolerance (finite, not negative) and at least one cell."
+    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
+    cells: list[RegressionCell] = Field(min_length=1)
 
 # %% ../nbs/13e_regression.ipynb #26724883
-def regression_path(cfg: Config) -> Path:
+def regression_path(cfg: Config | ConfigHead) -> Path:
     "The regression file `cfg` names, relative to the configuration file."
     if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
     return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
@@ -40,9 +42,7 @@ def load_regression(path) -> Regression:
     "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
     path = Path(path)
     if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
-    try: data = yaml.safe_load(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError as e: raise ClirError(f"{path}: regression file is not UTF-8 text (byte {e.start})") from None
-    except yaml.YAMLError as e: raise yaml_error(path, e, "regression file is not valid YAML") from None
+    data = load_yaml(path, "regression file is not valid YAML")
     if not isinstance(data, dict):
         raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
     try: return Regression(**data)
@@ -63,7 +63,7 @@ def _table(out: Path, name: str):
 # %% ../nbs/13e_regression.ipynb #41a1fc19
 def check(config, results_root="results", log=print) -> dict:
     "Compare a configuration's result tables with its regression file; print one line per cell; return counts."
-    cfg = config if isinstance(config, Config) else load_config(config)
+    cfg = config if isinstance(config, (Config, ConfigHead)) else load_config_head(config)   # no plugin is imported
     reg = load_regression(regression_path(cfg))
     out, tables, counts = results_dir(cfg, results_root), {}, {"OK": 0, "FAIL": 0, "MISSING": 0}
     for c in reg.cells:

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 import yaml
-from .core import ClirError, FormatError, yaml_error
+from .core import ClirError, FormatError, load_yaml
 
 # %% auto #0
 __all__ = ['PROMPT_FIELDS', 'ALPHA', 'prompts_dir', 'PromptTemplate', 'prompt_text', 'squash', 'cut_words', 'listwise_messages',
@@ -123,8 +123,7 @@ class PromptTemplate:
         if not p.is_file(): raise ClirError(f"{p}: a prompt template is a YAML file, not a folder")
         try: text = p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")   # a byte-order mark and CRLF line ends are accepted
         except UnicodeDecodeError as e: raise FormatError(p, None, f"not UTF-8 text (byte {e.start}); save the template as UTF-8") from None
-        try: data = yaml.safe_load(text)
-        except yaml.YAMLError as e: raise yaml_error(p, e) from None
+        data = load_yaml(p)   # strict: a key given twice, an alias bomb or a huge value is refused with its line
         if not isinstance(data, dict): raise FormatError(p, None, "a prompt template is a YAML mapping")
         method = _check_template(p, data, text)
         return cls(name=data.get("name") or p.stem, method=method, source=" ".join(str(data["source"]).split()),
