@@ -445,6 +445,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.engine.execution_args': ('engine.html#execution_args', 'clir_llm/engine.py'),
                                  'clir_llm.engine.execution_of': ('engine.html#execution_of', 'clir_llm/engine.py'),
                                  'clir_llm.engine.make_executor': ('engine.html#make_executor', 'clir_llm/engine.py'),
+                                 'clir_llm.engine.reachable': ('engine.html#reachable', 'clir_llm/engine.py'),
                                  'clir_llm.engine.start_local_ray': ('engine.html#start_local_ray', 'clir_llm/engine.py')},
             'clir_llm.evaluate': { 'clir_llm.evaluate.Cell': ('evaluate.html#cell', 'clir_llm/evaluate.py'),
                                    'clir_llm.evaluate.ResultTable': ('evaluate.html#resulttable', 'clir_llm/evaluate.py'),

@@ -13,8 +13,8 @@ from .executor import LOCAL, Executor
 from .specs import Spec, add_spec_arguments, validated
 
 # %% auto #0
-__all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'make_executor',
-           'add_execution_arguments', 'execution_args']
+__all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'reachable',
+           'make_executor', 'add_execution_arguments', 'execution_args']
 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
@@ -27,6 +27,7 @@ class ExecutionSpec(Spec):
     threads_per_worker: Optional[int] = Field(None, gt=0, description="torch threads per actor (each reserves as many "
                                               "Ray CPUs); none: as many as this process uses, which byte-identical CPU vectors "
                                               "need (1 Ray CPU reserved)")
+    timeout: float = Field(10.0, gt=0, le=3600, description="seconds to wait for a Ray address to answer before giving up")
 
     def key(self) -> str: return "local" if self.engine == "local" else f"ray(workers={self.workers})"
     def cpus(self) -> int: "Ray CPUs one actor reserves." ; return self.threads_per_worker or 1
@@ -118,6 +119,16 @@ class RayExecutor(Executor):
     def describe(self) -> str: return self.spec.describe()
 
 # %% ../nbs/13g_engine.ipynb #f4614749
+def reachable(address: str, timeout: float = 10.0) -> str:
+    "`address` (`host:port` or `ray://host:port`) if something accepts a TCP connection there within `timeout` seconds; else a ClirError."
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit(): raise ClirError(f"Ray address {address!r} is not host:port (or ray://host:port, or auto)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout): return address
+    except OSError as e: raise ClirError(f"cannot reach the Ray cluster at {address!r} within {timeout:g} s: {e.strerror or e}") from None
+
+# %% ../nbs/13g_engine.ipynb #18a8caa4
 @patch
 def start(self: RayExecutor):
     "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
@@ -125,6 +136,7 @@ def start(self: RayExecutor):
     except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
     address = self.spec.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
+        if address and address != "auto": reachable(address, self.spec.timeout)
         try:
             if address: ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
             else: start_local_ray()

@@ -98,6 +98,7 @@ def parse_measures(measures: str | Iterable) -> list:
         if isinstance(m, str): m = _parse_one(m.strip())
         if (why := _cutoff_error(m)): raise ClirError(f"measure {given!r}: {why}")
         if (why := _probe(m)): raise ClirError(f"measure {given!r} cannot be computed by ir-measures here: {why}")
+        if m in out: raise ClirError(f"measure {given!r} is given twice (as {measure_name(m)})")
         out.append(m)
     if not out: raise ClirError("no measures given")
     return out

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import abc, argparse, importlib, inspect, sys, typing
+import abc, argparse, importlib, inspect, re, sys, typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
@@ -151,6 +151,8 @@ def import_plugins(modules) -> list:
     "Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config)."
     out = []
     for m in modules or ():
+        if not isinstance(m, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
+            raise ClirError(f"plugin {str(m)[:80]!r} is not a module name (a.b.c)")
         try: out.append(importlib.import_module(m))
         except ImportError as e: raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
     return out
@@ -298,6 +300,7 @@ def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
 class ArgumentParser(argparse.ArgumentParser):
     "argparse's parser whose errors are one line: `<prog>: error: <message> (see <prog> --help)`, exit status 2."
     def error(self, message: str):
+        if len(message) > 300: message = message[:300] + f"... ({len(message):,} characters)"   # a huge argument is not echoed whole
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 # %% ../nbs/00a_specs.ipynb #3717f48c

@@ -52,7 +52,15 @@ def prompts_dir() -> Path:
     return Path(str(resources.files("clir_llm") / "prompts"))
 
 def _placeholders(s: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(s) if name is not None}
+    "The `{name}` placeholders of template text `s`; a conversion (`{a!r}`), a format spec (`{a:>9}`) or an index is a ValueError."
+    out = set()
+    for _, name, spec, conv in string.Formatter().parse(s):
+        if name is None: continue
+        if conv or spec: raise ValueError(f"placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}} "
+                                          "has a conversion or format spec; a template's placeholders are plain {name}")
+        if not name.isidentifier(): raise ValueError(f"placeholder {{{name}}} is not a plain name")
+        out.add(name)
+    return out
 
 # %% ../nbs/11a_prompts.ipynb #ed79767c
 def _check_template(p: Path, data: dict, text: str) -> str:
