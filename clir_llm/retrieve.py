@@ -420,9 +420,12 @@ def cli_retrieve(argv=None) -> int:
     a = _retrieve_parser().parse_args(argv)
     executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
+    if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
     if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
     import_plugins(a.plugin)
     method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
+    BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
+    options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
     if a.shard: return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
