@@ -70,7 +70,7 @@ def bench_dense_sorting(args, tmp):
             print(f"# {e}; using a tiny random model"); spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
     n = 96 if args.quick else 512
     docs = passages(n)
-    enc = D.Encoder(spec, cache=Cache(tmp, mode="off"), batch_size=16, progress=False)
+    enc = D.Encoder.create(spec, cache=Cache(tmp, mode="off"), batch_size=16, progress=False)
     enc.encode_docs(docs[:16])                                          # load + warm up
     t0 = time.perf_counter(); fixed = enc.encode_docs(docs, sort=False); t_fixed = time.perf_counter() - t0
     t0 = time.perf_counter(); srt = enc.encode_docs(docs, sort=True); t_sorted = time.perf_counter() - t0
@@ -97,7 +97,7 @@ def bench_memory(args, tmp):
     n = 300 if args.quick else 2000
     peaks, kept = {}, {}
     for m in (n // 2, n, 4 * n):   # the first, smaller run warms up one-time allocations (tokenizer caches, FAISS)
-        d = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp, mode="off"), chunk_size=256,
+        d = D.Dense.create(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp, mode="off"), chunk_size=256,
                     batch_size=32, progress=False)
         d.encoder.load()
         tracemalloc.start(); tracemalloc.reset_peak()
@@ -120,7 +120,7 @@ def bench_index_memory(args, tmp):
     peaks, kept = {}, {}
     for m in (n // 2, n, 10 * n):   # the first, smaller run warms up one-time allocations
         cache = Cache(tmp / f"index-{m}")
-        d = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32,
+        d = D.Dense.create(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32,
                     progress=False, shards=4)
         d.encoder.load()
         coll = Stream(m); coll.queries = {f"q{i}": Query(f"q{i}", " ".join(D._WORDS[i:i + 3])) for i in range(5)}
@@ -132,9 +132,9 @@ def bench_index_memory(args, tmp):
         tracemalloc.stop()
         assert index.ntotal == m and len(docids) == m and d.usage.counters["shards_encoded"] == 4
         if m == n:   # same run as the in-memory index; the second run loads the saved index
-            mem = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp / "off", mode="off"), chunk_size=256,
+            mem = D.Dense.create(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp / "off", mode="off"), chunk_size=256,
                           batch_size=32, progress=False).retrieve(coll, k=10)
-            again = D.Dense(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32, progress=False)
+            again = D.Dense.create(D.get_encoder_spec("e5-small", model=str(model)), cache=cache, chunk_size=256, batch_size=32, progress=False)
             same = again.retrieve(coll, k=10) == mem
             loaded = again.usage.counters.get("index_loads") == 1 and not again.usage.counters.get("docs_encoded")
             if not (same and loaded): print(f"ERROR: sharded run equal to in-memory: {same}; index loaded, not rebuilt: {loaded}"); return False
@@ -170,7 +170,7 @@ def _sqlite_bytes() -> int:
 
 def rss_child(m: int, model: str, folder: str) -> dict:
     "In a fresh process: the resident memory a sharded index of `m` generated documents adds (see bench_index_memory)."
-    mk = lambda cache: D.Dense(D.get_encoder_spec("e5-small", model=model), cache=cache, chunk_size=256, batch_size=32,
+    mk = lambda cache: D.Dense.create(D.get_encoder_spec("e5-small", model=model), cache=cache, chunk_size=256, batch_size=32,
                                progress=False, shards=4)
     cache = Cache(Path(folder) / "index")
     # one-time allocations first: torch's and FAISS's at full chunks, and the cache's SQLite page cache (bounded, about
@@ -200,7 +200,7 @@ def bench_bm25(args, tmp):
     c = C()
     n = 300 if args.quick else len(docs)
     c.queries = {d.docid: Query(d.docid, d.text.split("\n", 1)[0], "de") for d in docs[:n]}
-    b = BM25(cache=Cache(tmp), threads=2, progress=False)
+    b = BM25.create(cache=Cache(tmp), threads=2, progress=False)
     b.retrieve(c, k=100)                                                  # build the index, warm up the JVM
     def best(batch):
         times, run = [], None

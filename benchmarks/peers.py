@@ -338,7 +338,7 @@ def compare_dense(inp):
     spec = D.get_encoder_spec("e5-small")
     docs = list(inp.coll.iter_docs())[:64 if a.quick else None]
     texts = [D.doc_input(spec, d) for d in docs]
-    enc = D.Encoder(spec, device=a.device, batch_size=32, cache=Cache(Path(inp.tmp) / "enc", mode="off"), progress=False)
+    enc = D.Encoder.create(spec, device=a.device, batch_size=32, cache=Cache(Path(inp.tmp) / "enc", mode="off"), progress=False)
     enc.encode_docs(docs[:8])
     if ST is not None:
         m = ST.SentenceTransformer(str(e5_small_path()), device=a.device)
@@ -356,7 +356,7 @@ def compare_dense(inp):
     except ImportError as e: return skipped("dense-search", f"faiss cannot be imported: {e}")
     sub = SimpleNamespace(name=inp.coll.name, pair=inp.coll.pair, doc_lang=inp.coll.doc_lang, key=inp.coll.key + "-peers",
                           queries=inp.coll.queries, num_docs=len(docs), iter_docs=lambda: iter(docs))
-    dn = D.Dense("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
+    dn = D.Dense.create("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
     dn.retrieve(sub, k=100)                                                          # encodes and caches every vector
     qids = sorted(inp.coll.queries)
     Q = dn.encoder.encode_queries([inp.coll.queries[q].text for q in qids])
@@ -371,7 +371,7 @@ def compare_dense(inp):
     t_peer = min(timed(peer_search, _clock=WALL)[1] for _ in range(reps))
     t_ours = min(timed(dn.retrieve, sub, k=100, _clock=WALL)[1] for _ in range(reps))
     theirs, run = peer_search(), dn.retrieve(sub, k=100)
-    fresh = D.Dense("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
+    fresh = D.Dense.create("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
     first, t_first = timed(fresh.retrieve, sub, k=100, _clock=WALL)    # a new object: the persisted index loaded, query vectors read
     assert first == run, "a second retrieve (kept index) must give the run of a first one"
     from clir_llm.core import Run

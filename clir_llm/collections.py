@@ -4,35 +4,41 @@
 
 # %% ../nbs/03_collections.ipynb #6b9a6e02
 from __future__ import annotations
-import argparse, gzip, json, os, sqlite3, time, zlib
+import argparse, bisect, gzip, hashlib, json, os, socket, sqlite3, time, zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Optional
+from urllib.parse import urlsplit
 from fastcore.basics import patch
 from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
+from .cache import default_cache_dir
 from .languages import parse_pair, language
-from .specs import Registry
+from .progress import progress_bar as tqdm
+from .specs import Options, Registry, opt
 
 # %% auto #0
 __all__ = ['COLLECTIONS', 'CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CIRAL_PAIRS', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS',
            'CLEF_TOPICS', 'CLEF_LAYOUT', 'CLEF_SOURCES', 'CLEF_TEXT_VERSION', 'data_dir', 'read_jsonl', 'Collection',
-           'check_collection', 'StreamedCollection', 'load_folder_collection', 'CollectionSource', 'AnyPair',
-           'register_collection', 'collection_pairs', 'list_collections', 'load_collection', 'read_ciral_topics',
-           'load_ciral', 'clef_home', 'read_text_lines', 'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs',
-           'read_clef_topics', 'read_clef_qrels', 'clef_doc_files', 'load_clef2003', 'cli_datasets']
+           'check_collection', 'StreamedCollection', 'load_folder_collection', 'SourceOptions', 'ShippedOptions',
+           'CountedOptions', 'CollectionSource', 'AnyPair', 'register_collection', 'collection_pairs',
+           'list_collections', 'load_collection', 'read_ciral_topics', 'load_ciral', 'clef_home', 'read_text_lines',
+           'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels',
+           'clef_doc_files', 'load_clef2003', 'cli_datasets']
 
 # %% ../nbs/03_collections.ipynb #dfb4fa3b
 def data_dir() -> Path:
     "The folder of data shipped inside the package (`clir_llm/data`)."
     return Path(str(resources.files("clir_llm"))) / "data"
 
+# %% ../nbs/03_collections.ipynb #9b0f1fc4
 def _open_text(path):
     path = Path(path)
     if not path.exists(): raise ClirError(f"{path}: no such file")
     return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else open(path, encoding="utf-8")
 
+# %% ../nbs/03_collections.ipynb #5d53dfce
 def read_jsonl(path, required: tuple = ()) -> Iterator[tuple[int, dict]]:
     "Stream `(line number, record)` from a JSON-lines file (`.gz` or plain); bad or truncated input is a `FormatError`."
     i = 0
@@ -86,6 +92,7 @@ class Collection(ABC):
         "Raise a `FormatError` when a judgement names a document that is not in the collection (by default: no check)."
         return self
 
+# %% ../nbs/03_collections.ipynb #de30bcb0
 def check_collection(obj, where: str = "") -> Collection:
     "`obj` when it meets the `Collection` contract, else a `ClirError` that says what it lacks."
     at = f"{where}: " if where else ""
@@ -105,13 +112,17 @@ class StreamedCollection(Collection):
                  num_docs: int | None = None,           # known count (saves a counting pass)
                  store: str = "memory",                 # random access: "memory" dict or "sqlite" docstore in the cache
                  qrels_path=None,                       # file the qrels came from (for error messages)
-                 query_lang: str | None = None, doc_lang: str | None = None, cache_root=None):
+                 query_lang: str | None = None, doc_lang: str | None = None, cache_root=None,
+                 expected_num_docs: int | None = None,  # the published document count, checked when counted (CIRAL, CLEF)
+                 corpus_path=None,                      # where the documents are (for error messages)
+                 query_translations: dict[str, Query] | None = None):   # the queries in the document language, when shipped
         ql, dl = parse_pair(pair)
         self.name, self.pair = name, f"{ql.code}-{dl.code}"
         self.query_lang, self.doc_lang = query_lang or ql.code, doc_lang or dl.code
         self.queries, self.qrels, self.key = queries, qrels, key
         self._docs_fn, self._translations, self._num_docs = docs, translations, num_docs
         self._store, self._lookup, self.qrels_path, self._cache_root = store, None, qrels_path, cache_root
+        self.expected_num_docs, self.corpus_path, self.query_translations = expected_num_docs, corpus_path, query_translations
 
     def iter_docs(self) -> Iterator[Document]:
         "Stream the documents (in the collection's file order)."
@@ -124,9 +135,6 @@ class StreamedCollection(Collection):
             self._num_docs = len(self._lookup) if self._lookup is not None else sum(1 for _ in self.iter_docs())
             self._check_count()
         return self._num_docs
-
-    expected_num_docs: int | None = None   # set by loaders whose document count is published (CIRAL, CLEF)
-    corpus_path = None
 
     def _check_count(self):
         if self.expected_num_docs is not None and self._num_docs != self.expected_num_docs:
@@ -167,6 +175,7 @@ def check_qrels(self: StreamedCollection) -> StreamedCollection:
                                   f"query {qid!r} judges document {docid!r}, which is not in the {self.doc_lang} documents of {self.name!r}")
     return self
 
+# %% ../nbs/03_collections.ipynb #c4836740
 def _qrels_line(path, qid, docid) -> int | None:
     "Line number of the judgement `(qid, docid)` in a TREC qrels file (None when unknown)."
     if not path or not Path(path).exists(): return None
@@ -179,15 +188,19 @@ def _qrels_line(path, qid, docid) -> int | None:
 # %% ../nbs/03_collections.ipynb #0ea14583
 @patch
 def view(self: StreamedCollection, tag: str, *, queries: dict[str, Query] | None = None, query_lang: str | None = None,
-         docs: Callable[[], Iterable[Document]] | None = None, doc_lang: str | None = None, **kw) -> StreamedCollection:
-    "A collection that replaces queries and/or documents; its `key` adds `tag` (e.g. 'qt:nllb-1.3B') to this one's."
+         docs: Callable[[], Iterable[Document]] | None = None, doc_lang: str | None = None, cls: type | None = None,
+         **kw) -> StreamedCollection:
+    """A collection that replaces queries and/or documents; its `key` adds `tag` (e.g. 'qt:nllb-1.3B') to this one's.
+    `cls` (a subclass of `StreamedCollection`, e.g. a translated view) is built instead, with `kw` for its own arguments."""
     args = dict(translations=self._translations, store=self._store, qrels_path=self.qrels_path, cache_root=self._cache_root,
                 num_docs=self._num_docs)
     args.update(kw)
-    return StreamedCollection(self.name, self.pair, self.queries if queries is None else queries, self.qrels,
-                              self._docs_fn if docs is None else docs, key=stable_hash(self.key, tag),
-                              query_lang=query_lang or self.query_lang, doc_lang=doc_lang or self.doc_lang, **args)
+    cls = cls or StreamedCollection
+    return cls(self.name, self.pair, self.queries if queries is None else queries, self.qrels,
+               self._docs_fn if docs is None else docs, key=stable_hash(self.key, tag),
+               query_lang=query_lang or self.query_lang, doc_lang=doc_lang or self.doc_lang, **args)
 
+# %% ../nbs/03_collections.ipynb #94df9f6b
 @patch
 def translated(self: StreamedCollection) -> StreamedCollection:
     "A view whose documents are the shipped English translations (same ids, `doc_lang='en'`)."
@@ -203,11 +216,9 @@ class _SqliteDocs:
 
     @classmethod
     def open(cls, coll: StreamedCollection) -> "_SqliteDocs":
-        from clir_llm.cache import default_cache_dir
         root = Path(coll._cache_root) if coll._cache_root else default_cache_dir()
         path = root / "docstore" / f"{coll.key[:32]}.sqlite"
         if not path.exists():
-            from clir_llm.progress import progress_bar as tqdm
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             db = sqlite3.connect(tmp)
@@ -236,18 +247,21 @@ def _find(folder: Path, stem: str) -> Path:
         if (folder / (stem + ext)).exists(): return folder / (stem + ext)
     raise ClirError(f"{folder / stem}.jsonl[.gz]: no such file")
 
+# %% ../nbs/03_collections.ipynb #943469a9
 def _read_manifest(folder: Path) -> dict:
     path = folder / "MANIFEST.json"
     if not path.exists(): raise ClirError(f"{path}: no such file (not a collection folder)")
     try: return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e: raise FormatError(path, e.lineno, f"invalid JSON: {e.msg}") from None
 
+# %% ../nbs/03_collections.ipynb #233b1d13
 def _stream_docs(path: Path, lang: str) -> Callable[[], Iterator[Document]]:
     def gen():
         for _, r in read_jsonl(path, ("docid", "text")):
             yield Document(str(r["docid"]), r["text"], r.get("title") or "", lang)
     return gen
 
+# %% ../nbs/03_collections.ipynb #9f8eb2eb
 def load_folder_collection(folder, pair: str, name: str | None = None, check: bool = True) -> StreamedCollection:
     "Load one pair of a collection stored in the shipped layout (see above) from `folder`."
     folder = Path(folder)
@@ -274,30 +288,70 @@ def load_folder_collection(folder, pair: str, name: str | None = None, check: bo
                               translations=_stream_docs(tpath, "en") if tpath else None)
     return coll.check_qrels() if check else coll
 
+# %% ../nbs/03_collections.ipynb #1d7adfa1
 def _sha256(path) -> str:
-    import hashlib
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 # %% ../nbs/03_collections.ipynb #42eb1e87
+class SourceOptions(Options):
+    "The options every collection source takes."
+    root: Optional[Path] = opt(None, "folder of the collection's data (default: its registered location)", identity=False)
+
+# %% ../nbs/03_collections.ipynb #18b654eb
+class ShippedOptions(SourceOptions):
+    "The options of a collection in the shipped layout."
+    check: bool = opt(True, "check that every judged document is in the collection", identity=False)
+
+# %% ../nbs/03_collections.ipynb #aeedf70d
+class CountedOptions(SourceOptions):
+    "The options of a collection whose counts are published (CIRAL, CLEF 2003)."
+    check_counts: bool = opt(True, "check the queries, judgements and documents against the published counts", identity=False)
+
+
+
+# %% ../nbs/03_collections.ipynb #a0825ede
 @dataclass(frozen=True)
 class CollectionSource:
-    "How to load a registered collection: `load(pair, root=None, **kw)`, its pairs (a list or a function that lists them)."
+    "How to load a registered collection: `load(pair, options, cache_root=...)`, its pairs, and what it says without loading."
     load: Callable[..., Collection]
     pairs: Callable[[], list[str]] | list[str]
     env: str | None = None     # environment variable that names a local copy (data that is not shipped)
     shipped: bool = False      # the data ships inside the package (listing counts its documents)
-    translations: bool | tuple[str, ...] = False   # ships document translations: for every pair, or for these pairs
-
+    translations: bool | tuple[str, ...] | Callable = False   # ships document translations: every pair, these, or fn(pair, arg, root)
     prefix: bool = False       # registered under `name:`: `pairs(arg)` and `load(..., arg=arg)` receive the argument
+    Options: type = SourceOptions   # the loader's options
+    licence: str | None = None      # data that needs a licence (never downloaded)
+    remote: str | None = None       # where the data comes from when it is not here (listing does not load it)
+    listing: Callable[[bool], list[str]] | None = None   # a prefix's lines under `clir-llm datasets` (full: every id)
 
     def pair_list(self, arg: str = "") -> list[str]:
         ps = (self.pairs(arg) if self.prefix else self.pairs()) if callable(self.pairs) else self.pairs
         return ps if isinstance(ps, AnyPair) else list(ps)
 
-    def ships_translations(self, pair: str) -> bool:
-        "Whether `pair` comes with translated documents (known without loading it: the dry run asks)."
+    def ships_translations(self, pair: str, arg: str = "", root=None) -> bool:
+        "Whether `pair` comes with translated documents (known without loading it: the dry run and `docs_view` ask)."
+        if callable(self.translations): return bool(self.translations(pair, arg, root))
         return self.translations is True or (isinstance(self.translations, tuple) and pair in self.translations)
 
+# %% ../nbs/03_collections.ipynb #3223e950
+@patch
+def missing(self: CollectionSource, name: str, root=None) -> str | None:
+    "What a run lacks when the data is not here (its environment variable unset, no `root`), for the dry run; else None."
+    if not self.env or root or os.environ.get(self.env): return None
+    if self.licence: return f"${self.env} is unset: {self.licence}; set it to your copy, the run fails without it"
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    return (f"${self.env} is unset: {name} would be downloaded from {self.remote}"
+            + (" but HF_HUB_OFFLINE is set: the run fails" if offline else " on first use (needs network)"))
+
+
+
+# %% ../nbs/03_collections.ipynb #82778820
+@patch
+def open(self: CollectionSource, pair: str, options: SourceOptions, arg: str = "", cache_root=None) -> Collection:
+    "The collection of `pair` with `options` (a prefix source also gets its argument)."
+    return self.load(pair, options, cache_root=cache_root, **({"arg": arg} if self.prefix else {}))
+
+# %% ../nbs/03_collections.ipynb #2b7ee061
 class AnyPair(tuple):
     "The pairs of a collection that takes whichever well-formed `query-document` pair it is given (`in` is true for each)."
     def __contains__(self, pair) -> bool:
@@ -305,48 +359,59 @@ class AnyPair(tuple):
         except ClirError: return False
     def __str__(self): return "any query-document pair"
 
-COLLECTIONS = Registry("collection", plugins=("clir_llm.files", "clir_llm.irds"))
+# %% ../nbs/03_collections.ipynb #336582a0
+COLLECTIONS = Registry("collection", plugins=("clir_llm.files", "clir_llm.irds", "clir_llm.neuclir"))
 
 def register_collection(name: str, loader: Callable[..., Collection], pairs: Callable[..., list[str]] | list[str],
-                        description: str, *, env: str | None = None, shipped: bool = False,
-                        translations: bool | tuple[str, ...] = False, example: str | None = None) -> CollectionSource:
-    "Register `loader(pair, root=None, **kw) -> Collection` under `name` (the string `--collection` accepts; `name:` a prefix)."
-    src = CollectionSource(loader, pairs, env, shipped, translations, prefix=name.strip().endswith(":"))
+                        description: str, *, options: type = SourceOptions, env: str | None = None, shipped: bool = False,
+                        translations: bool | tuple[str, ...] | Callable = False, example: str | None = None,
+                        licence: str | None = None, remote: str | None = None, listing=None) -> CollectionSource:
+    "Register `loader(pair, options, cache_root=None) -> Collection` under `name` (the string `--collection` accepts; `name:` a prefix)."
+    src = CollectionSource(loader, pairs, env, shipped, translations, prefix=name.strip().endswith(":"), Options=options,
+                           licence=licence, remote=remote, listing=listing)
     return COLLECTIONS.register(name, src, summary=description, example=example or name)
 
+# %% ../nbs/03_collections.ipynb #974f19e2
 def collection_pairs(name: str) -> list[str]:
     "The language pairs (`query-doc`) of a registered collection (for `files:<folder>`, `AnyPair()`)."
     entry, arg = COLLECTIONS.lookup(name)
     return entry.obj.pair_list(arg)
 
+# %% ../nbs/03_collections.ipynb #871cc594
 def list_collections() -> dict[str, list[str]]:
     "Every registered collection name with its language pairs (prefix entries, which need an argument, are left out)."
     return {e.name: collection_pairs(e.name) for e in COLLECTIONS.entries() if not e.is_prefix}
 
+# %% ../nbs/03_collections.ipynb #4f1d17ea
 def _info(name: str) -> dict:
     "The registered entry of `name` as the dict the first registry kept (`reproduce.describe_collection` reads it)."
     e = COLLECTIONS.lookup(name)[0]
     return dict(loader=e.obj.load, pairs=e.obj.pairs, description=e.summary)
 
-def load_collection(name: str, pair: str, root=None, **kw) -> Collection:
-    "Load language pair `pair` ('en-de', query-document) of collection `name` ('demo', 'fixture', 'ciral', 'clef2003')."
+# %% ../nbs/03_collections.ipynb #8c1be914
+def load_collection(name: str, pair: str, /, root=None, cache_root=None, **options) -> Collection:
+    """Load language pair `pair` ('en-de', query-document) of collection `name` ('demo', 'fixture', 'ciral', 'clef2003', ...);
+    `root` and `options` are the source's options (an unknown one is an error naming its options; `files:` has a `name`)."""
     entry, arg = COLLECTIONS.lookup(name)
     ql, dl = parse_pair(pair); p = f"{ql.code}-{dl.code}"
-    pairs = entry.obj.pair_list(arg)
+    src = entry.obj
+    pairs = src.pair_list(arg)
     if p not in pairs: raise ClirError(f"collection {name!r} has no pair {p!r}; its pairs are: {', '.join(pairs)}")
-    if entry.is_prefix: kw["arg"] = arg
-    return check_collection(entry.obj.load(p, root=root, **kw), f"collection {str(name).strip()!r} {p}")
+    opts = src.Options.from_flat({"root": root, **options}, where=f"collection {str(name).strip()!r}")
+    return check_collection(src.open(p, opts, arg=arg, cache_root=cache_root), f"collection {str(name).strip()!r} {p}")
 
-# %% ../nbs/03_collections.ipynb #18b654eb
+# %% ../nbs/03_collections.ipynb #1df7ee86
 def _shipped(name):
     def pairs():  # an unbuilt shipped collection has no pairs rather than breaking the listing
         return _read_manifest(data_dir() / name)["pairs"] if (data_dir() / name / "MANIFEST.json").exists() else []
-    def loader(pair, root=None, **kw): return load_folder_collection(Path(root) if root else data_dir() / name, pair, name=name, **kw)
+    def loader(pair, options: ShippedOptions, cache_root=None):
+        return load_folder_collection(options.root or data_dir() / name, pair, name=name, check=options.check)
     return loader, pairs
 
 register_collection("fixture", *_shipped("fixture"), "tiny hand-made collection for unit tests (en de fi it ru ha so sw yo)", shipped=True,
-                    translations=("en-ha", "en-so", "en-sw", "en-yo"))
-register_collection("demo", *_shipped("demo"), "Debian manual pages: known-item CLIR between human translations (GPL-3+)", shipped=True)
+                    translations=("en-ha", "en-so", "en-sw", "en-yo"), options=ShippedOptions)
+register_collection("demo", *_shipped("demo"), "Debian manual pages: known-item CLIR between human translations (GPL-3+)", shipped=True,
+                    options=ShippedOptions)
 
 # %% ../nbs/03_collections.ipynb #9ef3a23c
 CIRAL_LANGS = {c: language(c).file_name for c in ("ha", "so", "sw", "yo")}   # code -> name in CIRAL's paths
@@ -371,26 +436,26 @@ def _ciral_file(root, repo: str, rel: str) -> Path:
     why = _hub_unreachable(endpoint)
     if why: raise ClirError(f"CIRAL/{repo}/{rel}: no local copy and the Hugging Face Hub ({endpoint}) is unreachable ({why}); {howto}")
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import hf_hub_download   # optional: only Hub downloads need it
         return Path(hf_hub_download(f"CIRAL/{repo}", rel, repo_type="dataset", endpoint=endpoint, etag_timeout=10))
     except Exception as e:
         raise ClirError(f"CIRAL/{repo}/{rel}: not found locally and the Hub download failed ({type(e).__name__}: {e}); {howto}") from None
 
 # %% ../nbs/03_collections.ipynb #8fad600a
 def _hub_endpoint() -> str:
-    from huggingface_hub import constants
+    from huggingface_hub import constants   # optional: only Hub downloads need it
     return os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
 
+# %% ../nbs/03_collections.ipynb #15a4eac4
 def _hub_offline() -> bool:
     "HF_HUB_OFFLINE from the environment now (the library reads it once, at import) or from huggingface_hub."
-    from huggingface_hub import constants
+    from huggingface_hub import constants   # optional: only Hub downloads need it
     v = os.environ.get("HF_HUB_OFFLINE")
     return v.strip().lower() in ("1", "true", "yes", "on") if v is not None else bool(constants.HF_HUB_OFFLINE)
 
+# %% ../nbs/03_collections.ipynb #fe47673c
 def _hub_unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
     "Why a TCP connection to the Hub fails within `timeout` seconds (None when it connects, or when a proxy is configured)."
-    import socket
-    from urllib.parse import urlsplit
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")):
         return None   # the proxy decides; let huggingface_hub try
     u = urlsplit(endpoint)
@@ -416,8 +481,9 @@ def read_ciral_topics(path, lang: str = "en") -> dict[str, Query]:
     return out
 
 # %% ../nbs/03_collections.ipynb #3e61f267
-def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None) -> StreamedCollection:
+def load_ciral(pair: str, options: CountedOptions = CountedOptions(), cache_root=None) -> StreamedCollection:
     "CIRAL test set A (pool judgements) for `pair` ('en-ha', 'en-so', 'en-sw', 'en-yo')."
+    root, check_counts = options.root, options.check_counts
     ql, dl = parse_pair(pair)
     if ql.code != "en" or dl.code not in CIRAL_LANGS: raise ClirError(f"CIRAL pairs are {', '.join(CIRAL_PAIRS)}; got {pair!r}")
     code, lang = dl.code, CIRAL_LANGS[dl.code]
@@ -436,16 +502,15 @@ def load_ciral(pair: str, root=None, check_counts: bool = True, cache_root=None)
         raise ClirError(f"{qpath}: {judged:,} judgements, test-A pools have {CIRAL_JUDGED[code]:,} for {lang} (the shallow "
                         f"qrels.ciral-v1.0-{code}-test-a.tsv instead, or another version?) (check_counts=False to use it anyway)")
     key = stable_hash("ciral", pair, [(p.name, p.stat().st_size, int(p.stat().st_mtime)) for p in (tpath, qpath, ppath, trpath)])
-    coll = StreamedCollection("ciral", pair, queries, qrels, _stream_docs(ppath, code), key=key, translations=_stream_docs(trpath, "en"),
-                              store="sqlite", qrels_path=qpath, cache_root=cache_root)
-    coll.expected_num_docs = nd if check_counts else None
-    coll.corpus_path = ppath
-    return coll
+    return StreamedCollection("ciral", pair, queries, qrels, _stream_docs(ppath, code), key=key, translations=_stream_docs(trpath, "en"),
+                              store="sqlite", qrels_path=qpath, cache_root=cache_root, expected_num_docs=nd if check_counts else None,
+                              corpus_path=ppath)
 
+# %% ../nbs/03_collections.ipynb #b7044c70
 CIRAL_PAIRS = [f"en-{c}" for c in CIRAL_LANGS]
-register_collection("ciral", lambda pair, root=None, **kw: load_ciral(pair, root=root, **kw), CIRAL_PAIRS,
+register_collection("ciral", load_ciral, CIRAL_PAIRS,
                     "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations", env="CIRAL_HOME",
-                    translations=True)
+                    translations=True, options=CountedOptions, remote="the Hugging Face Hub")
 
 # %% ../nbs/03_collections.ipynb #d1d08c61
 CLEF_LANGS = {c: language(c).file_name for c in ("en", "de", "fi", "it", "ru")}   # code -> name in CLEF's paths
@@ -466,6 +531,7 @@ def clef_home(root=None) -> Path:
         if not (home / part).is_dir(): raise ClirError(f"{home / part}: no such folder ({CLEF_LAYOUT})")
     return home
 
+# %% ../nbs/03_collections.ipynb #e81d3e7d
 def _year_dir(home: Path, part: str) -> Path:
     for name in ("2003", "topics2003", "2003rels"):
         if (home / part / name).is_dir(): return home / part / name
@@ -475,6 +541,7 @@ def _year_dir(home: Path, part: str) -> Path:
 def _open_bytes(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
+# %% ../nbs/03_collections.ipynb #f2f2a275
 def _sniff_encoding(path: Path, expected: str) -> str:
     if expected != "latin-1": return expected
     with _open_bytes(path) as f: head = f.read(65536)
@@ -484,6 +551,7 @@ def _sniff_encoding(path: Path, expected: str) -> str:
         if len(head) < 65536 or e.start < len(head) - 4: return "latin-1"   # an invalid byte, not a character cut at 64 KiB
     return "utf-8"
 
+# %% ../nbs/03_collections.ipynb #a37127a6
 def read_text_lines(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]]:
     "Stream `(line number, line)` of a text file (plain or `.gz`); `encoding` 'utf-8' (strict) or 'latin-1' (see above)."
     path = Path(path)
@@ -539,9 +607,11 @@ def iter_doc_blocks(path, encoding: str = "latin-1") -> Iterator[tuple[int, str]
         if buf is not None: buf.append(line[pos:])
     if buf is not None: raise FormatError(path, start, "<DOC> is never closed (file truncated?)")
 
+# %% ../nbs/03_collections.ipynb #c5578875
 def _clean(s: str) -> str:
     return " ".join(_html.unescape(_MARKUP.sub(" ", s)).split()) if "<" in s or "&" in s else " ".join(s.split())
 
+# %% ../nbs/03_collections.ipynb #ecc339ad
 def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) -> Document:
     "A `Document` from the inside of one `<DOC>` block: id from DOCNO (else DOCID); `text` the paper's (table above), no title."
     f: dict[str, list[str]] = {}
@@ -555,6 +625,7 @@ def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) ->
     parts = (_clean(x) for tag, every in fields for x in (f.get(tag, ()) if every else f.get(tag, ())[:1]))
     return Document(docid, " ".join(p for p in parts if p), "", lang)
 
+# %% ../nbs/03_collections.ipynb #9b3fa9b9
 def iter_clef_docs(path, lang: str, encoding: str = "latin-1") -> Iterator[Document]:
     "Stream the documents of one CLEF document file."
     for line, block in iter_doc_blocks(path, encoding): yield parse_clef_doc(block, lang, path, line)
@@ -568,6 +639,7 @@ def _clef_qid(s: str) -> str | None:
     m = _re.fullmatch(r"\s*[Cc]?0*(\d+)(?:-[A-Za-z]+)?\s*", s)
     return str(int(m.group(1))) if m else None
 
+# %% ../nbs/03_collections.ipynb #1faa7f73
 def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, Query]:
     "Queries (title + description) from a CLEF topic file; ids without the `C` ('141')."
     encoding = encoding or ("utf-8" if lang == "ru" else "latin-1")
@@ -575,7 +647,6 @@ def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, 
     text = "".join(l for _, l in lines)
     starts = [0]
     for _, l in lines: starts.append(starts[-1] + len(l))
-    import bisect
     out = {}
     for m in _TOP.finditer(text):
         line = bisect.bisect_right(starts, m.start())
@@ -593,6 +664,7 @@ def read_clef_topics(path, lang: str, encoding: str | None = None) -> dict[str, 
     if not out: raise FormatError(path, None, "no <top> (or <topic>) topics in file")
     return out
 
+# %% ../nbs/03_collections.ipynb #ae9e10ef
 def read_clef_qrels(path) -> Qrels:
     "Binary qrels from a CLEF `qrels_<LANGUAGE>` file (`qid iteration docid relevance`; topic ids as above)."
     q = Qrels()
@@ -627,6 +699,7 @@ def _clef_lang_dir(home: Path, code: str) -> Path:
     if code == "ru" and (d / "xml").is_dir(): d = d / "xml"   # Izvestia ships as XML (used) beside other renderings
     return d
 
+# %% ../nbs/03_collections.ipynb #ab03cbf8
 def clef_doc_files(home: Path, code: str) -> list[Path]:
     "The document files of language `code`, sorted; a ClirError when there are none."
     d = _clef_lang_dir(home, code)
@@ -648,8 +721,10 @@ def _find_named(folder: Path, pattern: str, what: str) -> Path:
         raise ClirError(f"{folder}: no {what} (files there: {', '.join(sorted(p.name for p in folder.iterdir())[:20]) or 'none'}; {CLEF_LAYOUT})")
     return hits[0]
 
-def load_clef2003(pair: str, root=None, check_counts: bool = True, cache_root=None) -> StreamedCollection:
+# %% ../nbs/03_collections.ipynb #44b782c9
+def load_clef2003(pair: str, options: CountedOptions = CountedOptions(), cache_root=None) -> StreamedCollection:
     "CLEF 2003 for `pair` (query-document language, any two of en de fi it ru) from `root` or `$CLEF_HOME`."
+    root, check_counts = options.root, options.check_counts
     ql, dl = parse_pair(pair)
     bad = [l.code for l in (ql, dl) if l.code not in CLEF_LANGS]
     if bad: raise ClirError(f"CLEF 2003 has no {', '.join(bad)} data (languages: {', '.join(CLEF_LANGS)}); got {pair!r}")
@@ -673,20 +748,19 @@ def load_clef2003(pair: str, root=None, check_counts: bool = True, cache_root=No
         for f in files: yield from iter_clef_docs(f, dl.code, enc)
     stat = lambda p: (str(p.relative_to(home)), p.stat().st_size, int(p.stat().st_mtime))
     key = stable_hash("clef2003", CLEF_TEXT_VERSION, f"{ql.code}-{dl.code}", [stat(p) for p in (tpath, qpath, *files)])
-    coll = StreamedCollection("clef2003", pair, queries, qrels, docs, key=key, store="sqlite", qrels_path=qpath, cache_root=cache_root)
-    coll.expected_num_docs = CLEF_COUNTS[dl.code] if check_counts else None
-    coll.corpus_path = _clef_lang_dir(home, dl.code)
-    return coll
+    return StreamedCollection("clef2003", pair, queries, qrels, docs, key=key, store="sqlite", qrels_path=qpath, cache_root=cache_root,
+                              expected_num_docs=CLEF_COUNTS[dl.code] if check_counts else None, corpus_path=_clef_lang_dir(home, dl.code))
 
+# %% ../nbs/03_collections.ipynb #1efa449b
 def _qrels_line_clef(path, qid) -> int | None:
     for i, line in read_text_lines(path):
         p = line.split()
         if p and _clef_qid(p[0]) == qid: return i
     return None
 
-register_collection("clef2003", lambda pair, root=None, **kw: load_clef2003(pair, root=root, **kw), CLEF_PAIRS,
+register_collection("clef2003", load_clef2003, CLEF_PAIRS,
                     "CLEF 2003 (licensed, $CLEF_HOME): news in en de fi it ru, topics C141-C200, the paper's nine pairs",
-                    env="CLEF_HOME")
+                    env="CLEF_HOME", options=CountedOptions, licence="CLEF 2003 is licensed (ELRA-E0008)")
 
 # %% ../nbs/03_collections.ipynb #18de495c
 def cli_datasets(argv=None) -> int:
@@ -702,12 +776,15 @@ def cli_datasets(argv=None) -> int:
         src, desc = e.obj, e.summary
         if e.is_prefix and n.strip().lower() == e.name:   # a prefix without its argument: what it takes (and, for irds:, the ids)
             print(f"{e.example:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc}")
-            for line in getattr(src.load, "listing", lambda full: [])(bool(a.names)): print(f"  {line}")
+            for line in (src.listing(bool(a.names)) if src.listing else []): print(f"  {line}")
             continue
         pairs = src.pair_list(COLLECTIONS.lookup(n)[1])
         if isinstance(pairs, AnyPair): pairs = [p for p in a.pairs] if a.pairs else []
         if src.env and not os.environ.get(src.env):   # no Hub look-ups (and their retries) just to list
             print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (set ${src.env} to a local copy to list it)"); continue
+        if src.remote and not src.env:   # downloaded on first use: listed by its pairs, not loaded
+            for p in pairs: print(f"{n:<10} {p:<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (from {src.remote} on first use)")
+            continue
         if not pairs: print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} ({'give --pair' if e.is_prefix else 'not built'})")
         for p in pairs:
             try: c = load_collection(n, p)

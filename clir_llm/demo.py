@@ -8,7 +8,8 @@ import argparse, gzip, hashlib, json, os, re, shutil, subprocess, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from .core import ClirError, atomic_write, write_json
-from .collections import CLEF_LANGS
+from .collections import CLEF_LANGS, data_dir
+from .progress import progress_bar as tqdm
 
 # %% auto #0
 __all__ = ['TRANSLATION_PACKAGES', 'ENGLISH_PACKAGES', 'LANGS', 'GROFF', 'LICENSE_TEXT', 'download_debs', 'deb_info', 'is_alias',
@@ -31,12 +32,14 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
         raise ClirError(f"{' '.join(cmd[:3])} ... failed (exit {p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
     return p
 
+# %% ../nbs/04_demo.ipynb #714c491d
 def download_debs(packages: list[str], dest) -> list[Path]:
     "Download the `.deb` files of `packages` into `dest` with `apt-get download`."
     dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
     _run(["apt-get", "download", *packages], cwd=dest)
     return sorted(dest.glob("*.deb"))
 
+# %% ../nbs/04_demo.ipynb #2345f0d6
 def deb_info(path) -> dict:
     "Package name, version, file name and sha256 of a `.deb`."
     f = _run(["dpkg-deb", "-f", str(path), "Package", "Version"]).stdout.decode()
@@ -53,6 +56,7 @@ def is_alias(path: Path, data: bytes) -> bool:
     lines = [l for l in data.splitlines() if l.strip() and not l.lstrip().startswith((b'.\\"', b"'\\\""))]
     return len(lines) == 1 and bool(_SO.match(lines[0]))
 
+# %% ../nbs/04_demo.ipynb #2d7ba4a3
 def collect_pages(unpacked: dict[str, Path], langs=LANGS) -> tuple[dict, list]:
     "`{lang: {page id: (package, roff bytes)}}` from unpacked packages `{package: folder}`, and the duplicates skipped."
     pages, dups = {l: {} for l in langs}, []
@@ -79,6 +83,7 @@ def render(roff: bytes) -> str:
     "Render a man page to plain UTF-8 text with groff (warnings ignored)."
     return _run(GROFF, input=roff, env={**os.environ, "LC_ALL": "C.UTF-8"}).stdout.decode("utf-8", errors="replace")
 
+# %% ../nbs/04_demo.ipynb #778942a6
 def page_text(rendered: str) -> tuple[str, str]:
     "`(NAME line, document text)` of a rendered page; the text starts with the NAME line."
     lines = rendered.splitlines()
@@ -95,6 +100,7 @@ def page_text(rendered: str) -> tuple[str, str]:
     rest = [x for h, c in sections[1:] for x in (h, *c)]
     return name, "\n".join([name, *rest]).strip()
 
+# %% ../nbs/04_demo.ipynb #e8352629
 _DASH = re.compile(r"\s+[-‐–—−]+\s+|\s+\\-\s*")
 
 def split_name(name: str) -> tuple[str, str]:
@@ -107,9 +113,11 @@ def _gz(path: Path, text: str):
     with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as f:
         f.write(text.encode("utf-8"))
 
+# %% ../nbs/04_demo.ipynb #32b3669f
 def _jsonl(rows) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
 
+# %% ../nbs/04_demo.ipynb #8b8b21fc
 def _norm(s: str) -> str: return " ".join(s.casefold().split())
 
 LICENSE_TEXT = """The demo collection in this folder is derived from Debian packages (versions in MANIFEST.json).
@@ -130,7 +138,6 @@ This folder is therefore distributed under GPL-3+, separately from the Apache-2.
 # %% ../nbs/04_demo.ipynb #939535dc
 def _render_pages(packages: list[str], deb_dir, workers: int, progress: bool) -> tuple[dict, dict, list, str]:
     "`(infos {package: (deb, info)}, page {lang: {pid: (name line, text)}}, duplicates skipped, groff version)`."
-    from clir_llm.progress import progress_bar as tqdm
     with tempfile.TemporaryDirectory(prefix="clir-demo-") as tmp:
         tmp = Path(tmp)
         if deb_dir:
@@ -224,7 +231,6 @@ def build_demo(out_dir, packages: list[str] | None = None, deb_dir=None, min_pag
 # %% ../nbs/04_demo.ipynb #36473520
 def cli_build_demo(argv=None) -> int:
     "`clir-llm build-demo`: rebuild the demo collection from Debian's manual-page packages."
-    from clir_llm.collections import data_dir
     ap = argparse.ArgumentParser(prog="clir-llm build-demo", description="Rebuild the demo collection from Debian packages.")
     ap.add_argument("--out", help="output folder (default: the package's data/demo)")
     ap.add_argument("--debs", help="folder of .deb files to use instead of `apt-get download`")
@@ -244,6 +250,7 @@ def cli_build_demo(argv=None) -> int:
     print("identical" if not diff else f"{len(diff)} difference(s)")
     return 0 if not diff else 1
 
+# %% ../nbs/04_demo.ipynb #54f32bc0
 def compare_folders(a, b) -> list[str]:
     "Files that differ between folders `a` and `b` (missing on either side, or different bytes)."
     a, b = Path(a), Path(b)

@@ -4,22 +4,26 @@
 
 # %% ../nbs/08_dense.ipynb #6c23678e
 from __future__ import annotations
-import dataclasses, os, time
-from dataclasses import dataclass, field
+import dataclasses, time
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Literal, Optional, Sequence
 import numpy as np
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
+from .assets import e5_small_path
 from .core import ClirError, Document, Retriever, Run, Usage
 from .cache import Cache
-from .specs import Registry
+from .dense_index import DenseIndex
+from .executor import LOCAL, Executor
+from .specs import Options, Quirks, Registry, opt
 
 # %% auto #0
-__all__ = ['NV_INSTRUCTION', 'NV_EMBED_REVISION', 'ENCODERS', 'POOLINGS', 'Quirk', 'EncoderSpec', 'get_encoder_spec',
-           'encoder_quirks', 'doc_input', 'query_input', 'cls_pool', 'mean_pool', 'last_pool', 'Encoder',
-           'tiny_random_model', 'Dense']
+__all__ = ['NV_INSTRUCTION', 'NV_EMBED_REVISION', 'ENCODERS', 'ENCODER_FAMILIES', 'POOLINGS', 'ENCODER_LOADERS', 'Quirk',
+           'EncoderSpec', 'get_encoder_spec', 'encoder_quirks', 'doc_input', 'query_input', 'cls_pool', 'mean_pool',
+           'last_pool', 'EncoderQuirks', 'EncoderOptions', 'options_from', 'Encoder', 'rebuild_encoder',
+           'tiny_random_model', 'DenseOptions', 'Dense']
 
 # %% ../nbs/08_dense.ipynb #f1b7072c
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Quirk:
     changes: tuple               # (field, value) pairs
     note: str = ""               # what the authors did, and where
 
+# %% ../nbs/08_dense.ipynb #85728a08
 @dataclass(frozen=True)
 class EncoderSpec:
     "How one bi-encoder turns a query or a document into a vector."
@@ -63,6 +68,16 @@ class EncoderSpec:
         changes = {f: v for n in names for f, v in known[n].changes}
         return dataclasses.replace(self, **changes, quirks_on=tuple(dict.fromkeys(self.quirks_on + tuple(names))))
 
+    def hub_models(self) -> list[str]:
+        "The Hugging Face Hub models a real run downloads: the model and a LoRA adapter's base model (local folders excluded)."
+        hub = lambda m: m and not self.stand_in and not m.startswith(("assets:", "/", ".", "~")) and not Path(m).exists()
+        return [m for m in (self.model, self.base_model) if hub(m)]
+
+    def revisions(self) -> dict[str, str | None]:
+        "The pinned Hub commit of each of its Hub models (None: not pinned)."
+        pins = {self.model: self.revision, self.base_model: self.base_revision}
+        return {m: pins[m] for m in self.hub_models()}
+
     def revision_note(self) -> str:
         "The dry run's words for the pinned commits: 'revision <r>', or 'revision not pinned' (a Hub model without one)."
         if self.stand_in or Path(self.model).exists(): return "local model"
@@ -91,28 +106,37 @@ for _s in [
                 "query: ", "passage: ", stand_in=True),
 ]: ENCODERS.register(_s.name, _s, summary=_s.label)
 
+# %% ../nbs/08_dense.ipynb #13114f2a
+ENCODER_FAMILIES = Registry("dense encoder family", plugins=("clir_llm.dense_hf",))   # prefix -> factory(arg) -> EncoderSpec
+
+
+
+# %% ../nbs/08_dense.ipynb #39ae7012
 def get_encoder_spec(name: str, paper_quirks: bool = False, quirks=(), **overrides) -> EncoderSpec:
-    "The registry entry `name` (or an `EncoderSpec` passed through), with the authors' quirks (all: `paper_quirks`; or those named in `quirks`) and `overrides` applied."
+    """The registry entry `name`, a family's spec (`hf:<model>[options]`) or an `EncoderSpec` passed through, with the
+    authors' quirks (all: `paper_quirks`; or those named in `quirks`) and `overrides` applied."""
     if isinstance(name, EncoderSpec): spec = name
-    elif str(name).strip().lower().startswith("hf:"):   # any Hugging Face encoder by id or folder: clir_llm.dense_hf
-        from clir_llm.dense_hf import hf_encoder_spec
-        spec = hf_encoder_spec(name)
-    else:
-        try: spec = ENCODERS.lookup(name)[0].obj
-        except ClirError as e: raise ClirError(f"{e}, or hf:<model id or folder>[options]") from None
+    elif (spec := ENCODERS.get(name)) is None:
+        if (hit := ENCODER_FAMILIES.find(name)) is None:
+            try: ENCODERS.lookup(name)
+            except ClirError as e: raise ClirError(f"{e}, or {', '.join(f.example for f in ENCODER_FAMILIES.entries())}") from None
+        spec = hit[0].obj(hit[1])
     if paper_quirks: spec = spec.with_quirks()
     if quirks: spec = spec.with_quirks(quirks)
     return dataclasses.replace(spec, **overrides) if overrides else spec
 
+# %% ../nbs/08_dense.ipynb #894ec96a
 def encoder_quirks() -> dict[str, tuple[str, Quirk]]:
     "Every named quirk of the registry: name -> (encoder, `Quirk`)."
     return {q.name: (n, q) for n, s in ENCODERS.items() for q in s.quirks}
 
+# %% ../nbs/08_dense.ipynb #0ac5f771
 def doc_input(spec: EncoderSpec, doc: Document) -> str:
     "The text the encoder sees for a document: prefix, then title and text (text only when `spec.title` is False)."
     body = f"{doc.title}{spec.title_sep}{doc.text}" if (doc.title and spec.title) else doc.text
     return spec.doc_prefix + body
 
+# %% ../nbs/08_dense.ipynb #3a769f79
 def query_input(spec: EncoderSpec, text: str) -> str:
     "The text the encoder sees for a query: prefix (or instruction), then the query."
     return spec.query_prefix + text
@@ -122,14 +146,16 @@ def cls_pool(hidden, mask):
     "The first token's vector (BERT/XLM-R [CLS] / <s>)."
     return hidden[:, 0]
 
+# %% ../nbs/08_dense.ipynb #6d717641
 def mean_pool(hidden, mask):
     "The mean of the vectors of the real (unpadded) tokens."
     m = mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
 
+# %% ../nbs/08_dense.ipynb #91b64ba6
 def last_pool(hidden, mask):
     "The vector of the last real token (right or left padding)."
-    import torch
+    import torch   # heavy: only model-backed parts need it
     if bool(mask[:, -1].all()): return hidden[:, -1]
     idx = mask.sum(1).long() - 1
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), idx]
@@ -137,63 +163,119 @@ def last_pool(hidden, mask):
 POOLINGS = {"cls": cls_pool, "mean": mean_pool, "last": last_pool}
 
 # %% ../nbs/08_dense.ipynb #de751952
-def _resolve(path: str) -> str:
-    if path == "assets:e5-small":
-        from clir_llm.assets import e5_small_path
-        return str(e5_small_path())
-    return path
+class EncoderQuirks(Quirks):
+    "The authors' dense-encoder quirks (the named `Quirk`s of the registry entries); an encoder applies only its own."
+    e5_no_prefix: bool = opt(False, "E5 without its 'query: ' / 'passage: ' prefixes (the authors' retrieval/encode.py)")
+    repllama_128: bool = opt(False, "RepLlama's passages cut to 128 tokens (tevatron's passage_max_len, retrieval/repllama)")
 
+    @classmethod
+    def paper(cls, **context) -> "EncoderQuirks": return cls(**{f: True for f in cls.model_fields})
+
+    @classmethod
+    def named(cls, names) -> "EncoderQuirks":
+        "The quirks named by their registry names (`e5-no-prefix`); an unknown name is a ClirError listing the known ones."
+        known = {n.replace("-", "_"): n for n in encoder_quirks()}
+        if bad := [n for n in names if n.replace("-", "_") not in known or n.replace("-", "_") not in cls.model_fields]:
+            raise ClirError(f"unknown dense quirk {', '.join(map(repr, bad))}; known: {', '.join(known.values())}")
+        return cls(**{n.replace("-", "_"): True for n in names})
+
+    def names(self) -> tuple[str, ...]:
+        "The registry names of the quirks switched on."
+        return tuple(f.replace("_", "-") for f in type(self).model_fields if getattr(self, f))
+
+# %% ../nbs/08_dense.ipynb #10483250
+class EncoderOptions(Options):
+    "How an encoder runs: device, dtype, batch size, and the authors' quirks it applies."
+    device: Optional[str] = opt(None, "cuda or cpu (default: the executor's, else cuda if available)", identity=False)
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "model dtype on every device (default: the "
+                                                                       "spec's, else its GPU dtype on a GPU, float32 on a CPU)")
+    batch_size: int = opt(32, "texts encoded per batch", identity=False, gt=0)
+    paper_quirks: bool = opt(False, "all of the encoder's quirks (names the run [paper-quirks])")
+    quirks: EncoderQuirks = opt(EncoderQuirks(), "the authors' quirks switched on")
+
+    @classmethod
+    def paper(cls, **context) -> "EncoderOptions": return cls(quirks=EncoderQuirks.paper())
+
+
+
+# %% ../nbs/08_dense.ipynb #2ecdac40
+def options_from(ocls: type[Options], kw: dict, where: str = "") -> Options:
+    "`ocls` from keyword options (None: not given); `quirks` may also be a list of quirk names (`--quirk`, a configuration)."
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if isinstance(kw.get("quirks"), str): kw["quirks"] = [kw["quirks"]]
+    if isinstance(kw.get("quirks"), (list, tuple)): kw["quirks"] = EncoderQuirks.named(kw["quirks"])
+    return ocls.from_flat(kw, where=where)
+
+# %% ../nbs/08_dense.ipynb #8ff53045
+def _resolve(path: str) -> str:
+    return str(e5_small_path()) if path == "assets:e5-small" else path
+
+# %% ../nbs/08_dense.ipynb #39f873e1
 def _best_device() -> str:
-    import torch
+    import torch   # heavy: only model-backed parts need it
     return "cuda" if torch.cuda.is_available() else "cpu"
 
-# %% ../nbs/08_dense.ipynb #90187265
+# %% ../nbs/08_dense.ipynb #c8e91dab
 class Encoder:
-    "Encode queries and documents with one `EncoderSpec`, cached per text in the `embed` stage."
-    def __init__(self, spec: EncoderSpec | str, device: str | None = None, dtype: str | None = None,
-                 batch_size: int = 32, cache: Cache | None = None, paper_quirks: bool = False, progress: bool = True,
-                 quirks=()):
-        self.spec = get_encoder_spec(spec, paper_quirks=paper_quirks, quirks=quirks)
-        self.device = device or _best_device()
-        self.dtype = dtype or self.spec.dtype or (self.spec.half if self.device.startswith("cuda") else "float32")
-        self.batch_size, self.progress = batch_size, progress
+    "Encode queries and documents with one `EncoderSpec`, cached per text in the `embed` stage; batches run on its executor."
+    Options = EncoderOptions
+    def __init__(self, spec: EncoderSpec | str, options: EncoderOptions, *, cache: Cache | None = None,
+                 executor: Executor = LOCAL, progress: bool = True):
+        spec = get_encoder_spec(spec)
+        own = [n for n in options.quirks.names() if n in {q.name for q in spec.quirks}]   # other encoders' quirks do not apply
+        self.spec = spec.with_quirks(None if options.paper_quirks else own)
+        self.options, self.executor, self.progress = options, executor, progress
+        self.device = options.device or executor.device or _best_device()
+        self.dtype = options.dtype or self.spec.dtype or (self.spec.half if self.device.startswith("cuda") else "float32")
         self.cache = cache or Cache()
         self.usage = Usage()
         self._model = self._tok = None
 
-    def load(self):
-        "Load model and tokenizer (once)."
-        if self._model is not None: return self._model, self._tok
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-        s, dtype = self.spec, getattr(torch, self.dtype)
-        model_path = _resolve(s.model)
-        kw = dict(trust_remote_code=s.trust_remote_code, revision=s.revision, dtype=dtype)
-        try:
-            if s.pooling == "latent":  # NV-Embed-v2: the package's implementation, no remote code (clir_llm.nvembed)
-                from clir_llm.nvembed import load_nvembed
-                model = load_nvembed(model_path, dtype=dtype, revision=s.revision)
-                tok = model.tokenizer
-            elif s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
-                from peft import PeftModel
-                base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype, revision=s.base_revision)
-                model = PeftModel.from_pretrained(base, model_path, revision=s.revision).merge_and_unload()
-                tok = AutoTokenizer.from_pretrained(s.base_model, revision=s.base_revision)
-            else:
-                model = AutoModel.from_pretrained(model_path, **kw)
-                tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=s.trust_remote_code, revision=s.revision)
-        except OSError as e:
-            raise ClirError(f"cannot load encoder {s.name} ({s.model}{' on ' + s.base_model if s.base_model else ''}): {e}. "
-                            "Without Hub access, pass a local folder (get_encoder_spec(name, model=..., base_model=...)) "
-                            "or use the offline stand-in 'e5-small'.") from None
-        if tok.pad_token is None: tok.pad_token = tok.unk_token or tok.eos_token
-        tok.padding_side = "right"
-        self._model, self._tok = model.to(self.device).eval(), tok
-        return self._model, self._tok
+    @classmethod
+    def create(cls, spec: EncoderSpec | str, cache: Cache | None = None, executor: Executor = LOCAL, progress: bool = True,
+               **options) -> "Encoder":
+        "An encoder from keyword options (`device`, `dtype`, `batch_size`, `paper_quirks`, `quirks` as names)."
+        return cls(spec, options_from(EncoderOptions, options, "encoder"), cache=cache, executor=executor, progress=progress)
 
+    @property
+    def batch_size(self) -> int: return self.options.batch_size
     def __repr__(self): return f"Encoder({self.spec.name!r}, device={self.device!r}, dtype={self.dtype!r})"
 
-# %% ../nbs/08_dense.ipynb #8ff53045
+# %% ../nbs/08_dense.ipynb #b307441f
+ENCODER_LOADERS = Registry("encoder loader", plugins=("clir_llm.nvembed",))   # pooling -> load(spec, path, dtype) -> (model, tokenizer)
+
+
+
+# %% ../nbs/08_dense.ipynb #829093c0
+@patch
+def load(self: Encoder):
+    "Load model and tokenizer (once)."
+    if self._model is not None: return self._model, self._tok
+    import torch   # heavy: loaded when a model is used
+    from transformers import AutoModel, AutoTokenizer   # heavy: loaded when a model is used
+    s, dtype = self.spec, getattr(torch, self.dtype)
+    model_path = _resolve(s.model)
+    kw = dict(trust_remote_code=s.trust_remote_code, revision=s.revision, dtype=dtype)
+    try:
+        if (own := ENCODER_LOADERS.get(s.pooling)) is not None: model, tok = own(s, model_path, dtype)   # e.g. NV-Embed-v2
+        elif s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
+            from peft import PeftModel   # optional: only LoRA encoders need it
+            base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype, revision=s.base_revision)
+            model = PeftModel.from_pretrained(base, model_path, revision=s.revision).merge_and_unload()
+            tok = AutoTokenizer.from_pretrained(s.base_model, revision=s.base_revision)
+        else:
+            model = AutoModel.from_pretrained(model_path, **kw)
+            tok = AutoTokenizer.from_pretrained(model_path, trust_remote_code=s.trust_remote_code, revision=s.revision)
+    except OSError as e:
+        raise ClirError(f"cannot load encoder {s.name} ({s.model}{' on ' + s.base_model if s.base_model else ''}): {e}. "
+                        "Without Hub access, pass a local folder (get_encoder_spec(name, model=..., base_model=...)) "
+                        "or use the offline stand-in 'e5-small'.") from None
+    if tok.pad_token is None: tok.pad_token = tok.unk_token or tok.eos_token
+    tok.padding_side = "right"
+    self._model, self._tok = model.to(self.device).eval(), tok
+    return self._model, self._tok
+
+# %% ../nbs/08_dense.ipynb #fba35fe0
 @patch
 def namespace(self: Encoder, kind: str):
     "The cache namespace of this spec's `kind` ('query' | 'doc') vectors."
@@ -203,6 +285,7 @@ def namespace(self: Encoder, kind: str):
                                 max_length=s.max_length if kind == "query" else s.doc_max_length,
                                 **({"base_revision": s.base_revision} if s.base_revision else {}))
 
+# %% ../nbs/08_dense.ipynb #3fd155b6
 @patch
 def _encode(self: Encoder, inputs: list[str], kind: str, sort: bool = True, progress: bool | None = None) -> np.ndarray:
     s = self.spec
@@ -210,19 +293,22 @@ def _encode(self: Encoder, inputs: list[str], kind: str, sort: bool = True, prog
     instr = s.query_prefix if (kind == "query" and s.pooling == "latent") else ""
     ns = self.namespace(kind)
     t0 = time.time()
-    vecs = ns.get_or_compute(inputs, lambda b: list(self.encode_batch(b, max_len, instr)), batch_size=self.batch_size,
-                             desc=f"encode {kind}s ({s.name})", order=len if sort else None,
-                             progress=self.progress if progress is None else progress)
+    def compute(group): return self.executor.map(self, "encode_batch", [(b, max_len, instr) for b in group])
+    vecs = ns.get_or_compute(inputs, compute, batch_size=self.batch_size, desc=f"encode {kind}s ({s.name})",
+                             order=len if sort else None, progress=self.progress if progress is None else progress,
+                             executor=self.executor)
     self.usage.add(Usage(calls=ns.misses, cache_hits=ns.hits, seconds=time.time() - t0))
     self.usage.count("queries_encoded" if kind == "query" else "docs_encoded", ns.misses)
     if not vecs: return np.zeros((0, 0), np.float32)
     return np.stack(vecs).astype(np.float32, copy=False)
 
+# %% ../nbs/08_dense.ipynb #27cea995
 @patch
 def encode_queries(self: Encoder, texts: Sequence[str], sort: bool = True) -> np.ndarray:
     "Normalised vectors of query texts (prefix/instruction added here)."
     return self._encode([query_input(self.spec, t) for t in texts], "query", sort)
 
+# %% ../nbs/08_dense.ipynb #298902c9
 @patch
 def encode_docs(self: Encoder, docs: Sequence[Document], sort: bool = True, progress: bool | None = None) -> np.ndarray:
     "Normalised vectors of documents (prefix, title and text joined here)."
@@ -239,10 +325,11 @@ def _tokenize(self: Encoder, texts: list[str], max_length: int):
     ids = [x + [tok.eos_token_id] for x in enc["input_ids"]]
     return tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
 
+# %% ../nbs/08_dense.ipynb #8a39536c
 @patch
 def encode_batch(self: Encoder, texts: list[str], max_length: int, instruction: str = "") -> np.ndarray:
-    "Vectors of `texts` (already prefixed), L2-normalised float32, shape (len(texts), dim)."
-    import torch
+    "Vectors of `texts` (already prefixed), L2-normalised float32, shape (len(texts), dim): one batch, what an executor computes."
+    import torch   # heavy: loaded when a model is used
     model, tok = self.load()
     with torch.inference_mode():
         if self.spec.pooling == "latent":  # NV-Embed-v2: latent-attention pooling inside the model's encode()
@@ -258,13 +345,26 @@ def encode_batch(self: Encoder, texts: list[str], max_length: int, instruction: 
         v = torch.nn.functional.normalize(v.float(), dim=-1)
     return v.cpu().numpy().astype(np.float32)
 
+# %% ../nbs/08_dense.ipynb #9e55dbc7
+@patch
+def worker(self: Encoder) -> tuple:
+    "A picklable recipe `(factory, args)`: `factory(*args)` is an equivalent encoder (its cache off) in another process."
+    opts = self.options.model_copy(update={"device": self.device, "dtype": self.dtype, "paper_quirks": False, "quirks": EncoderQuirks()})
+    return rebuild_encoder, (self.spec, opts, str(self.cache.root))
+
+# %% ../nbs/08_dense.ipynb #1068e693
+def rebuild_encoder(spec: EncoderSpec, options: EncoderOptions, cache_root: str) -> Encoder:
+    "The encoder of a `worker()` recipe, its cache at `cache_root` switched off."
+    return Encoder(spec, options, cache=Cache(cache_root, mode="off"), progress=False)
+
 # %% ../nbs/08_dense.ipynb #15ac3cbb
 _WORDS = ("query passage the a of to in and is was for on with as by at from haus hund katze house dog cat water "
           "maji vaccine malaria children football cup final world news river city music book").split()
 
 def _tiny_tokenizer(folder: Path, kind: str):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, normalizers
-    from transformers import PreTrainedTokenizerFast
+    # heavy: only the tests' tiny models need them
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, normalizers   # heavy: only the tests' tiny models need it
+    from transformers import PreTrainedTokenizerFast   # heavy: loaded when a model is used
     specials = {"bert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "xlmr": ["<pad>", "<unk>", "<s>", "</s>"],
                 "llama": ["<unk>", "<s>", "</s>"]}[kind]
     vocab = {w: i for i, w in enumerate(specials + [":"] + list(_WORDS))}
@@ -283,10 +383,11 @@ def _tiny_tokenizer(folder: Path, kind: str):
     tok.save_pretrained(folder)
     return tok
 
+# %% ../nbs/08_dense.ipynb #772b6282
 def tiny_random_model(arch: str, folder, seed: int = 0) -> Path:
     """Save a tiny randomly initialised `arch` model ('bert' | 'xlmr' | 'llama' | 'llama-lora') with a word-level tokenizer
     to `folder`; 'llama-lora' saves a LoRA adapter in `folder` and its base model in `folder/base`. Returns `folder`."""
-    import torch, transformers as T
+    import torch, transformers as T   # heavy: only the tests' tiny models need them
     folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
@@ -305,7 +406,7 @@ def tiny_random_model(arch: str, folder, seed: int = 0) -> Path:
                                            num_key_value_heads=4, **small))
         model.save_pretrained(base)
         if arch == "llama-lora":
-            from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig, get_peft_model   # optional: only the LoRA stand-in needs it
             cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
             get_peft_model(model, cfg).save_pretrained(folder)
     else: raise ClirError(f"unknown tiny architecture {arch!r} (bert, xlmr, llama, llama-lora)")
@@ -317,28 +418,58 @@ def _quirk_tag(spec: EncoderSpec, paper_quirks: bool = False) -> str:
     if not spec.quirks_on: return ""
     return "[paper-quirks]" if paper_quirks else "[" + ",".join(spec.quirks_on) + "]"
 
+# %% ../nbs/08_dense.ipynb #06f98e90
 def _title_tag(spec: EncoderSpec) -> str:
     "'[title]' / '[no-title]' when `spec` encodes titles differently from its registry entry, else ''."
     reg = ENCODERS.get(spec.name)
     return "" if reg is None or spec.title == reg.title else ("[title]" if spec.title else "[no-title]")
 
+# %% ../nbs/08_dense.ipynb #6767c4a1
+class DenseOptions(EncoderOptions):
+    "The options of the dense first stage: the encoder's, the index's, and changes of the encoder's entry."
+    chunk_size: int = opt(4096, "documents encoded and added to the index at a time", gt=0)
+    shards: int = opt(1, "encode the documents in this many shards, then merge", identity=False, gt=0)
+    vectors: Literal["float32", "float16"] = opt("float32", "stored vector dtype (float16 names the run [fp16])")
+    sort: bool = opt(True, "encode documents sorted by length (less padding)", identity=False)
+    title: Optional[bool] = opt(None, "encode documents' titles (default: the encoder's entry)")
+    doc_max_length: Optional[int] = opt(None, "document tokens kept (default: the encoder's entry)", gt=0)
+    half: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "dtype on a GPU (default: the entry's, the authors')")
+
+# %% ../nbs/08_dense.ipynb #d0682e2a
 class Dense(Retriever):
     """Dense first stage: a registry encoder + exact FAISS inner-product search. The index and the query vectors of the
     last collection searched are kept in the object, so a second `retrieve` of it (another `k`) searches at once."""
-    def __init__(self, model: str | EncoderSpec = "e5-small", batch_size: int = 32, chunk_size: int = 4096,
-                 device: str | None = None, cache: Cache | None = None, paper_quirks: bool = False,
-                 progress: bool = True, sort: bool = True, quirks=(), shards: int = 1, vectors: str = "float32", **overrides):
-        spec = get_encoder_spec(model, paper_quirks=paper_quirks, quirks=quirks, **overrides)
-        self.encoder = Encoder(spec, device=device, batch_size=batch_size, cache=cache, progress=False)
-        self.name = f"dense:{spec.name}" + _quirk_tag(spec, paper_quirks) + _title_tag(spec) + ("[fp16]" if vectors == "float16" else "")
-        self.chunk_size, self.progress, self.sort = chunk_size, progress, sort
-        self.shards, self.vectors = shards, vectors   # the persisted index (clir_llm.dense_index): shards, vector dtype
+    Options = DenseOptions
+    def __init__(self, model: str | EncoderSpec, options: DenseOptions, *, cache: Cache | None = None,
+                 executor: Executor = LOCAL, progress: bool = True):
+        over = {k: v for k in ("title", "doc_max_length", "half") if (v := getattr(options, k)) is not None}
+        own = {q.name for q in get_encoder_spec(model).quirks}   # the quirks first, then the entry's changes (they win)
+        spec = get_encoder_spec(model, paper_quirks=options.paper_quirks, quirks=[n for n in options.quirks.names() if n in own], **over)
+        enc = EncoderOptions(**{k: getattr(options, k) for k in EncoderOptions.model_fields} | {"paper_quirks": False, "quirks": EncoderQuirks()})
+        self.encoder = Encoder(spec, enc, cache=cache, executor=executor, progress=False)
+        self.options, self.progress = options, progress
+        self.name = f"dense:{spec.name}" + _quirk_tag(spec, options.paper_quirks) + _title_tag(spec) + ("[fp16]" if options.vectors == "float16" else "")
         self._kept, self._kept_queries = None, None    # (index key, index, docids); (query texts, their vectors)
+
+    @classmethod
+    def create(cls, model: str | EncoderSpec, cache: Cache | None = None, executor: Executor = LOCAL, progress: bool = True,
+               **options) -> "Dense":
+        "A dense retriever from keyword options (`DenseOptions` fields; `quirks` may be names)."
+        return cls(model, options_from(DenseOptions, options, f"dense:{getattr(model, 'name', model)}"), cache=cache,
+                   executor=executor, progress=progress)
 
     @property
     def spec(self) -> EncoderSpec: return self.encoder.spec
     @property
     def usage(self) -> Usage: return self.encoder.usage
+    @property
+    def chunk_size(self) -> int: return self.options.chunk_size
+    @property
+    def vectors(self) -> str: return self.options.vectors
+    @property
+    def shards(self) -> int: return self.options.shards
+    @property
+    def sort(self) -> bool: return self.options.sort
 
     def retrieve(self, collection, k: int = 100) -> Run:
         "Top-`k` run of every query by cosine similarity."
@@ -352,12 +483,14 @@ class Dense(Retriever):
 
     def __repr__(self): return f"Dense({self.name!r})"
 
+
+
+
 # %% ../nbs/08_dense.ipynb #f9f13c1f
 @patch
 def index(self: Dense, collection):
     """The FAISS index of `collection`'s documents and their docids: kept from the last call on the same collection, else
     the persisted index beside the cache (loaded, or encoded in `shards` and merged), or built in memory."""
-    from clir_llm.dense_index import DenseIndex
     key = (collection.key, self.vectors, self.chunk_size)   # with the encoder (fixed per object): the persisted index's key
     if self._kept is not None and self._kept[0] == key:
         self.usage.count("index_reuses"); return self._kept[1:]
@@ -366,6 +499,7 @@ def index(self: Dense, collection):
     self._kept = (key, index, docids)
     return index, docids
 
+# %% ../nbs/08_dense.ipynb #0c1f55b0
 @patch
 def query_vectors(self: Dense, texts: list[str]) -> np.ndarray:
     "`encoder.encode_queries(texts)`, kept for the next call with the same texts (the same vectors, not read again)."
@@ -373,6 +507,7 @@ def query_vectors(self: Dense, texts: list[str]) -> np.ndarray:
         self._kept_queries = (tuple(texts), self.encoder.encode_queries(texts))
     return self._kept_queries[1]
 
+# %% ../nbs/08_dense.ipynb #0bbe5c3c
 @patch
 def encoded_chunks(self: Dense, docs, total: int | None, desc: str):
     """(documents, vectors) for each chunk of `chunk_size` documents drawn from the iterator `docs`, under one progress
@@ -383,16 +518,3 @@ def encoded_chunks(self: Dense, docs, total: int | None, desc: str):
             yield chunk, self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
             bar.update(len(chunk))
     finally: bar.close()
-
-@patch
-def index_in_memory(self: Dense, collection, vectors: str = "float32"):
-    "Encode `collection`'s documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
-    from clir_llm.dense_index import _new_index
-    index, docids = None, []
-    for chunk, vecs in self.encoded_chunks(iter(collection.iter_docs()), getattr(collection, "num_docs", None),
-                                           f"{self.name} {collection.name} {collection.doc_lang}"):
-        if index is None: index = _new_index(vecs.shape[1], vectors)
-        index.add(vecs)
-        docids.extend(d.docid for d in chunk)
-    if index is None: raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to encode")
-    return index, docids

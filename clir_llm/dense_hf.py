@@ -7,26 +7,31 @@ from __future__ import annotations
 import json, re
 from pathlib import Path
 from typing import ClassVar, Literal, Optional
-from pydantic import Field
 from .core import ClirError
-from .specs import Spec, validated
+from .dense import ENCODER_FAMILIES, EncoderSpec
+from .specs import Options, opt, split_options, validated
 
 # %% auto #0
-__all__ = ['HFEncoder', 'parse_options', 'parse_hf_encoder', 'hf_encoder_spec']
+__all__ = ['HFEncoderOptions', 'HFEncoder', 'parse_hf_encoder', 'hf_encoder_spec']
 
 # %% ../nbs/08c_dense_hf.ipynb #2f67a719
-class HFEncoder(Spec):
-    "A Hugging Face bi-encoder named by id or folder, and the options that decide its vectors."
-    model: str = Field(description="Hugging Face id or local folder")
-    pooling: Literal["mean", "cls", "last"] = Field("mean", description="pooling of the last hidden states: mean, cls, last (EOS appended)")
-    query_prefix: str = Field("", description="text put before every query (E5: 'query: ')")
-    passage_prefix: str = Field("", description="text put before every passage (E5: 'passage: ')")
-    max_length: int = Field(512, gt=0, description="tokens kept of queries and passages")
-    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = Field(None, description="model dtype (default: float16 on GPU, float32 on CPU)")
-    title: bool = Field(True, description="encode a passage's title before its text")
-    revision: Optional[str] = Field(None, description="Hub commit of the model (default: not pinned)")
+class HFEncoderOptions(Options):
+    "The options that decide a `dense:hf:` encoder's vectors (every one names the run)."
+    pooling: Literal["mean", "cls", "last"] = opt("mean", "pooling of the last hidden states: mean, cls, last (EOS appended)")
+    query_prefix: str = opt("", "text put before every query (E5: 'query: ')")
+    passage_prefix: str = opt("", "text put before every passage (E5: 'passage: ')")
+    max_length: int = opt(512, "tokens kept of queries and passages", gt=0)
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "model dtype (default: float16 on GPU, float32 on CPU)")
+    title: bool = opt(True, "encode a passage's title before its text")
+    revision: Optional[str] = opt(None, "Hub commit of the model (default: not pinned)")
 
-    OPTIONS: ClassVar[tuple] = ("pooling", "query_prefix", "passage_prefix", "max_length", "dtype", "title", "revision")
+
+
+# %% ../nbs/08c_dense_hf.ipynb #114ca986
+class HFEncoder(HFEncoderOptions):
+    "A Hugging Face bi-encoder named by id or folder, and the options that decide its vectors."
+    model: str = opt(..., "Hugging Face id or local folder")
+    OPTIONS: ClassVar[tuple] = tuple(HFEncoderOptions.model_fields)
 
     def key(self) -> str:
         "`hf:<model>[option=value,...]` with the options that differ from their defaults."
@@ -39,6 +44,7 @@ class HFEncoder(Spec):
                 f"{'title + text' if self.title else 'text only'}, max {self.max_length} tokens"
                 + (f", {self.dtype}" if self.dtype else "") + ")")
 
+# %% ../nbs/08c_dense_hf.ipynb #6d262006
 def _value(v) -> str:
     "An option value as written in the canonical string: plain words bare, other strings JSON-quoted, booleans lower case."
     if isinstance(v, bool): return str(v).lower()
@@ -46,29 +52,21 @@ def _value(v) -> str:
     return str(v)
 
 # %% ../nbs/08c_dense_hf.ipynb #0a19695b
-_OPT = re.compile(r'\s*(\w+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,"]*?)\s*(?:,|$)')
+def _decoded(v: str, where: str):
+    "A bracket value: JSON-quoted -> its string; bare -> as written (the option's type reads it)."
+    if not v.startswith('"'): return v
+    try: return json.loads(v)
+    except json.JSONDecodeError: raise ClirError(f"{where}: cannot read option value {v} (write key=value, strings in double quotes)") from None
 
-def parse_options(text: str, where: str) -> dict:
-    "The options of a bracket's inside, e.g. `pooling=cls,query_prefix=\"query: \"`."
-    out, pos = {}, 0
-    while pos < len(text):
-        m = _OPT.match(text, pos)
-        if not m or m.end() == pos: raise ClirError(f"{where}: cannot read options {text[pos:]!r} (write key=value, strings in double quotes)")
-        k, v = m.group(1), m.group(2)
-        if k in out: raise ClirError(f"{where}: option {k!r} given twice")
-        out[k] = json.loads(v) if v.startswith('"') else v
-        pos = m.end()
-    return out
-
+# %% ../nbs/08c_dense_hf.ipynb #12f3c13f
 def parse_hf_encoder(s: str, **options) -> HFEncoder:
     "The `HFEncoder` of `hf:<model>[options]` (the `hf:` may be left out), with `options` merged over the string's."
     if isinstance(s, HFEncoder): return validated(HFEncoder, {**s.model_dump(), **options}, where=s.key()) if options else s
     body = str(s).strip()
     body = body[3:] if body.lower().startswith("hf:") else body
-    opts = {}
-    if body.endswith("]") and "[" in body:
-        body, _, inner = body[:-1].partition("[")
-        opts = parse_options(inner, f"dense:hf:{s}")
+    where = f"dense:hf:{body}"
+    body, raw = split_options(body, where)
+    opts = {k: _decoded(v, where) for k, v in raw.items()}
     if not body.strip(): raise ClirError("dense:hf: needs a model id or folder, e.g. dense:hf:intfloat/multilingual-e5-base")
     if bad := sorted((set(opts) | set(options)) - set(HFEncoder.OPTIONS)):
         raise ClirError(f"dense:hf:{body}: unknown option(s) {', '.join(bad)} (options: {', '.join(HFEncoder.OPTIONS)})")
@@ -76,10 +74,13 @@ def parse_hf_encoder(s: str, **options) -> HFEncoder:
                      where=f"dense:hf:{body.strip()}")
 
 # %% ../nbs/08c_dense_hf.ipynb #d4c09a3a
-def hf_encoder_spec(s, **options):
+def hf_encoder_spec(s, **options) -> EncoderSpec:
     "The `EncoderSpec` of `hf:<model>[options]` (see `parse_hf_encoder`)."
-    from clir_llm.dense import EncoderSpec
     h = parse_hf_encoder(s, **options)
     return EncoderSpec(h.key(), h.model, Path(h.model.rstrip("/")).name or h.model, h.pooling, h.query_prefix, h.passage_prefix,
                        title=h.title, max_length=h.max_length, doc_max_length=h.max_length, revision=h.revision,
                        dtype=h.dtype)
+
+# %% ../nbs/08c_dense_hf.ipynb #b0da1d95
+ENCODER_FAMILIES.register("hf:", hf_encoder_spec, summary="any Hugging Face bi-encoder by id or folder, options in brackets",
+                          example="hf:<model id or folder>[options]")

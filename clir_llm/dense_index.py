@@ -25,6 +25,7 @@ def shard_range(num_docs: int, chunk_size: int, i: int, n: int) -> tuple[int, in
     lo, hi = i * chunks // n, (i + 1) * chunks // n
     return min(lo * chunk_size, num_docs), min(hi * chunk_size, num_docs)
 
+# %% ../nbs/08d_dense_index.ipynb #bb3d6d07
 def parse_shard(s: str) -> tuple[int, int]:
     "`i/n` (shard i of n, from 0) as a pair of ints."
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(s))
@@ -60,6 +61,7 @@ class DenseIndex:
 # %% ../nbs/08d_dense_index.ipynb #cecbfa41
 def _atomic_replace(tmp: Path, final: Path): os.replace(tmp, final)
 
+# %% ../nbs/08d_dense_index.ipynb #44e65acd
 @patch
 def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     "Encode shard `i` of `n` into `shard-<i>-of-<n>.npy` (+ `.docids`); returns its path (a finished shard is kept)."
@@ -93,15 +95,17 @@ def complete_shards(self: DenseIndex) -> int | None:
         if all(self.shard_path(i, n).exists() for i in range(n)): return n
     return None
 
+# %% ../nbs/08d_dense_index.ipynb #8ce7c101
 def _new_index(dim: int, vectors: str):
-    import faiss
+    import faiss   # heavy: loaded when an index is built
     if vectors == "float16": return faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
     return faiss.IndexFlatIP(dim)
 
+# %% ../nbs/08d_dense_index.ipynb #931eff47
 @patch
 def merge(self: DenseIndex, n: int):
     "Merge the `n` shards into one FAISS index saved as `index.faiss` + `docids.txt`; returns (index, docids)."
-    import faiss
+    import faiss   # heavy: loaded when an index is used
     paths = [self.shard_path(i, n) for i in range(n)]
     for i, path in enumerate(paths):
         if not path.exists(): raise ClirError(f"shard {i}/{n} of {self.dense.name} on {self.collection.name} is missing ({path}); run it first")
@@ -128,14 +132,28 @@ def merge(self: DenseIndex, n: int):
     self.usage.count("index_builds")
     return index, docids
 
+# %% ../nbs/08d_dense_index.ipynb #b76f1e95
 @patch
 def load(self: DenseIndex):
     "The merged index and its docids, read back."
-    import faiss
+    import faiss   # heavy: loaded when an index is used
     index = faiss.read_index(str(self.folder / "index.faiss"))
     docids = (self.folder / "docids.txt").read_text(encoding="utf-8").splitlines()
     if index.ntotal != len(docids): raise ClirError(f"{self.folder}: the index holds {index.ntotal} vectors for {len(docids)} docids; delete the folder")
     self.usage.count("index_loads")
+    return index, docids
+
+# %% ../nbs/08d_dense_index.ipynb #c445cb85
+@patch
+def in_memory(self: DenseIndex):
+    "Encode the collection's documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
+    index, docids = None, []
+    for chunk, vecs in self.dense.encoded_chunks(iter(self.collection.iter_docs()), getattr(self.collection, "num_docs", None),
+                                                 f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}"):
+        if index is None: index = _new_index(vecs.shape[1], self.vectors)
+        index.add(vecs)
+        docids.extend(d.docid for d in chunk)
+    if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     return index, docids
 
 # %% ../nbs/08d_dense_index.ipynb #dfc3de8e
@@ -143,7 +161,7 @@ def load(self: DenseIndex):
 def build(self: DenseIndex, shards: int = 1):
     "The index and docids: loaded, else made from shards (writable cache), else built in memory."
     if self.dense.encoder.cache.mode != "off" and self.merged: return self.load()
-    if not self.persisted: return self.dense.index_in_memory(self.collection, self.vectors)
+    if not self.persisted: return self.in_memory()
     n = self.complete_shards() or shards
     for i in range(n): self.encode_shard(i, n)
     return self.merge(n)

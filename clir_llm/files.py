@@ -4,15 +4,18 @@
 
 # %% ../nbs/03a_files.ipynb #63c1bcde
 from __future__ import annotations
-import json
+import bisect, json, re
 from pathlib import Path
+from typing import Optional
 from urllib.parse import parse_qsl
 from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
 from .languages import parse_pair
-from .collections import (AnyPair, StreamedCollection, register_collection, read_text_lines, _TOP, _clean, _qrels_line)
+from .collections import (AnyPair, ShippedOptions, StreamedCollection, register_collection, read_text_lines, _TOP, _clean,
+                                  _qrels_line)
+from .specs import opt
 
 # %% auto #0
-__all__ = ['read_topics', 'iter_corpus', 'parse_files_spec', 'files_pairs', 'load_files']
+__all__ = ['read_topics', 'iter_corpus', 'parse_files_spec', 'files_pairs', 'FilesOptions', 'files_translations', 'load_files']
 
 # %% ../nbs/03a_files.ipynb #acb78d96
 def read_topics(path, lang: str) -> dict[str, Query]:
@@ -41,8 +44,8 @@ def read_topics(path, lang: str) -> dict[str, Query]:
     if not out: raise FormatError(path, None, "no topics in file")
     return out
 
+# %% ../nbs/03a_files.ipynb #03866283
 def _trec_topics(path, lines, lang) -> dict[str, Query]:
-    import bisect, re
     text = "".join(l for _, l in lines)
     starts = [0]
     for _, l in lines: starts.append(starts[-1] + len(l))
@@ -96,6 +99,7 @@ def parse_files_spec(arg: str, root=None) -> tuple[Path, dict[str, str]]:
     if not base.is_dir(): raise ClirError(f"files:{arg}: {base} is not a folder (files:<folder>, or files: with --root / root:)")
     return base, opts
 
+# %% ../nbs/03a_files.ipynb #e0eb51f8
 def _pick(folder: Path, opts: dict, key: str, stems: list[str], optional: bool = False) -> Path | None:
     if key in opts:
         p = Path(opts[key]).expanduser(); p = p if p.is_absolute() else folder / p
@@ -108,15 +112,40 @@ def _pick(folder: Path, opts: dict, key: str, stems: list[str], optional: bool =
     raise ClirError(f"{folder}: no {key} file (looked for {' or '.join(s + '.*' for s in stems)}; "
                     f"files there: {', '.join(sorted(p.name for p in folder.iterdir())[:20]) or 'none'})")
 
+# %% ../nbs/03a_files.ipynb #b58b2e87
 def files_pairs(arg: str = "") -> list[str] | AnyPair:
     "The pairs of `files:<arg>`: the `pair=` it names, else any pair."
     p = parse_files_spec(arg)[1].get("pair") if "pair=" in str(arg) else None
     return [p] if p else AnyPair()
 
 # %% ../nbs/03a_files.ipynb #02f1f9cc
-def load_files(pair: str, root=None, arg: str = "", check: bool = True, cache_root=None, **_) -> StreamedCollection:
+class FilesOptions(ShippedOptions):
+    "The options of a `files:` collection (also given in the argument's query string, which wins)."
+    topics: Optional[str] = opt(None, "topics file (default: topics.<query lang>.*, topics.*, queries.*)", identity=False)
+    qrels: Optional[str] = opt(None, "TREC qrels file (default: qrels.<pair>.*, qrels.*)", identity=False)
+    corpus: Optional[str] = opt(None, "corpus file (default: corpus.<doc lang>.*, corpus.*, docs.*, collection.*)", identity=False)
+    translations: Optional[str] = opt(None, "English translations of the corpus (default: corpus.<doc lang>.en.*)", identity=False)
+    pair: Optional[str] = opt(None, "the one query-document pair of the files", identity=False)
+    name: Optional[str] = opt(None, "the collection's name in tables (default: files:<folder>)", identity=False)
+
+# %% ../nbs/03a_files.ipynb #5b30b1c1
+def _files_options(arg: str, options: FilesOptions) -> tuple[Path, dict]:
+    "The folder and the options of `files:<arg>` (the argument's query string over the keyword options)."
+    folder, query = parse_files_spec(arg, options.root)
+    given = {k: v for k in ("topics", "qrels", "corpus", "translations", "pair", "name") if (v := getattr(options, k)) is not None}
+    return folder, {**given, **query}
+
+# %% ../nbs/03a_files.ipynb #2e7ded5b
+def files_translations(pair: str, arg: str = "", root=None) -> bool:
+    "Whether `files:<arg>` has English translations of the documents of `pair` (a file in the folder, nothing read)."
+    folder, opts = _files_options(arg, FilesOptions(root=root))
+    dl = parse_pair(opts.get("pair") or pair)[1]
+    return _pick(folder, opts, "translations", [f"corpus.{dl.code}.en"], optional=True) is not None
+
+# %% ../nbs/03a_files.ipynb #513f40c5
+def load_files(pair: str, options: FilesOptions = FilesOptions(), arg: str = "", cache_root=None) -> StreamedCollection:
     "The collection of your own files (`files:<arg>`, see above) for `pair` (query-document)."
-    folder, opts = parse_files_spec(arg, root)
+    folder, opts = _files_options(arg, options)
     ql, dl = parse_pair(opts.get("pair") or pair); pair = f"{ql.code}-{dl.code}"
     tpath = _pick(folder, opts, "topics", [f"topics.{ql.code}", "topics", "queries"])
     qpath = _pick(folder, opts, "qrels", [f"qrels.{pair}", "qrels"])
@@ -130,9 +159,11 @@ def load_files(pair: str, root=None, arg: str = "", check: bool = True, cache_ro
     key = stable_hash("files", pair, [(str(p.resolve()), p.stat().st_size, int(p.stat().st_mtime)) for p in files])
     name = opts.get("name") or f"files:{folder}"
     coll = StreamedCollection(name, pair, queries, qrels, lambda: iter_corpus(cpath, dl.code), key=key, qrels_path=qpath,
-                              translations=(lambda: iter_corpus(trpath, "en")) if trpath else None, store="sqlite", cache_root=cache_root)
-    coll.corpus_path = cpath
-    return coll.check_qrels() if check else coll
+                              translations=(lambda: iter_corpus(trpath, "en")) if trpath else None, store="sqlite", cache_root=cache_root,
+                              corpus_path=cpath)
+    return coll.check_qrels() if options.check else coll
 
+# %% ../nbs/03a_files.ipynb #d4375a61
 register_collection("files:", load_files, files_pairs, "your own files: topics (TREC/TSV/JSONL), TREC qrels and a JSONL/TSV corpus "
-                    "in <folder> (topics.*, qrels.*, corpus.*; see clir_llm.files)", example="files:<folder>")
+                    "in <folder> (topics.*, qrels.*, corpus.*; see clir_llm.files)", example="files:<folder>",
+                    options=FilesOptions, translations=files_translations)

@@ -4,13 +4,17 @@
 
 # %% ../nbs/03b_irds.ipynb #c8b3848d
 from __future__ import annotations
+import difflib
+from typing import Optional
 from urllib.parse import parse_qsl
 from .core import ClirError, Query, Document, Qrels, FormatError, stable_hash
 from .languages import parse_pair, language
-from .collections import StreamedCollection, register_collection
+from .collections import CountedOptions, StreamedCollection, register_collection
+from .specs import opt
 
 # %% auto #0
-__all__ = ['CLIR_FAMILIES', 'parse_irds_spec', 'irds_dataset', 'irds_languages', 'irds_pairs', 'load_irds', 'irds_ids']
+__all__ = ['CLIR_FAMILIES', 'parse_irds_spec', 'irds_dataset', 'irds_languages', 'irds_pairs', 'IrdsOptions', 'irds_translations',
+           'irds_parts', 'load_irds', 'irds_ids']
 
 # %% ../nbs/03b_irds.ipynb #b60d031b
 _OPTS = {"pair", "fields", "dt", "check"}
@@ -23,13 +27,13 @@ def parse_irds_spec(arg: str) -> tuple[str, dict[str, str]]:
     if not did: raise ClirError("irds: needs an ir_datasets id, e.g. irds:neuclir/1/zh/trec-2022 (clir-llm datasets irds: lists them)")
     return did, opts
 
+# %% ../nbs/03b_irds.ipynb #cdf4f9c9
 def irds_dataset(did: str):
     "The ir_datasets dataset `did`; an unknown id is a ClirError naming the closest registered ids."
-    try: import ir_datasets
+    try: import ir_datasets   # optional: only irds: collections need it
     except ImportError: raise ClirError("irds: collections need the ir-datasets package: pip install ir-datasets") from None
     try: return ir_datasets.load(did)
     except KeyError:
-        import difflib
         close = difflib.get_close_matches(did, list(ir_datasets.registry._registered), n=5, cutoff=0.5)
         raise ClirError(f"unknown ir_datasets id {did!r}" + (f"; close: {', '.join(close)}" if close else "")) from None
 
@@ -50,21 +54,24 @@ def irds_languages(ds, did: str, stated: str | None = None) -> str:
                                         f"{'queries' if not ql else 'documents'}; give it: irds:{did}?pair=<query>-<document>")
     return f"{language(ql).code}-{language(dl).code}"
 
+# %% ../nbs/03b_irds.ipynb #684fb211
 def irds_pairs(arg: str = "") -> list[str]:
     "The one pair of `irds:<arg>` (from the metadata or `?pair=`)."
     did, opts = parse_irds_spec(arg)
     return [irds_languages(irds_dataset(did), did, opts.get("pair"))]
 
-# %% ../nbs/03b_irds.ipynb #684fb211
+# %% ../nbs/03b_irds.ipynb #52d51b9c
 def _query_text(q, fields: list[str], prefix: str = "") -> str:
     if not prefix and "text" in q._fields: return " ".join(str(q.text).split())
     return " ".join(" ".join(str(getattr(q, prefix + f, "") or "") for f in fields).split())
 
+# %% ../nbs/03b_irds.ipynb #6cb87ff9
 def _doc(d, lang: str, field: str | None = None) -> Document:
     title = str(getattr(d, "title", "") or "")
     text = getattr(d, field) if field else (d.text if "text" in d._fields else d.default_text())
     return Document(str(d.doc_id), str(text or ""), title if not field else "", lang)
 
+# %% ../nbs/03b_irds.ipynb #b5c7bb07
 _DT_FIELDS = ("translated_text", "mt_text")
 
 def _dt_source(did: str, opts: dict, ds):
@@ -74,9 +81,30 @@ def _dt_source(did: str, opts: dict, ds):
     return (irds_dataset(other), None) if other else None
 
 # %% ../nbs/03b_irds.ipynb #dc2520da
-def load_irds(pair: str, root=None, arg: str = "", check_counts: bool = True, cache_root=None, **_) -> StreamedCollection:
-    "The collection `irds:<arg>` for `pair` (checked against the dataset's languages)."
-    did, opts = parse_irds_spec(arg)
+class IrdsOptions(CountedOptions):
+    "The options of an `irds:` collection (also given in the argument's query string, which wins)."
+    pair: Optional[str] = opt(None, "query-document pair, when the dataset's metadata does not say it", identity=False)
+    fields: Optional[str] = opt(None, "query fields joined by + (default: title+description; a query text field wins)", identity=False)
+    dt: Optional[str] = opt(None, "the ir_datasets id whose documents translate this one's (the DT documents)", identity=False)
+
+# %% ../nbs/03b_irds.ipynb #5102e920
+def _irds_options(arg: str, options: IrdsOptions) -> tuple[str, dict]:
+    "The id and the options of `irds:<arg>` (the argument's query string over the keyword options)."
+    did, query = parse_irds_spec(arg)
+    return did, {**{k: v for k in ("pair", "fields", "dt") if (v := getattr(options, k)) is not None}, **query}
+
+# %% ../nbs/03b_irds.ipynb #ed49ae97
+def irds_translations(pair: str, arg: str = "", root=None) -> bool:
+    "Whether `irds:<arg>` has English translations of its documents (the dataset's metadata; no data read)."
+    try: did, opts = _irds_options(arg, IrdsOptions())
+    except ClirError: return False
+    try: return _dt_source(did, opts, irds_dataset(did)) is not None
+    except ClirError: return False
+
+# %% ../nbs/03b_irds.ipynb #c2e620b1
+def irds_parts(pair: str, options: IrdsOptions, arg: str = "", cache_root=None) -> dict:
+    "The arguments of the `StreamedCollection` of `irds:<arg>` for `pair` (checked against the dataset's languages)."
+    did, opts = _irds_options(arg, options)
     ds = irds_dataset(did)
     if lacks := [w for w in ("queries", "docs", "qrels") if not getattr(ds, f"has_{w}")()]:
         raise ClirError(f"irds:{did}: the dataset has no {' and no '.join(lacks)} (a CLIR evaluation needs queries, docs and qrels)")
@@ -91,22 +119,24 @@ def load_irds(pair: str, root=None, arg: str = "", check_counts: bool = True, ca
     queries = {q: Query(q, _query_text(raw[q], fields), ql) for q in sorted(qrels)}
     if empty := [q for q, v in queries.items() if not v.text]: raise ClirError(f"irds:{did}: query {empty[0]!r} has an empty text (fields {'+'.join(fields)})")
     dt = _dt_source(did, opts, ds)
-    key = stable_hash("irds", did, pair, "+".join(fields), opts.get("dt"))
-    coll = StreamedCollection(f"irds:{did}", pair, queries, qrels, lambda: (_doc(d, dl) for d in ds.docs_iter()), key=key,
-                              translations=(lambda: (_doc(d, "en", dt[1]) for d in dt[0].docs_iter())) if dt else None,
-                              store="sqlite", cache_root=cache_root, num_docs=None)
-    if "mt_title" in raw[next(iter(qrels))]._fields:
-        coll.query_translations = {q: Query(q, _query_text(raw[q], fields, "mt_"), dl) for q in queries}
-    coll.expected_num_docs = ds.docs_count() if check_counts and opts.get("check", "1") != "0" else None
-    coll.corpus_path = f"irds:{did}"
-    return coll
+    qt = {q: Query(q, _query_text(raw[q], fields, "mt_"), dl) for q in queries} if "mt_title" in raw[next(iter(qrels))]._fields else None
+    return dict(name=f"irds:{did}", pair=pair, queries=queries, qrels=qrels, docs=lambda: (_doc(d, dl) for d in ds.docs_iter()),
+                key=stable_hash("irds", did, pair, "+".join(fields), opts.get("dt")),
+                translations=(lambda: (_doc(d, "en", dt[1]) for d in dt[0].docs_iter())) if dt else None, store="sqlite",
+                cache_root=cache_root, num_docs=None, query_translations=qt, corpus_path=f"irds:{did}",
+                expected_num_docs=ds.docs_count() if options.check_counts and opts.get("check", "1") != "0" else None)
 
-# %% ../nbs/03b_irds.ipynb #5102e920
+# %% ../nbs/03b_irds.ipynb #988479f1
+def load_irds(pair: str, options: IrdsOptions = IrdsOptions(), arg: str = "", cache_root=None) -> StreamedCollection:
+    "The collection `irds:<arg>` for `pair` (checked against the dataset's languages)."
+    return StreamedCollection(**irds_parts(pair, options, arg, cache_root))
+
+# %% ../nbs/03b_irds.ipynb #4b1646af
 CLIR_FAMILIES = ("neuclir/", "hc4/", "clirmatrix/", "mmarco/", "neumarco/", "miracl/", "mr-tydi/", "wikiclir/", "ciral/", "clir-llm-")
 
 def irds_ids() -> list[str]:
     "Registered ir_datasets ids of the CLIR families (and locally registered `clir-llm-*` ones) that have queries, docs and qrels."
-    try: import ir_datasets
+    try: import ir_datasets   # optional: only irds: collections need it
     except ImportError: return []
     out = []
     for did in sorted(ir_datasets.registry._registered):
@@ -116,6 +146,7 @@ def irds_ids() -> list[str]:
         if ds.has_queries() and ds.has_docs() and ds.has_qrels(): out.append(did)
     return out
 
+# %% ../nbs/03b_irds.ipynb #02540269
 def _listing(full: bool = False) -> list[str]:
     "What `clir-llm datasets` prints under `irds:`: the number of CLIR ids (`clir-llm datasets irds:`: every id)."
     ids = irds_ids()
@@ -123,6 +154,6 @@ def _listing(full: bool = False) -> list[str]:
     return [f"{len(ids)} ir_datasets ids of the CLIR families ({', '.join(f.rstrip('/-') for f in CLIR_FAMILIES)}); "
             f"`clir-llm datasets irds:` lists them"]
 
-load_irds.listing = _listing
 register_collection("irds:", load_irds, irds_pairs, "an ir_datasets id: queries, docs, qrels, languages from its metadata "
-                    "(or ?pair=en-zh), its own translations as QT/DT (see clir_llm.irds)", example="irds:<id>")
+                    "(or ?pair=en-zh), its own translations as QT/DT (see clir_llm.irds)", example="irds:<id>",
+                    options=IrdsOptions, translations=irds_translations, remote="ir_datasets", listing=_listing)

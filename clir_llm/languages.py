@@ -6,6 +6,8 @@
 from __future__ import annotations
 import difflib
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from .core import ClirError
 
 # %% auto #0
@@ -51,9 +53,8 @@ def _table_rows(path) -> list[Language]:
         out.append(Language(c[0], c[1], c[6], c[2], c[3] or None, c[4] or None, c[5] or None))
     return out
 
+# %% ../nbs/01_languages.ipynb #5256e063
 def _nllb_table() -> list[Language]:
-    from importlib import resources
-    from pathlib import Path
     return _table_rows(Path(str(resources.files("clir_llm"))) / "data" / "languages.tsv")
 
 LANGUAGES.update({l.code: l for l in _nllb_table() if l.code not in LANGUAGES})
@@ -68,6 +69,7 @@ class UnknownLanguageError(ClirError, KeyError):
     "A language code that is not in the table."
     def __str__(self): return self.args[0]
 
+# %% ../nbs/01_languages.ipynb #6e76087f
 def language(code: str) -> Language:
     "Look up a language by its code (ISO 639-1, else 639-3; case-insensitive) or an alias (ISO 639-3, NLLB code); unknown codes list the known ones."
     key = str(code).strip().lower()

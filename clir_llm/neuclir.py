@@ -7,12 +7,13 @@ from __future__ import annotations
 import gzip, json, os
 from pathlib import Path
 from .core import ClirError, Document, FormatError, stable_hash
-from .collections import register_collection
-from .irds import load_irds
+from .collections import CountedOptions, StreamedCollection, register_collection
+from .irds import IrdsOptions, irds_parts
 from .languages import language
+from .specs import opt
 
 # %% auto #0
-__all__ = ['NEUCLIR22', 'NEUCLIR22_PAIRS', 'neuclir_mt_path', 'read_mt_docs', 'load_neuclir22']
+__all__ = ['NEUCLIR22', 'NEUCLIR22_PAIRS', 'neuclir_mt_path', 'read_mt_docs', 'NeuclirOptions', 'load_neuclir22']
 
 # %% ../nbs/03c_neuclir.ipynb #35fcc1cd
 NEUCLIR22 = ("zh", "fa", "ru")
@@ -26,6 +27,7 @@ def neuclir_mt_path(root, lang: str) -> Path | None:
         if (p := Path(root).expanduser() / name).exists(): return p
     return None
 
+# %% ../nbs/03c_neuclir.ipynb #f5ce9cb5
 def read_mt_docs(path: Path):
     "Stream the English documents of a NeuCLIR translation file (`id`/`doc_id`, `title`, `text` per line)."
     with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
@@ -38,22 +40,31 @@ def read_mt_docs(path: Path):
             yield Document(str(did), str(d.get("text") or ""), str(d.get("title") or ""), "en")
 
 # %% ../nbs/03c_neuclir.ipynb #0e8119cb
-def load_neuclir22(pair: str, root=None, dataset: str = "neuclir/1/{lang}/trec-2022", **kw):
+class NeuclirOptions(CountedOptions):
+    "The options of `neuclir22`: `root` is the folder of the organizers' English translations (else $NEUCLIR_MT_HOME)."
+    dataset: str = opt("neuclir/1/{lang}/trec-2022", "the ir_datasets id of each language ({lang}: zh, fa, ru)", identity=False)
+
+# %% ../nbs/03c_neuclir.ipynb #beb434bf
+def _mt_folder(root=None):
+    "Where the organizers' translations are: `root`, else `$NEUCLIR_MT_HOME` (None: not here)."
+    return root or os.environ.get("NEUCLIR_MT_HOME")
+
+# %% ../nbs/03c_neuclir.ipynb #72e734fd
+def load_neuclir22(pair: str, options: NeuclirOptions = NeuclirOptions(), cache_root=None) -> StreamedCollection:
     "NeuCLIR 2022 for `en-zh`, `en-fa` or `en-ru`; DT documents from `root` / `$NEUCLIR_MT_HOME` when there."
     ql, dl = pair.split("-")
     if pair not in NEUCLIR22_PAIRS: raise ClirError(f"neuclir22 has pairs {', '.join(NEUCLIR22_PAIRS)}, not {pair}")
-    coll = load_irds(pair, arg=dataset.format(lang=dl), **kw)
-    folder = root or os.environ.get("NEUCLIR_MT_HOME")
-    if folder:
+    parts = irds_parts(pair, IrdsOptions(check_counts=options.check_counts), options.dataset.format(lang=dl), cache_root)
+    if folder := _mt_folder(options.root):
         path = neuclir_mt_path(folder, dl)
         if path is None: raise ClirError(f"neuclir22: no English translations of the {language(dl).name} documents in {folder} "
                                          f"(expected {language(dl).iso3 if dl != 'fa' else 'fas'}.mt.jsonl or .jsonl.gz)")
-        coll._translations = lambda: read_mt_docs(path)   # the DT view (StreamedCollection.translated)
         st = path.stat()
-        coll.key = stable_hash(coll.key, "mt", path.name, st.st_size, int(st.st_mtime), n=16)
-    coll.name = "neuclir22"
-    return coll
+        parts |= dict(translations=lambda: read_mt_docs(path), key=stable_hash(parts["key"], "mt", path.name, st.st_size, int(st.st_mtime), n=16))
+    return StreamedCollection(**(parts | {"name": "neuclir22"}))
 
+# %% ../nbs/03c_neuclir.ipynb #00acee25
 register_collection("neuclir22", load_neuclir22, NEUCLIR22_PAIRS,
                     "TREC 2022 NeuCLIR: English topics to Chinese, Persian, Russian news (ir_datasets neuclir/1/*/trec-2022); "
-                    "DT = the organizers' English translations from $NEUCLIR_MT_HOME", translations=tuple(NEUCLIR22_PAIRS))
+                    "DT = the organizers' English translations from $NEUCLIR_MT_HOME", options=NeuclirOptions, remote="ir_datasets",
+                    translations=lambda pair, arg="", root=None: pair in NEUCLIR22_PAIRS and bool(_mt_folder(root)))

@@ -12,11 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 from fastcore.basics import patch
 from .core import ClirError
+from .dense import ENCODER_LOADERS
 
 # %% auto #0
 __all__ = ['LATENT_DEFAULTS', 'read_nvembed_config', 'mistral_config', 'latent_config', 'GEGLU', 'FeedForward', 'CrossAttention',
            'PreNorm', 'LatentAttention', 'padding_mask', 'NVEmbed', 'features', 'checkpoint_folder', 'read_weights',
-           'load_nvembed']
+           'load_nvembed', 'load_latent_encoder']
 
 # %% ../nbs/08a_nvembed.ipynb #ebea301d
 LATENT_DEFAULTS = dict(num_latents_value=512, num_cross_heads=8, output_normalize=True, hidden_dim=4096,
@@ -33,12 +34,14 @@ def read_nvembed_config(folder) -> dict:
     if absent: raise ClirError(f"{p}: no {' or '.join(absent)}, not an NV-Embed configuration")
     return cfg
 
+# %% ../nbs/08a_nvembed.ipynb #7c503d1d
 def mistral_config(text_config: dict, attn_implementation: str = "sdpa"):
     "transformers' `MistralConfig` for the published `text_config` (its remote-code `bidir_mistral` type dropped)."
-    from transformers import MistralConfig
+    from transformers import MistralConfig   # heavy: loaded when a model is used
     kw = {k: v for k, v in text_config.items() if k not in _NOT_MISTRAL}
     return MistralConfig(**kw, attn_implementation=attn_implementation)
 
+# %% ../nbs/08a_nvembed.ipynb #47fb888d
 def latent_config(cfg: dict) -> dict:
     "The latent-attention sizes, the published defaults filled in."
     return {k: cfg["latent_attention_config"].get(k, v) for k, v in LATENT_DEFAULTS.items()}
@@ -50,6 +53,7 @@ class GEGLU(nn.Module):
         x, gate = x.chunk(2, dim=-1)
         return x * F.gelu(gate)
 
+# %% ../nbs/08a_nvembed.ipynb #2b9aaf48
 class FeedForward(nn.Module):
     "Linear to 2·mult·dim, GEGLU, linear back to dim (keys net.0, net.2)."
     def __init__(self, dim: int, mult: int = 4):
@@ -57,6 +61,7 @@ class FeedForward(nn.Module):
         self.net = nn.Sequential(nn.Linear(dim, dim * mult * 2), GEGLU(), nn.Linear(dim * mult, dim))
     def forward(self, x): return self.net(x)
 
+# %% ../nbs/08a_nvembed.ipynb #1a1ac1fb
 class CrossAttention(nn.Module):
     "Multi-head attention of `x` (queries) over `context` (keys, values); no biases, no mask."
     def __init__(self, dim: int, context_dim: int, heads: int, dim_head: int):
@@ -72,6 +77,7 @@ class CrossAttention(nn.Module):
         out = F.scaled_dot_product_attention(split(self.to_q(x)), split(k), split(v))
         return self.to_out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
 
+# %% ../nbs/08a_nvembed.ipynb #e3d50529
 class PreNorm(nn.Module):
     "LayerNorm the input (and the context, when `context_dim` is given) before `fn`."
     def __init__(self, dim: int, fn: nn.Module, context_dim: int | None = None):
@@ -111,11 +117,12 @@ def padding_mask(attention_mask, dtype):
     keep = attention_mask[:, None, None, :].expand(b, 1, n, n).to(dtype)
     return (1.0 - keep).masked_fill((1.0 - keep).bool(), torch.finfo(dtype).min)
 
+# %% ../nbs/08a_nvembed.ipynb #e33f806f
 class NVEmbed(nn.Module):
     "NV-Embed(-v2): bidirectional Mistral decoder (`embedding_model`) + latent-attention pooling (`latent_attention_model`)."
     def __init__(self, config: dict, attn_implementation: str = "sdpa"):
         super().__init__()
-        from transformers import MistralModel
+        from transformers import MistralModel   # heavy: loaded when a model is used
         self.embedding_model = MistralModel(mistral_config(config["text_config"], attn_implementation))
         for layer in self.embedding_model.layers: layer.self_attn.is_causal = False
         self.latent_attention_model = LatentAttention(**latent_config(config))
@@ -153,6 +160,7 @@ def features(model: NVEmbed, texts, instruction: str = "", max_length: int = 409
         pool[:, :len(tok.tokenize(instruction))] = 0     # as published: <s> and all but the last instruction token
     return batch["input_ids"], batch["attention_mask"], pool
 
+# %% ../nbs/08a_nvembed.ipynb #309bea9d
 @patch
 def encode(self: NVEmbed, texts, instruction: str = "", max_length: int = 4096):
     "Embeddings of `texts` (a list of str), L2-normalised, on the model's device."
@@ -169,14 +177,15 @@ def checkpoint_folder(path, revision: str | None = None) -> Path:
     "A local folder as is, or a Hub id downloaded (config, safetensors, tokenizer) at `revision`."
     if Path(path).is_dir(): return Path(path)
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download   # optional: only Hub downloads need it
         return Path(snapshot_download(str(path), revision=revision, allow_patterns=_HUB_FILES))
     except Exception as e:
         raise ClirError(f"cannot get NV-Embed checkpoint {path}{'@' + revision if revision else ''}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
 
+# %% ../nbs/08a_nvembed.ipynb #f58fc071
 def read_weights(folder: Path, dtype=torch.float32) -> dict:
     "All tensors of the folder's model.safetensors, or of the shards model.safetensors.index.json lists, as `dtype`."
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file   # heavy: loaded when a model is used
     index = folder / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     out = {}
@@ -204,8 +213,8 @@ def load_nvembed(path, dtype="float32", revision: str | None = None, attn_implem
     model.load_state_dict({k: got[k] for k in want}, assign=True)
     m = model.embedding_model
     m.rotary_emb = type(m.rotary_emb)(config=m.config)   # not in checkpoints: recomputed, off the meta device
-    from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    from transformers import AutoTokenizer   # heavy: loaded when a model is used
+    from transformers.utils import logging as hf_logging   # heavy: loaded when a model is used
     level = hf_logging.get_verbosity(); hf_logging.set_verbosity_error()   # config.json's model_type is not transformers'
     try: tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)   # never the config's auto_map code
     except Exception as e: raise ClirError(f"{folder}: no usable tokenizer ({type(e).__name__})") from None
@@ -213,3 +222,11 @@ def load_nvembed(path, dtype="float32", revision: str | None = None, attn_implem
     tok.pad_token, tok.padding_side = tok.eos_token, model.padding_side    # the published add_pad_token
     model.tokenizer = tok
     return model.eval()
+
+# %% ../nbs/08a_nvembed.ipynb #95289a1c
+def load_latent_encoder(spec, path: str, dtype) -> tuple:
+    "(model, tokenizer) of an encoder spec with `latent` pooling (NV-Embed): `load_nvembed` of its folder or Hub id."
+    model = load_nvembed(path, dtype=dtype, revision=spec.revision)
+    return model, model.tokenizer
+
+ENCODER_LOADERS.register("latent", load_latent_encoder)

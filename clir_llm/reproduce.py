@@ -87,7 +87,7 @@ def prepare(cfg: Config, log=None) -> list[str]:
     from clir_llm.assets import models_table, offline_model
     from clir_llm.cache import Cache
     from clir_llm.llm import BackendSpec
-    from clir_llm.translate import ensure_freedict, find_freedict, freedict_package
+    from clir_llm.translate_dict import ensure_freedict, find_freedict, freedict_package
     log, need, lines = log or logger.info, needs(cfg), []
     for d in need["freedict"]:
         if (found := find_freedict(d)) is None:

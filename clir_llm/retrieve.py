@@ -6,15 +6,27 @@
 from __future__ import annotations
 import argparse, time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional
+from fastcore.basics import patch
 from pydantic import field_validator
 from .core import ClirError, Retriever, Run, Usage, usage_path
-from .specs import Registry, Spec, import_plugins, validated
+from .bm25 import BM25, BM25Options
+from .cache import Cache
+from .collections import COLLECTIONS, load_collection
+from .dense import Dense, DenseOptions, encoder_quirks, get_encoder_spec, options_from
+from .dense_hf import HFEncoderOptions, hf_encoder_spec
+from .dense_index import DenseIndex, parse_shard
+from .engine import add_execution_arguments, execution_args, execution_of, make_executor
+from .executor import LOCAL, Executor
+from .specs import Registry, Spec, add_spec_arguments, import_plugins, validated
+from .translate import Translator, TranslatorSpec, get_translator, translate_documents, translate_queries
 
 # %% auto #0
-__all__ = ['DT_SOURCES', 'FIRST_STAGES', 'rrf', 'docs_view', 'Translated', 'Fusion', 'encodes_title', 'FirstStage',
-           'parse_method', 'BM25Method', 'DenseMethod', 'FusionMethod', 'get_retriever', 'cli_retrieve']
+__all__ = ['DT_SOURCES', 'FIRST_STAGES', 'rrf', 'DTPlan', 'dt_plan', 'docs_view', 'translated_name', 'Translated', 'Fusion',
+           'encodes_title', 'FirstStage', 'parse_method', 'BM25Method', 'DenseMethod', 'FusionMethod', 'get_retriever',
+           'paper_first_stage', 'cli_retrieve']
 
 # %% ../nbs/09_retrieve.ipynb #5b90ac4c
 def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
@@ -34,30 +46,63 @@ def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
 # %% ../nbs/09_retrieve.ipynb #6cf979ca
 DT_SOURCES = ("auto", "shipped", "translator")
 
+@dataclass(frozen=True)
+class DTPlan:
+    "Which text the DT runs of one collection pair read: the shipped translations, or `translator`'s output."
+    source: Literal["shipped", "translator"]
+    translator: Optional[str] = None   # the translator's spec or name, when source == "translator"
+    problem: Optional[str] = None      # why DT runs of this pair cannot run (nothing shipped, no translator)
+
+    def describe(self) -> str:
+        "The dry run's words."
+        if self.problem: return f"none ({self.problem})"
+        return "the translations shipped with the collection" if self.source == "shipped" else f"documents translated by {self.translator}"
+
+    def check(self) -> "DTPlan":
+        "This plan, or its problem as a ClirError."
+        if self.problem: raise ClirError(self.problem)
+        return self
+
+# %% ../nbs/09_retrieve.ipynb #5d69955d
+def dt_plan(collection, pair: str | None = None, dt_source: str = "auto", translator=None, root=None) -> DTPlan:
+    """Which documents DT runs of `collection` read (a loaded collection, or a registered name with its `pair` and
+    data `root`): the shipped translations when there are any (`dt_source='auto'`), else `translator`."""
+    if dt_source not in DT_SOURCES: raise ClirError(f"DT source must be one of {', '.join(DT_SOURCES)}, got {dt_source!r}")
+    if isinstance(collection, str):
+        entry, arg = COLLECTIONS.lookup(collection)
+        name, ships = collection, entry.obj.ships_translations(pair, arg, root)
+    else: name, pair, ships = collection.name, collection.pair, collection.has_translations
+    if dt_source != "translator" and ships: return DTPlan("shipped")
+    if dt_source == "shipped": return DTPlan("shipped", problem=f"collection {name!r} ({pair}) ships no document translations")
+    if translator is None:
+        return DTPlan("translator", problem=f"collection {name!r} ({pair}) ships no document translations: "
+                                            "choose a translator for DT (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)")
+    return DTPlan("translator", translator=translator.name if isinstance(translator, Translator) else str(translator))
+
+# %% ../nbs/09_retrieve.ipynb #8c23b27e
 def docs_view(collection, docs: str = "og", translator=None, source: str = "auto"):
-    """The documents a stage reads: the collection itself (`og`) or its documents in the query language (`dt`): the
-    shipped translations, else `translator`'s output (`source='auto'`); `source` 'shipped' or 'translator' forces one."""
+    """The documents a stage reads: the collection itself (`og`) or its documents in the query language (`dt`), as
+    `dt_plan` decides: the shipped translations, else `translator`'s output (a `Translator` or a spec)."""
     if docs == "og": return collection
     if docs != "dt": raise ClirError(f"documents must be 'og' or 'dt', got {docs!r}")
-    if source not in DT_SOURCES: raise ClirError(f"DT source must be one of {', '.join(DT_SOURCES)}, got {source!r}")
-    if source != "translator" and collection.has_translations: return collection.translated()
-    if source == "shipped":
-        raise ClirError(f"collection {collection.name!r} ({collection.pair}) ships no document translations")
-    if translator is None:
-        raise ClirError(f"collection {collection.name!r} ({collection.pair}) ships no document translations: "
-                        "choose a translator for DT (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)")
-    from clir_llm.translate import get_translator, translate_documents
-    return translate_documents(collection, get_translator(translator) if isinstance(translator, str) else translator)
+    if dt_plan(collection, dt_source=source, translator=translator).check().source == "shipped": return collection.translated()
+    return translate_documents(collection, translator if isinstance(translator, Translator) else get_translator(translator))
 
 # %% ../nbs/09_retrieve.ipynb #ea7c04b1
+def translated_name(base: str, mode: str, translator=None) -> str:
+    "The name of a retriever on a translated view: `bm25-qt[dict:freedict]`."
+    tname = getattr(translator, "name", translator)
+    return f"{base}-{mode}" + (f"[{tname}]" if tname else "")
+
+
+
+# %% ../nbs/09_retrieve.ipynb #956c54f7
 class Translated(Retriever):
     "A retriever applied to the QT (`mode='qt'`) or DT (`mode='dt'`) view of the collection it is given."
     def __init__(self, retriever, mode: str, translator=None, base: str = "bm25", dt_source: str = "auto"):
         if mode not in ("qt", "dt"): raise ClirError(f"translation mode must be 'qt' or 'dt', got {mode!r}")
         self.retriever, self.mode, self.translator, self.dt_source = retriever, mode, translator, dt_source
-        tname = getattr(translator, "name", translator)
-        self.name = f"{base}-{mode}" + (f"[{tname}]" if tname else "")
-        retriever.name = self.name
+        self.name = translated_name(base, mode, translator)
 
     @property
     def usage(self) -> Usage:
@@ -70,7 +115,6 @@ class Translated(Retriever):
         if self.mode == "dt": return docs_view(collection, "dt", self.translator, self.dt_source)
         if self.translator is None:
             raise ClirError("bm25-qt needs a translator (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)")
-        from clir_llm.translate import translate_queries
         return translate_queries(collection, self.translator)
 
     def retrieve(self, collection, k: int = 100) -> Run:
@@ -100,9 +144,9 @@ def _dense_title(dense_title, encoder: str):
     if isinstance(dense_title, dict): return dense_title.get(encoder.strip().lower())
     return dense_title
 
+# %% ../nbs/09_retrieve.ipynb #379edc8f
 def encodes_title(dense_title, encoder: str) -> bool:
     "Whether `encoder` sees document titles under a `dense_title` option: the override, else the registry default."
-    from clir_llm.dense import get_encoder_spec
     t = _dense_title(dense_title, encoder)
     return get_encoder_spec(encoder).title if t is None else bool(t)
 
@@ -115,8 +159,9 @@ class FirstStage(Spec, ABC):
         "The spec for registry name `name` (a prefix such as `dense:`) and the text after it."
 
     @abstractmethod
-    def build(self, translator=None, cache=None, dense_title=None, dt_source: str = "auto", **kw) -> Retriever:
-        "The retriever that runs this method."
+    def build(self, translator=None, cache=None, dense_title=None, dt_source: str = "auto", executor: Executor = LOCAL,
+              **options) -> Retriever:
+        "The retriever that runs this method (its model work on `executor`)."
 
     @abstractmethod
     def label(self) -> str: "The row name in tables (BM25-QT, mE5-small, Hybrid (BM25-DT + M3))."
@@ -134,10 +179,40 @@ class FirstStage(Spec, ABC):
     def translated(self) -> bool: "Reads translated queries or documents." ; return False
     @property
     def encoders(self) -> tuple[str, ...]: "The dense encoders it runs." ; return ()
-    def text_only(self, dense_title=None) -> tuple[str, ...]:
-        "Its dense encoders that encode documents without their titles under `dense_title`."
-        return tuple(e for e in self.encoders if not encodes_title(dense_title, e))
 
+# %% ../nbs/09_retrieve.ipynb #c2a0b101
+@patch
+def text_only(self: FirstStage, dense_title=None) -> tuple[str, ...]:
+    "Its dense encoders that encode documents without their titles under `dense_title`."
+    return tuple(e for e in self.encoders if not encodes_title(dense_title, e))
+
+# %% ../nbs/09_retrieve.ipynb #af7a0d03
+@patch
+def reads(self: FirstStage) -> frozenset[str]:
+    "The texts it reads: 'og' (original queries and documents), 'qt' (translated queries), 'dt' (translated documents)."
+    return frozenset(x for p in self.parts() for x in ((p.view,) if isinstance(p, BM25Method) else ("og",)))
+
+# %% ../nbs/09_retrieve.ipynb #679517d7
+@patch
+def own_quirks(self: FirstStage, names) -> tuple[str, ...]:
+    "The authors' encoder quirks among `names` that apply to its encoders (they name its runs), in the order given."
+    known = encoder_quirks()
+    return tuple(q for q in names if q in known and known[q][0] in self.encoders)
+
+# %% ../nbs/09_retrieve.ipynb #b2b31af5
+@patch
+def hub_models(self: FirstStage) -> list[tuple[str, str]]:
+    "(what, Hub id) of every model its encoders download from the Hub."
+    return [(f"encoder {e}{' base' if i else ''}", m) for e in dict.fromkeys(self.encoders)
+            for i, m in enumerate(get_encoder_spec(e).hub_models())]
+
+# %% ../nbs/09_retrieve.ipynb #fb33335c
+@patch(cls_method=True)
+def paper_first_stage(cls: FirstStage) -> dict:
+    "The first-stage configuration keys the authors' scripts imply for this kind of method (none by default)."
+    return {}
+
+# %% ../nbs/09_retrieve.ipynb #37296008
 FIRST_STAGES = Registry("first-stage method", contract=FirstStage)
 
 def parse_method(method) -> FirstStage:
@@ -151,7 +226,13 @@ def parse_method(method) -> FirstStage:
     entry, arg = FIRST_STAGES.lookup(method)
     return entry.obj.parse(entry.name, arg)
 
-# %% ../nbs/09_retrieve.ipynb #c2a0b101
+# %% ../nbs/09_retrieve.ipynb #e4e821a5
+def _own(ocls, options: dict, also: tuple = ()) -> dict:
+    "The keyword options that belong to `ocls` (or are named in `also`), None dropped."
+    names = set(ocls.flat_fields()) | set(also)
+    return {k: v for k, v in options.items() if k in names and v is not None}
+
+# %% ../nbs/09_retrieve.ipynb #3d655df6
 _BM25_WHAT = {"og": "original queries and documents", "qt": "queries translated into the document language",
               "dt": "documents translated into the query language"}
 
@@ -173,16 +254,15 @@ class BM25Method(FirstStage):
         if self.view == "qt" and not translator: raise ClirError(f"{self} needs first_stage.translator")
         return f"Lucene BM25 (k1=0.9, b=0.4; pyserini) on {_BM25_WHAT[self.view]}, analyzer of the indexed language"
 
-    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw):
-        from clir_llm.bm25 import BM25
-        bm = BM25(str(self), cache=cache, **{k: v for k, v in kw.items() if k in ("threads", "k1", "b", "progress")})
-        if self.view == "og": return bm
-        if isinstance(translator, str):
-            from clir_llm.translate import get_translator
-            translator = get_translator(translator)
-        return Translated(bm, self.view, translator, dt_source=dt_source)
+    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
+        if self.view != "og" and isinstance(translator, (str, TranslatorSpec)):
+            translator = get_translator(translator, cache=cache, executor=executor)
+        name = str(self) if self.view == "og" else translated_name("bm25", self.view, translator)
+        bm = BM25(BM25Options.from_flat(_own(BM25Options, kw), where=str(self)), name=name, cache=cache,
+                  progress=kw.get("progress", True))
+        return bm if self.view == "og" else Translated(bm, self.view, translator, dt_source=dt_source)
 
-# %% ../nbs/09_retrieve.ipynb #37296008
+# %% ../nbs/09_retrieve.ipynb #21ba4b59
 @FIRST_STAGES.register("dense:", example="dense:<encoder>")
 class DenseMethod(FirstStage):
     "A bi-encoder of the encoder registry with exact FAISS inner-product search."
@@ -191,7 +271,6 @@ class DenseMethod(FirstStage):
     @field_validator("encoder")
     @classmethod
     def _known(cls, v):
-        from clir_llm.dense import get_encoder_spec
         return get_encoder_spec(v).name     # raises the registry's error naming the known encoders
 
     @classmethod
@@ -200,12 +279,9 @@ class DenseMethod(FirstStage):
     @property
     def encoders(self): return (self.encoder,)
 
-    def label(self):
-        from clir_llm.dense import get_encoder_spec
-        return get_encoder_spec(self.encoder).label.split(" (")[0]
+    def label(self): return get_encoder_spec(self.encoder).label.split(" (")[0]
 
     def describe(self, translator=None, dense_title=None):
-        from clir_llm.dense import get_encoder_spec
         s, title = get_encoder_spec(self.encoder), encodes_title(dense_title, self.encoder)
         extra = f", base {s.base_model}" if s.base_model else ""
         return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
@@ -219,23 +295,24 @@ class DenseMethod(FirstStage):
         "`dense:hf:` encoders take their options (pooling, prefixes, max_length, dtype, title, revision) apart too."
         if not options: return self
         if not self.is_hf: raise ClirError(f"{self}: options are for dense:hf:<model> encoders (a registry encoder's settings are its entry)")
-        from clir_llm.dense_hf import hf_encoder_spec
         return type(self)(encoder=hf_encoder_spec(self.encoder, **options).name)
 
-    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw):
-        from clir_llm.dense import Dense
-        keep = ("batch_size", "chunk_size", "device", "paper_quirks", "progress", "doc_max_length", "shards", "vectors")
-        dkw = {k: v for k, v in kw.items() if k in keep and v is not None}
-        from clir_llm.dense import encoder_quirks   # named quirks (--quirk, first_stage.dense_quirks): this encoder's only
-        if own := [q for q in kw.get("quirks") or () if encoder_quirks()[q][0] == self.encoder]: dkw["quirks"] = own
+    @classmethod
+    def paper_first_stage(cls) -> dict:
+        "The authors' encoder quirks, by name (a configuration's `first_stage.dense_quirks`)."
+        return {"dense_quirks": list(encoder_quirks())}
+
+    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
+        dkw = _own(DenseOptions, kw, also=("quirks",))   # quirks: names (--quirk, first_stage.dense_quirks) or EncoderQuirks
         encoder = self.encoder
         if (title := _dense_title(dense_title, self.encoder)) is not None:
             if self.is_hf: encoder = self.with_options(title=bool(title)).encoder   # in the encoder's name, so in the run's
             else: dkw["title"] = bool(title)
         if half := (kw.get("dense_dtype") or {}).get(self.encoder): dkw["half"] = half   # first_stage.dense_dtype
-        return Dense(encoder, cache=cache, **dkw)
+        return Dense(encoder, options_from(DenseOptions, dkw, str(self)), cache=cache, executor=executor,
+                     progress=kw.get("progress", True))
 
-# %% ../nbs/09_retrieve.ipynb #e4e821a5
+# %% ../nbs/09_retrieve.ipynb #dedfd146
 @FIRST_STAGES.register("rrf:", example="rrf:<method>+<method>[+...]")
 class FusionMethod(FirstStage):
     "Reciprocal rank fusion (k=60) of two or more first-stage methods."
@@ -260,57 +337,67 @@ class FusionMethod(FirstStage):
     def describe(self, translator=None, dense_title=None):
         return f"reciprocal rank fusion (k={self.k}) of " + "; ".join(m.describe(translator, dense_title) for m in self.methods)
 
-    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw):
-        return Fusion([m.build(translator, cache, dense_title, dt_source, **kw) for m in self.methods], k=self.k)
+    def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
+        if isinstance(translator, (str, TranslatorSpec)): translator = get_translator(translator, cache=cache, executor=executor)
+        return Fusion([m.build(translator, cache, dense_title, dt_source, executor, **kw) for m in self.methods], k=self.k)
 
 # %% ../nbs/09_retrieve.ipynb #3ef4dadc
-def get_retriever(method, translator=None, cache=None, dense_title=None, dt_source: str = "auto", **kw) -> Retriever:
+def get_retriever(method, translator=None, cache=None, dense_title=None, dt_source: str = "auto", executor: Executor = LOCAL,
+                  **kw) -> Retriever:
     """A first-stage retriever for `method` (a string or a `FirstStage` spec). `translator`: a `Translator` or a spec
     such as 'dict:freedict'; `dense_title`: None | bool | {encoder: bool}, whether dense encoders see document titles;
-    `dt_source`: where DT documents come from (`docs_view`); `kw` go to `BM25` (threads, k1, b) or `Dense`
-    (batch_size, device, paper_quirks)."""
-    return parse_method(method).build(translator, cache, dense_title, dt_source, **kw)
+    `dt_source`: where DT documents come from (`docs_view`); `executor`: where model batches run (encoders, a
+    translator built here); `kw` go to `BM25` (threads, k1, b) or `Dense` (batch_size, device, paper_quirks, ...)."""
+    return parse_method(method).build(translator, cache, dense_title, dt_source, executor, **kw)
+
+# %% ../nbs/09_retrieve.ipynb #6f560912
+def paper_first_stage(translator=None) -> dict:
+    "The first-stage configuration keys the authors' scripts imply: every registered method's, and `translator`'s kind's."
+    out = {}
+    for cls in dict.fromkeys(FIRST_STAGES.values()): out |= cls.paper_first_stage()
+    return out | (TranslatorSpec.parse(translator).paper_first_stage() if translator else {})
 
 # %% ../nbs/09_retrieve.ipynb #2e83740f
-def _dense_arguments(ap):
-    "The `dense:hf:` option flags (from `HFEncoder`'s fields; not given = the method string's) and the index flags."
-    from clir_llm.dense_hf import HFEncoder
-    from clir_llm.specs import add_spec_arguments
-    add_spec_arguments(ap, HFEncoder, skip=("model",), group="dense:hf:<model> options (merged into the method string)")
-    ap.set_defaults(**{k: None for k in HFEncoder.OPTIONS})
-    g = ap.add_argument_group("dense index (saved beside the cache and reused)")
-    g.add_argument("--shards", type=int, default=1, help="encode the documents in this many shards, then merge (default 1)")
-    g.add_argument("--shard", help="encode only shard i/n (counted from 0) and stop: one job of a batch scheduler")
-    g.add_argument("--vectors", choices=["float32", "float16"], default="float32", help="stored vector dtype (default float32; float16 names the run [fp16])")
+def _retrieve_arguments(ap):
+    "The first stages' option flags, generated from their `Options` (not given: the options' defaults), and the index flags."
+    add_spec_arguments(ap, BM25Options, group="BM25 options")
+    add_spec_arguments(ap, DenseOptions, skip=("dtype", "title", "half"), group="dense options (registry encoders and dense:hf:)")
+    add_spec_arguments(ap, HFEncoderOptions, group="dense:hf:<model> options (merged into the method string)")
+    ap.set_defaults(**{k: None for k in [*BM25Options.flat_fields(), *DenseOptions.flat_fields(), *HFEncoderOptions.flat_fields()]})
+    ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
+    ap.add_argument("--shard", help="encode only shard i/n of the dense index (counted from 0) and stop: one job of a batch scheduler")
 
+# %% ../nbs/09_retrieve.ipynb #680f9fcb
 def _with_cli_options(method, a):
     "`method` with the `dense:hf:` flags given on the command line (an error for any other method)."
-    from clir_llm.dense_hf import HFEncoder
-    opts = {k: getattr(a, k) for k in HFEncoder.OPTIONS if getattr(a, k, None) is not None}
+    opts = {k: getattr(a, k) for k in HFEncoderOptions.model_fields if getattr(a, k, None) is not None}
     if not opts: return method
     if not isinstance(method, DenseMethod) or not method.is_hf:
         raise ClirError(f"--{next(iter(opts)).replace('_', '-')} is an option of dense:hf:<model> encoders, not of {method}")
     return method.with_options(**opts)
 
-def _cli_shard(method, a) -> int:
+# %% ../nbs/09_retrieve.ipynb #8984692d
+def _cli_options(a) -> dict:
+    "The first-stage options given on the command line (each method keeps its own)."
+    names = [*BM25Options.flat_fields(), *(k for k in DenseOptions.flat_fields() if k not in ("dtype", "title", "half"))]
+    return {k: v for k in names if (v := getattr(a, k, None)) is not None} | ({"quirks": a.quirk} if a.quirk else {})
+
+# %% ../nbs/09_retrieve.ipynb #e171495f
+def _cli_shard(method, a, executor: Executor) -> int:
     "`--shard i/n`: encode one shard of the dense index of `method` and print where it is."
-    from clir_llm.cache import Cache
-    from clir_llm.collections import load_collection
-    from clir_llm.dense_index import DenseIndex, parse_shard
     i, n = parse_shard(a.shard)
     if not isinstance(method, DenseMethod): raise ClirError(f"--shard encodes a dense index; {method} is not a dense:<encoder> method")
-    dense = method.build(cache=Cache(a.cache) if a.cache else None, batch_size=a.batch_size, device=a.device,
-                         paper_quirks=a.paper_quirks, quirks=a.quirk, vectors=a.vectors)
+    dense = method.build(cache=Cache(a.cache) if a.cache else None, executor=executor, **_cli_options(a))
     coll = load_collection(a.collection, a.pair, root=a.root)
-    idx = DenseIndex(dense, coll, a.vectors)
+    idx = DenseIndex(dense, coll, dense.vectors)
     if not idx.persisted: raise ClirError("--shard writes shards into the cache; the cache is not writable here")
     path = idx.encode_shard(i, n)
     print(f"{dense.name} {coll.name} {coll.pair}: shard {i}/{n} -> {path} ({dense.usage.counters.get('docs_encoded', 0)} documents encoded)")
     return 0
 
-# %% ../nbs/09_retrieve.ipynb #680f9fcb
-def cli_retrieve(argv=None) -> int:
-    "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
+# %% ../nbs/09_retrieve.ipynb #291d37c5
+def _retrieve_parser() -> argparse.ArgumentParser:
+    "The parser of `clir-llm retrieve`."
     ap = argparse.ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
     ap.add_argument("--collection", required=True, help="collection name (see `clir-llm datasets`), e.g. demo")
     ap.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
@@ -323,32 +410,27 @@ def cli_retrieve(argv=None) -> int:
     ap.add_argument("--k", type=int, default=100, help="documents per query (default 100)")
     ap.add_argument("--root", help="folder of the collection (default: the registered location)")
     ap.add_argument("--cache", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
-    ap.add_argument("--threads", type=int, default=2, help="BM25 search threads (default 2)")
-    ap.add_argument("--batch-size", type=int, default=32, help="dense encoding batch size (default 32)")
-    ap.add_argument("--device", help="dense encoding device (default: cuda if available, else cpu)")
-    ap.add_argument("--doc-max-length", type=int, help="cut documents to this many tokens for dense encoders (default: the "
-                    "encoder's, 512 for e5-small; the demo's table uses 256, as configs/demo.yaml sets)")
-    ap.add_argument("--paper-quirks", action="store_true", help="reproduce the authors' E5 prefix / RepLlama length mistakes")
-    ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
-    _dense_arguments(ap)
-    from clir_llm.engine import add_execution_arguments, execution_args, execution_of, make_engine
+    _retrieve_arguments(ap)
     add_execution_arguments(ap)
-    a = ap.parse_args(argv)
-    engine = make_engine(execution_of(None, **execution_args(a)))
+    return ap
+
+# %% ../nbs/09_retrieve.ipynb #35084c02
+def cli_retrieve(argv=None) -> int:
+    "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
+    a = _retrieve_parser().parse_args(argv)
+    executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
     if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
     if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
     if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
     import_plugins(a.plugin)
     method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
-    if a.shard: return _cli_shard(method, a)
-    from clir_llm.cache import Cache
-    from clir_llm.collections import load_collection
+    BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
+    options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
+    if a.shard: return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
-                              threads=a.threads, batch_size=a.batch_size, device=a.device, paper_quirks=a.paper_quirks, quirks=a.quirk,
-                              doc_max_length=a.doc_max_length, shards=a.shards, vectors=a.vectors)
-    if engine is not None: engine.prepare(retriever)   # --engine ray: dense batches on Ray actors, the cache written here
+                              executor=executor, **_cli_options(a))
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)

@@ -304,13 +304,26 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 # %% ../nbs/00a_specs.ipynb #3717f48c
+def _split_unquoted(body: str, sep: str = ",") -> list[str]:
+    "`body` split at each `sep` outside double quotes (a backslash escapes the next character inside quotes)."
+    parts, cur, quoted, escaped = [], [], False, False
+    for ch in body:
+        if ch == sep and not quoted: parts.append("".join(cur)); cur = []; continue
+        cur.append(ch)
+        if escaped: escaped = False
+        elif ch == "\\" and quoted: escaped = True
+        elif ch == '"': quoted = not quoted
+    return parts + ["".join(cur)]
+
+# %% ../nbs/00a_specs.ipynb #79e041b2
 def split_options(spec: str, what: str = "spec") -> tuple[str, dict[str, str]]:
-    "`head[k=v,...]` -> (head, {k: v}) with the values as written; a key given twice or a part without '=' is a ClirError."
+    """`head[k=v,...]` -> (head, {k: v}) with the values as written (a double-quoted value keeps its quotes and may hold
+    commas); a key given twice or a part without '=' is a ClirError."""
     s = str(spec).strip()
     if not (s.endswith("]") and "[" in s): return s, {}
     head, _, body = s[:-1].partition("[")
     out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in body.split(","))):
+    for part in filter(None, (p.strip() for p in _split_unquoted(body))):
         k, eq, v = part.partition("=")
         if not eq or not k.strip(): raise ClirError(f"{what}: option {part!r} in {spec!r} is not key=value")
         if k.strip() in out: raise ClirError(f"{what}: option {k.strip()!r} is given twice in {spec!r}")

@@ -4,7 +4,6 @@
 
 # %% ../nbs/06a_translate_hf.ipynb #b3dd27f5
 from __future__ import annotations
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Sequence
@@ -12,24 +11,25 @@ import yaml
 from fastcore.basics import patch
 from .core import ClirError, FormatError, Usage, stable_hash
 from .cache import Cache
+from .executor import LOCAL, Executor
 from .languages import language
-from .translate import TRANSLATORS, NLLBTranslator, Translator, sentence_splitter
+from .llm import BackendSpec, get_backend
+from .specs import Options, opt
+from .templates import prompts_dir
+from .translate import TRANSLATORS, NLLBTranslator, Seq2SeqOptions, Translator, sentence_splitter
 
 # %% auto #0
-__all__ = ['HFTranslator', 'load_translate_prompt', 'clean_answer', 'LLMTranslator']
+__all__ = ['HFTranslator', 'load_translate_prompt', 'clean_answer', 'LLMTranslatorOptions', 'LLMTranslator']
 
 # %% ../nbs/06a_translate_hf.ipynb #ee7d4ec8
 class HFTranslator(NLLBTranslator):
     "Any Hugging Face seq2seq translation model (NLLB, M2M-100, Marian), sentence level, greedy, cached per sentence."
-    def __init__(self, model: str, **kw):
-        super().__init__(model, **kw)
-        self.name = "mt:hf:" + (Path(self.model_id).name if self.local else self.model_id)
-        self._tgt = None
+    Options, prefix = Seq2SeqOptions, "mt:hf:"   # NLLB's options without the authors' NLLB quirk
 
     @cached_property
     def family(self) -> str:
-        "'nllb', 'm2m100', 'marian' or 'seq2seq' (no language codes), read from the tokenizer."
-        tok = self._tok if self._tok is not None else self._tokenizer()
+        "'nllb', 'm2m100', 'marian' or 'seq2seq' (no language codes), read from the tokenizer (the model is not loaded)."
+        tok = self.tokenizer()
         if (i := tok.convert_tokens_to_ids("eng_Latn")) is not None and i != tok.unk_token_id: return "nllb"
         if hasattr(tok, "get_lang_id"): return "m2m100"
         return "marian" if "Marian" in type(tok).__name__ else "seq2seq"
@@ -41,64 +41,54 @@ class HFTranslator(NLLBTranslator):
 
     def __repr__(self): return f"HFTranslator({self.name!r})"
 
-@patch
-def _tokenizer(self: HFTranslator):
-    "The tokenizer alone (enough to know the family without loading the model)."
-    from transformers import AutoTokenizer
-    src = str(Path(self.model_id).expanduser()) if self.local else self.model_id
-    try: return AutoTokenizer.from_pretrained(src, **({} if self.local or not self._revision else {"revision": self._revision}))
-    except (OSError, ValueError) as e: raise ClirError(f"cannot load the tokenizer of {self.model_id!r}: {e}") from None
-
 # %% ../nbs/06a_translate_hf.ipynb #219a33a4
 @patch
 def _m2m_code(self: HFTranslator, lang: str) -> str:
     code = language(lang).code
-    if f"__{code}__" not in self._tok.lang_token_to_id:
+    if f"__{code}__" not in self.tokenizer().lang_token_to_id:
         raise ClirError(f"{self.name}: M2M-100 has no language code __{code}__ ({language(lang).name})")
     return code
 
+# %% ../nbs/06a_translate_hf.ipynb #410d78f5
 @patch
 def _marian_target(self: HFTranslator, tgt: str) -> str | None:
     "The `>>xx<<` token a multi-target Marian model needs before the text (None for one-target models)."
-    vocab = self._tok.get_vocab()
+    vocab = self.tokenizer().get_vocab()
     if not any(t.startswith(">>") and t.endswith("<<") for t in vocab): return None
     l = language(tgt)
     for t in (f">>{l.code}<<", f">>{l.iso3}<<"):
         if t in vocab: return t
     raise ClirError(f"{self.name}: this Marian model has no target token >>{l.code}<< or >>{l.iso3}<< ({l.name})")
 
+# %% ../nbs/06a_translate_hf.ipynb #2ada8868
 @patch
 def lang_code_id(self: HFTranslator, lang: str) -> int | None:
     "The forced first token of the target language (None: Marian and plain seq2seq models start as they like)."
-    self.load()
     if self.family == "nllb": return NLLBTranslator.lang_code_id(self, lang)
-    return self._tok.get_lang_id(self._m2m_code(lang)) if self.family == "m2m100" else None
+    return self.tokenizer().get_lang_id(self._m2m_code(lang)) if self.family == "m2m100" else None
 
+# %% ../nbs/06a_translate_hf.ipynb #80fcc532
 @patch
-def _inputs(self: HFTranslator, sentences, src: str) -> list[str]:
+def _inputs(self: HFTranslator, sentences, src: str, tgt: str | None) -> list[str]:
     "Set the source language (M2M-100) and put a multi-target Marian model's target token before each sentence."
-    self.load()
-    if self.family == "m2m100": self._tok.src_lang = self._m2m_code(src)
-    t = self._marian_target(self._tgt) if self.family == "marian" and self._tgt else None
+    if self.family == "m2m100": self.tokenizer().src_lang = self._m2m_code(src)
+    t = self._marian_target(tgt) if self.family == "marian" and tgt else None
     return [f"{t} {s}" for s in sentences] if t else list(sentences)
 
+# %% ../nbs/06a_translate_hf.ipynb #0d24d484
 @patch
-def encode(self: HFTranslator, sentences: list[str], src: str):
-    "Tokenize a batch as the family's source text, cut at `max_length` tokens, padded."
-    if self.family == "nllb": return NLLBTranslator.encode(self, sentences, src)
-    texts = self._inputs(sentences, src)   # loads the model and tokenizer
-    return self._tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length)
+def encode(self: HFTranslator, sentences: list[str], src: str, tgt: str | None = None):
+    "Tokenize a batch as the family's source text (for `tgt`: a multi-target Marian model's token), cut at `max_length` tokens, padded."
+    if self.family == "nllb": return NLLBTranslator.encode(self, sentences, src, tgt)
+    texts = self._inputs(sentences, src, tgt)
+    return self.tokenizer()(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length)
 
+# %% ../nbs/06a_translate_hf.ipynb #5979412b
 @patch
-def _lengths(self: HFTranslator, sentences, src):
-    if self.family == "nllb": return NLLBTranslator._lengths(self, sentences, src)
-    texts = self._inputs(sentences, src)
-    return [min(len(x), self.max_length) for x in self._tok(texts)["input_ids"]]
-
-@patch
-def _translate_batch(self: HFTranslator, sentences, src, tgt):
-    self._tgt = tgt   # a multi-target Marian model reads it in `_inputs`
-    return NLLBTranslator._translate_batch(self, sentences, src, tgt)
+def lengths(self: HFTranslator, sentences, src, tgt):
+    if self.family == "nllb": return NLLBTranslator.lengths(self, sentences, src, tgt)
+    texts = self._inputs(sentences, src, tgt)
+    return [min(len(x), self.max_length) for x in self.tokenizer()(texts)["input_ids"]]
 
 # %% ../nbs/06a_translate_hf.ipynb #59feb80b
 @patch
@@ -109,24 +99,32 @@ def _namespace(self: HFTranslator, src, tgt):
                                 tgt=language(tgt).code, max_len=self.max_length, max_new_tokens=self.max_new_tokens,
                                 decoding="greedy", dtype=i["dtype"])
 
+# %% ../nbs/06a_translate_hf.ipynb #c21faad0
 @patch(cls_method=True)
 def check_arg(cls: HFTranslator, arg: str):
     if not arg: raise ClirError("mt:hf: needs a model id or folder, e.g. mt:hf:Helsinki-NLP/opus-mt-en-de or mt:hf:facebook/m2m100_418M")
 
+# %% ../nbs/06a_translate_hf.ipynb #89df8ef6
 @patch(cls_method=True)
-def from_spec(cls: HFTranslator, spec, cache: Cache | None = None, **kw) -> HFTranslator:
-    return cls(spec.arg, cache=cache, **kw)
+def from_spec(cls: HFTranslator, spec, cache: Cache | None = None, executor: Executor = LOCAL, progress: bool = True):
+    return cls(spec.arg, spec.options_model, cache=cache, executor=executor, progress=progress)
 
+# %% ../nbs/06a_translate_hf.ipynb #23742d73
 @patch(cls_method=True)
 def describe_spec(cls: HFTranslator, spec) -> str:
-    return f"Hugging Face seq2seq model {spec.arg} (NLLB, M2M-100 or Marian): sentence-level, greedy, {cls.MAX_LENGTH} input tokens per sentence"
+    return (f"Hugging Face seq2seq model {spec.arg} (NLLB, M2M-100 or Marian): sentence-level, greedy, "
+            f"{spec.options_model.max_length} input tokens per sentence")
+
+# %% ../nbs/06a_translate_hf.ipynb #7a605b8d
+@patch(cls_method=True)
+def hub_models(cls: HFTranslator, spec) -> list[str]:
+    return [] if Path(spec.arg).expanduser().exists() or spec.arg.startswith(("/", ".", "~")) else [spec.arg]
 
 TRANSLATORS.register("mt:hf:", HFTranslator, example="mt:hf:<model id or folder>")
 
 # %% ../nbs/06a_translate_hf.ipynb #9ede0011
 def load_translate_prompt(name_or_path: str = "translate") -> dict:
     "A translation prompt file (`clir_llm/prompts/<name>.yaml` or a path): `prompt` with {src} {tgt} {text}, and `source`."
-    from clir_llm.templates import prompts_dir
     p = Path(name_or_path)
     if not p.suffix: p = prompts_dir() / f"{name_or_path}.yaml"
     if not p.exists(): raise ClirError(f"no translation prompt {name_or_path!r} ({p})")
@@ -150,15 +148,35 @@ def clean_answer(answer: str, tgt_name: str) -> str:
     return line
 
 # %% ../nbs/06a_translate_hf.ipynb #e1809abe
+class LLMTranslatorOptions(Options):
+    "The options of LLM translation."
+    prompt: str = opt("translate", "prompt file: a name in clir_llm/prompts or a path")
+    max_new_tokens: int = opt(256, "most tokens of one answer", gt=0)
+
+
+
+# %% ../nbs/06a_translate_hf.ipynb #347a5e6b
+def _backend_identity_v1(backend) -> str:
+    """Identity v1 of the backend in an `mt:llm:` translator's identity: the first version put the backend's bound
+    `identity` method there, so its views were keyed by that method's text, `<bound method HFBackend.identity of
+    HFBackend('hf:<model>', revision='<revision>')>`: the backend's class, spec and revision (its repr)."""
+    ident = backend.identity
+    return repr(ident) if callable(ident) else f"<bound method {type(backend).__qualname__}.identity of {backend!r}>"
+
+# %% ../nbs/06a_translate_hf.ipynb #8328394b
 class LLMTranslator(Translator):
     "Translation by an LLM backend with a prompt file: sentence by sentence, through the backend's cache and accounting."
-    def __init__(self, backend, prompt: str = "translate", cache: Cache | None = None, max_new_tokens: int = 256,
-                 progress: bool = True, **backend_kw):
-        from clir_llm.llm import get_backend
-        self.backend = get_backend(backend, cache=cache if cache is not None else Cache(), **backend_kw) if isinstance(backend, str) else backend
+    Options = LLMTranslatorOptions
+    def __init__(self, backend, options: LLMTranslatorOptions, *, cache: Cache | None = None, executor: Executor = LOCAL,
+                 progress: bool = True):
+        # the backend runs its own batches: a model-backed one gets the executor (passed only when not the default,
+        # so a backend kind without the argument still builds)
+        run = {} if executor is LOCAL else {"executor": executor}
+        self.backend = get_backend(backend, cache=cache if cache is not None else Cache(), **run) if isinstance(backend, str) else backend
         self._own = Usage()
         super().__init__()
-        self.template, self.max_new_tokens, self.progress = load_translate_prompt(prompt), max_new_tokens, progress
+        self.options, self.progress = options, progress
+        self.template, self.max_new_tokens = load_translate_prompt(options.prompt), options.max_new_tokens
         self.name = f"mt:llm:{self.backend.name}"
 
     @property
@@ -170,7 +188,7 @@ class LLMTranslator(Translator):
 
     @property
     def identity(self) -> dict:
-        return {"name": "mt:llm", "backend": self.backend.identity, "prompt": stable_hash(self.template["prompt"], n=16),
+        return {"name": "mt:llm", "backend": _backend_identity_v1(self.backend), "prompt": stable_hash(self.template["prompt"], n=16),
                 "max_new_tokens": self.max_new_tokens}
 
     def prompt(self, text: str, src: str, tgt: str) -> str:
@@ -192,20 +210,26 @@ class LLMTranslator(Translator):
             if table[s] == s: u.count("untranslated_sentences")
         return [" ".join(table[s] for s in d) for d in docs]
 
+# %% ../nbs/06a_translate_hf.ipynb #22538b84
+@patch(cls_method=True)
+def parse_arg(cls: LLMTranslator, arg: str) -> tuple[str, dict]:
+    "The backend spec, bracket included (its options are the backend's)."
+    return arg.strip(), {}
+
+# %% ../nbs/06a_translate_hf.ipynb #a1b6dc75
 @patch(cls_method=True)
 def check_arg(cls: LLMTranslator, arg: str):
-    from clir_llm.llm import BackendSpec
     if not arg: raise ClirError("mt:llm: needs an LLM backend, e.g. mt:llm:hf:qwen2.5-coder-0.5b-offline or mt:llm:openai:gpt-4o-mini")
     BackendSpec.parse(arg)   # an unknown backend is an error now, not when translating
 
+# %% ../nbs/06a_translate_hf.ipynb #fcbf37ba
 @patch(cls_method=True)
-def from_spec(cls: LLMTranslator, spec, cache: Cache | None = None, **kw) -> LLMTranslator:
-    keep = {k: v for k, v in kw.items() if k in ("prompt", "max_new_tokens", "progress")}
-    return cls(spec.arg, cache=cache, **keep)
+def from_spec(cls: LLMTranslator, spec, cache: Cache | None = None, executor: Executor = LOCAL, progress: bool = True):
+    return cls(spec.arg, spec.options_model, cache=cache, executor=executor, progress=progress)
 
+# %% ../nbs/06a_translate_hf.ipynb #3e1258a3
 @patch(cls_method=True)
 def describe_spec(cls: LLMTranslator, spec) -> str:
-    from clir_llm.llm import BackendSpec
     return f"LLM translation by {BackendSpec.parse(spec.arg).describe()}, sentence by sentence, ALMA prompt (prompts/translate.yaml)"
 
 TRANSLATORS.register("mt:llm:", LLMTranslator, example="mt:llm:<backend spec>")

@@ -98,7 +98,7 @@ def seed_cache(cache: Path):
     cache by symbolic links, so the test does not rebuild a model or download a dictionary per run."""
     from clir_llm.assets import e5_small_path
     from clir_llm.cache import Cache
-    from clir_llm.translate import ensure_freedict
+    from clir_llm.translate_dict import ensure_freedict
     warm = Cache()
     e5 = e5_small_path()
     idx = [ensure_freedict(p, warm)[0] for p in ("en-de", "de-en")]

@@ -1,9 +1,17 @@
-"BM25 through pyserini on Java 21: real German, Finnish and whitespace-analyzed indexes."
+"""clir_llm.bm25: BM25 through pyserini on Java 21: real German, Finnish and whitespace-analyzed indexes, Chinese and Persian
+through the Lucene analyzers the language table names (tests/fixtures/zhfa, the shipped layout), the options, and the index
+folders byte for byte as the code before Architecture II named them."""
 import json, os
+from pathlib import Path
 import pytest
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError, Document, Query, stable_hash
 from clir_llm import bm25 as B
+from clir_llm.collections import collection_pairs, load_collection, load_folder_collection
+from clir_llm.languages import language
+
+ZHFA = Path(__file__).parent / "fixtures" / "zhfa"
+IDS = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").read_text())
 
 
 class Tiny:
@@ -76,7 +84,7 @@ def test_index_built_once_and_batch_equals_single(tmp_path):
     b = B.BM25(cache=Cache(tmp_path), progress=False)
     batch = b.retrieve(DE)
     p = B.index_dir(DE, Cache(tmp_path)); mtime = (p / "meta.json").stat().st_mtime
-    single = B.BM25(cache=Cache(tmp_path), progress=False, threads=1).retrieve(DE, batch=False)
+    single = B.BM25.create(cache=Cache(tmp_path), progress=False, threads=1).retrieve(DE, batch=False)
     assert single == batch and (p / "meta.json").stat().st_mtime == mtime
     assert [x.name for x in p.parent.iterdir() if x.name.startswith(".")] == []   # no temp folder left
     assert batch.top(1).docids("q1") == batch.docids("q1", 1)
@@ -85,7 +93,7 @@ def test_index_built_once_and_batch_equals_single(tmp_path):
 def test_k1_b_and_k(tmp_path):
     r = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(DE, k=1)
     assert all(len(v) <= 1 for v in r.values())
-    r2 = B.BM25(cache=Cache(tmp_path), progress=False, k1=1.2, b=0.75).retrieve(DE)
+    r2 = B.BM25.create(cache=Cache(tmp_path), progress=False, k1=1.2, b=0.75).retrieve(DE)
     assert r2["q1"] != B.BM25(cache=Cache(tmp_path), progress=False).retrieve(DE)["q1"]
 
 
@@ -111,3 +119,46 @@ def test_batch_search_is_quiet(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "hits 6" in p.stdout, p.stdout
     assert "Launching Search Threads" not in p.stderr and "queries processed" not in p.stderr, p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("pair", ["zh-zh", "fa-fa"])
+def test_bm25_finds_each_document_through_the_analyzer(pair, tmp_path):
+    coll = load_folder_collection(ZHFA, pair)
+    lang = language(coll.doc_lang)
+    assert lang.lucene == coll.doc_lang and B.analyzer_name(coll.doc_lang) == f"lucene-{lang.code}"
+    for batch in (True, False):   # SearchCollection (batch) and LuceneSearcher (one query) both analyze the query
+        run = B.BM25(progress=False, cache=Cache(tmp_path)).retrieve(coll, k=4, batch=batch)
+        for qid in coll.queries:
+            assert run[qid], (pair, qid)
+            top = max(run[qid], key=run[qid].get)
+            assert coll.qrels[qid][top] == 1, (pair, qid, run[qid])
+
+
+@pytest.mark.parametrize("pair", ["zh-zh", "fa-fa"])
+def test_whitespace_tokens_would_not_match(pair):
+    "Without the analyzer the fixture's queries share no token with their documents (no spaces in Chinese; Arabic ي/ك typed in Persian)."
+    coll = load_folder_collection(ZHFA, pair)
+    for qid, q in coll.queries.items():
+        rel = next(d for d, g in coll.qrels[qid].items() if g)
+        assert not set(B.pretokenize(q.text).split()) & set(B.pretokenize(coll.get_doc(rel).text).split())
+
+
+def test_languages_without_analyzer_use_whitespace():
+    assert B.analyzer_name("am") == "whitespace" and B.analyzer_name("ha") == "whitespace"
+    assert B.analyzer_name("zho_hant") == "lucene-zh" and B.analyzer_name("arz") == "lucene-ar"
+
+
+def test_options():
+    assert B.BM25().options == B.BM25Options() and (B.BM25().k1, B.BM25().b, B.BM25().threads) == (0.9, 0.4, 2)
+    assert B.BM25Options(threads=8).identity() == {"k1": 0.9, "b": 0.4}          # threads are speed only
+    b = B.BM25.create("bm25-dt[x]", k1=1.2, threads=None)
+    assert (b.name, b.k1, b.threads) == ("bm25-dt[x]", 1.2, 2)
+    with pytest.raises(ClirError, match="b"): B.BM25.create(b=2)
+
+
+def test_index_folders_v1(tmp_path):
+    "The index folder of every demo and fixture pair is the one the pristine code named."
+    got = {f"bm25 index_dir {n} {p}": B.index_dir(load_collection(n, p), Cache(tmp_path)).name
+           for n in ("demo", "fixture") for p in collection_pairs(n)}
+    want = {k: v for k, v in IDS.items() if k.startswith("bm25 ")}
+    assert len(got) == len(want) == 18 and got == want

@@ -1,7 +1,11 @@
-"""Dense bi-encoders: every registry entry's code path (loading, prefixes, pooling, EOS, LoRA merge) on tiny randomly
-initialised models of the same architectures; caching, resuming and streaming; exact FAISS search.
+"""clir_llm.dense: every registry entry's code path (loading, prefixes, pooling, EOS, LoRA merge) on tiny randomly
+initialised models of the same architectures; caching, resuming and streaming; exact FAISS search; the options and
+quirks of encoders; batches run by an injected executor; and the identities (embed namespaces, run names, index keys)
+byte for byte as the code before Architecture II made them.
 Not testable offline: mGTE's own remote model code (trust_remote_code). NV-Embed-v2 is the package's own code
 (clir_llm.nvembed, tests/test_nvembed.py); here we test the call the Encoder makes into it."""
+import json
+from pathlib import Path
 import numpy as np
 import pytest
 import torch
@@ -9,6 +13,9 @@ from transformers import AutoModel, AutoTokenizer
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError, Document, Query
 from clir_llm import dense as D
+from clir_llm.executor import LOCAL, LocalExecutor
+
+IDS = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").read_text())
 
 DOCS = [Document("a", "the dog is in the house", "news"), Document("b", "cat"),
         Document("c", "water of the river and the city music book"), Document("d", "malaria vaccine for children")]
@@ -29,8 +36,26 @@ def unit(v):
     v = np.asarray(v, dtype=np.float32); return v / np.linalg.norm(v)
 
 
-def enc(name, tmp_path, **over):
-    return D.Encoder(D.get_encoder_spec(name, **over), cache=Cache(tmp_path), progress=False, batch_size=2)
+def enc(name, tmp_path, executor=LOCAL, **over):
+    return D.Encoder.create(D.get_encoder_spec(name, **over), cache=Cache(tmp_path), executor=executor, progress=False, batch_size=2)
+
+
+class Recording(LocalExecutor):
+    "A stand-in for two remote workers: groups of two batches, each call recorded."
+    workers = 2
+    def __init__(self): self.calls = []
+    def map(self, owner, method, calls):
+        self.calls.append((method, [len(c[0]) for c in calls]))
+        return super().map(owner, method, calls)
+
+
+class Dying(LocalExecutor):
+    "An executor whose second group dies (a killed run)."
+    def __init__(self): self.n = 0
+    def map(self, owner, method, calls):
+        self.n += 1
+        if self.n == 2: raise KeyboardInterrupt("killed")
+        return super().map(owner, method, calls)
 
 
 def test_registry_matches_paper():
@@ -53,7 +78,7 @@ def test_e5_mean_with_prefixes(models, tmp_path):
     V = e.encode_docs(DOCS)
     assert np.allclose(V[0], unit(raw(models["xlmr"], "passage: the dog is in the house").mean(0)), atol=1e-5)  # text only
     assert np.allclose(e.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "query: dog").mean(0)), atol=1e-5)
-    quirky = D.Encoder(D.get_encoder_spec("e5", paper_quirks=True, model=str(models["xlmr"])), cache=Cache(tmp_path), progress=False)
+    quirky = D.Encoder.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), quirks=["e5-no-prefix"], cache=Cache(tmp_path), progress=False)
     assert np.allclose(quirky.encode_queries(["dog"])[0], unit(raw(models["xlmr"], "dog").mean(0)), atol=1e-5)
 
 
@@ -90,7 +115,7 @@ def test_repllama_lora_eos_last_token(models, tmp_path):
     assert tok.pad_token is None          # Llama has no pad token: the encoder supplies one
 
 
-def test_nv_embed_call_contract(tmp_path):
+def test_nv_embed_call_contract(tmp_path, monkeypatch):
     """The call the Encoder makes into NV-Embed (clir_llm.nvembed.NVEmbed.encode, the published `encode` signature):
     the instruction is passed separately for queries, nothing for documents, max_length 512, output normalised.
     The object below only has that signature; tests/test_nvembed.py runs the real model on a tiny checkpoint."""
@@ -99,8 +124,8 @@ def test_nv_embed_call_contract(tmp_path):
         def encode(self, prompts, instruction="", max_length=4096):
             calls.append((list(prompts), instruction, max_length))
             return torch.tensor([[3.0, 4.0]] * len(prompts))
-    e = D.Encoder("nv-embed-v2", cache=Cache(tmp_path, mode="off"), progress=False)
-    e._model, e._tok = Signature(), None
+    e = D.Encoder.create("nv-embed-v2", cache=Cache(tmp_path, mode="off"), progress=False)
+    monkeypatch.setattr(D.Encoder, "load", lambda self: (Signature(), None))
     q = e.encode_queries(["who wrote it?"])
     d = e.encode_docs([Document("x", "text", "title")])
     assert calls[0] == (["who wrote it?"], D.NV_INSTRUCTION, 512) and calls[1] == (["text"], "", 512)   # text only, as the authors
@@ -135,13 +160,7 @@ def test_batches_do_not_leak_padding(models, tmp_path):
 
 
 def test_cache_resume_after_kill(models, tmp_path):
-    e = enc("e5", tmp_path, model=str(models["xlmr"]))
-    real, n = e.encode_batch, {"calls": 0}
-    def dying(texts, *a, **k):
-        n["calls"] += 1
-        if n["calls"] == 2: raise KeyboardInterrupt("killed")
-        return real(texts, *a, **k)
-    e.encode_batch = dying
+    e = enc("e5", tmp_path, executor=Dying(), model=str(models["xlmr"]))
     with pytest.raises(KeyboardInterrupt): e.encode_docs(DOCS)
     again = enc("e5", tmp_path, model=str(models["xlmr"]))
     V = again.encode_docs(DOCS)
@@ -157,18 +176,18 @@ class Coll:
     def iter_docs(self): return iter(DOCS)
 
 
-def test_dense_retrieve_is_exact_and_streams(models, tmp_path):
-    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=3, progress=False)
+def test_dense_retrieve_is_exact_and_streams(models, tmp_path, monkeypatch):
+    d = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=3, progress=False)
     seen = []
     real = d.encoder.encode_docs
-    d.encoder.encode_docs = lambda docs, **k: (seen.append(len(docs)), real(docs, **k))[1]
+    monkeypatch.setattr(d.encoder, "encode_docs", lambda docs, **k: (seen.append(len(docs)), real(docs, **k))[1])
     run = d.retrieve(Coll(), k=3)
     assert seen == [3, 1]                                     # never more than chunk_size documents at once
     V, Q = real(DOCS), d.encoder.encode_queries(["dog house", "children vaccine", "river"])
     for r, q in enumerate(["q1", "q2", "q3"]):
         s = V @ Q[r]
         assert run.docids(q) == [DOCS[i].docid for i in np.argsort(-s, kind="stable")[:3]]
-    big = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=100, progress=False)
+    big = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path), chunk_size=100, progress=False)
     assert big.retrieve(Coll(), k=3).keys() == run.keys()
     assert all(big.retrieve(Coll(), k=3).docids(q) == run.docids(q) for q in run)
 
@@ -183,9 +202,9 @@ def test_dense_index_built_once_for_two_retrieves(models, tmp_path, monkeypatch,
     builds, queries = [], []
     real_build = DenseIndex.build
     monkeypatch.setattr(DenseIndex, "build", lambda self, *a, **k: (builds.append(self.key), real_build(self, *a, **k))[1])
-    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), chunk_size=100, progress=False)
+    d = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), chunk_size=100, progress=False)
     real_q = d.encoder.encode_queries
-    d.encoder.encode_queries = lambda texts, **k: (queries.append(len(texts)), real_q(texts, **k))[1]
+    monkeypatch.setattr(d.encoder, "encode_queries", lambda texts, **k: (queries.append(len(texts)), real_q(texts, **k))[1])
     first, second = d.retrieve(Coll(), k=3), d.retrieve(Coll(), k=3)
     assert len(builds) == 1 and queries == [3] and d.usage.counters["index_reuses"] == 1
     # the run the code before the kept index made: FAISS over the same vectors, numpy scalars through Run.from_ranked
@@ -202,15 +221,15 @@ def test_dense_index_built_once_for_two_retrieves(models, tmp_path, monkeypatch,
     assert len(builds) == 2 and builds[1] != builds[0]                    # another collection: its own index
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    e = D.Encoder(D.get_encoder_spec("m3", model=str(tmp_path / "nowhere")), cache=Cache(tmp_path), progress=False)
+    e = D.Encoder.create(D.get_encoder_spec("m3", model=str(tmp_path / "nowhere")), cache=Cache(tmp_path), progress=False)
     with pytest.raises(ClirError, match="cannot load encoder m3"): e.load()
 
 
 def test_gpu_half_precision_choice(tmp_path):
-    assert D.Encoder("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float16"
-    assert D.Encoder("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "float16"      # the authors' (tevatron --fp16)
-    assert D.Encoder("nv-embed-v2", device="cuda", cache=Cache(tmp_path)).dtype == "float32"   # the authors' (no dtype given)
-    assert D.Encoder("e5", device="cpu", cache=Cache(tmp_path)).dtype == "float32"
+    assert D.Encoder.create("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float16"
+    assert D.Encoder.create("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "float16"      # the authors' (tevatron --fp16)
+    assert D.Encoder.create("nv-embed-v2", device="cuda", cache=Cache(tmp_path)).dtype == "float32"   # the authors' (no dtype given)
+    assert D.Encoder.create("e5", device="cpu", cache=Cache(tmp_path)).dtype == "float32"
 
 
 @pytest.mark.slow
@@ -221,7 +240,7 @@ def test_e5_small_stand_in_ranks_translations(tmp_path):
     class C(Coll):
         queries = {"q": Query("q", "the train to Berlin leaves tomorrow")}
         def iter_docs(self): return iter(docs)
-    run = D.Dense("e5-small", cache=Cache(tmp_path), progress=False).retrieve(C())
+    run = D.Dense.create("e5-small", cache=Cache(tmp_path), progress=False).retrieve(C())
     assert run.docids("q")[0] == "de2"
 
 
@@ -233,9 +252,103 @@ def test_encoding_progress_moves_batch_by_batch(models, tmp_path, monkeypatch, m
     from clir_llm.progress import CHANNEL
     channel = tmp_path / "progress.jsonl"; channel.write_text("")
     monkeypatch.setenv(CHANNEL, str(channel))
-    d = D.Dense(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), batch_size=1, progress=True)
-    real = d.encoder.encode_batch   # a batch as slow as a real model's, so tqdm's 1 s refresh interval passes mid-run
-    d.encoder.encode_batch = lambda *a, **k: (time.sleep(0.6), real(*a, **k))[1]
+    class Slow(LocalExecutor):   # a batch as slow as a real model's, so tqdm's 1 s refresh interval passes mid-run
+        def map(self, owner, method, calls): time.sleep(0.6); return super().map(owner, method, calls)
+    d = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode=mode), executor=Slow(),
+                       batch_size=1, progress=True)
     d.retrieve(Coll(), k=3)
     events = [json.loads(l) for l in channel.read_text().splitlines()]
     assert any(0 < e["n"] < len(DOCS) for e in events), events     # an intermediate state was reported
+
+
+def test_executor_groups_give_the_same_vectors_and_cache(models, tmp_path):
+    "Batches run by an executor of two workers: the same vectors and cache entries as in this process."
+    local, rec = enc("e5", tmp_path / "local", model=str(models["xlmr"])), Recording()
+    two = enc("e5", tmp_path / "two", executor=rec, model=str(models["xlmr"]))
+    assert np.array_equal(two.encode_docs(DOCS), local.encode_docs(DOCS))
+    assert np.array_equal(two.encode_queries(["dog", "cat house", "river"]), local.encode_queries(["dog", "cat house", "river"]))
+    assert rec.calls[0] == ("encode_batch", [2, 2]) and all(m == "encode_batch" and len(b) <= 2 for m, b in rec.calls)
+    assert two.cache.stats() == local.cache.stats() == {"embed": 7}
+    texts = [D.doc_input(two.spec, d) for d in DOCS]
+    for kind in ("doc",):
+        a, b = two.namespace(kind).get_many(texts), local.namespace(kind).get_many(texts)
+        assert a.keys() == b.keys() == set(range(4)) and all(np.array_equal(a[i], b[i]) for i in a)
+    assert two.usage.counters["docs_encoded"] == local.usage.counters["docs_encoded"] == 4
+
+
+def test_worker_recipe_rebuilds_an_equivalent_encoder(models, tmp_path):
+    import pickle
+    e = D.Encoder.create(D.get_encoder_spec("repllama", model=str(models["llama-lora"]), base_model=str(models["llama-lora"] / "base")),
+                         quirks=["repllama-128"], cache=Cache(tmp_path), progress=False, batch_size=3)
+    factory, args = pickle.loads(pickle.dumps(e.worker()))   # plain data: it travels to another process
+    w = factory(*args)
+    assert w.spec == e.spec and w.spec.doc_max_length == 128 and (w.device, w.dtype) == (e.device, e.dtype)
+    assert w.cache.mode == "off" and w._model is None and w.namespace("doc").identity == e.namespace("doc").identity
+    texts = [D.doc_input(e.spec, d) for d in DOCS]
+    assert np.array_equal(w.encode_batch(texts, 128), e.encode_docs(DOCS, sort=False))
+
+
+def test_device_from_options_then_executor(tmp_path):
+    class OnGPU(LocalExecutor): device = "cuda"
+    assert D.Encoder.create("m3", executor=OnGPU(), cache=Cache(tmp_path)).dtype == "float16"
+    assert D.Encoder.create("m3", executor=OnGPU(), device="cpu", cache=Cache(tmp_path)).dtype == "float32"
+    assert D.Encoder.create("nv-embed-v2", executor=OnGPU(), cache=Cache(tmp_path)).dtype == "float32"   # the authors' GPU dtype
+
+
+def test_quirks_options_and_capabilities():
+    Q = D.EncoderQuirks
+    assert Q.paper().names() == tuple(D.encoder_quirks()) == ("e5-no-prefix", "repllama-128")
+    assert Q().identity() == {} and Q.named(["repllama-128"]).identity() == {"repllama_128": True}
+    with pytest.raises(ClirError, match="known: e5-no-prefix, repllama-128"): Q.named(["e6-no-prefix"])
+    assert D.EncoderOptions.paper().quirks == Q.paper() and D.EncoderOptions(batch_size=8, device="cuda").identity() == {
+        "dtype": None, "paper_quirks": False}   # speed options name nothing; quirks at their default name nothing
+    # an encoder applies its own quirks only (one options object serves every encoder of a fusion)
+    assert D.Encoder.create("e5", quirks=Q.paper()).spec.quirks_on == ("e5-no-prefix",)
+    assert D.Encoder.create("m3", quirks=Q.paper()).spec == D.get_encoder_spec("m3")
+    assert D.get_encoder_spec("repllama").hub_models() == ["castorini/repllama-v1-7b-lora-passage", "meta-llama/Llama-2-7b-hf"]
+    assert D.get_encoder_spec("nv-embed-v2").revisions() == {"nvidia/NV-Embed-v2": D.NV_EMBED_REVISION}
+    assert D.get_encoder_spec("e5-small").hub_models() == [] and D.get_encoder_spec("hf:/models/x").hub_models() == []
+
+
+def test_identities_v1(tmp_path):
+    "Every embed namespace, encoder name and dtype, dense run name and index key is byte for byte the pristine code's."
+    from clir_llm.collections import load_collection
+    from clir_llm.dense_index import DenseIndex
+    from clir_llm.retrieve import get_retriever
+    cache, got = Cache(tmp_path), {}
+    encs = {}
+    for n in D.ENCODERS.names():
+        for dev in ("cpu", "cuda"):
+            encs[f"{n} {dev}"] = D.Encoder.create(n, device=dev, cache=cache)
+            encs[f"{n} {dev} paper"] = D.Encoder.create(n, device=dev, cache=cache, paper_quirks=True)
+    encs["e5 cpu quirk e5-no-prefix"] = D.Encoder.create("e5", device="cpu", cache=cache, quirks=["e5-no-prefix"])
+    encs["repllama cuda quirk repllama-128"] = D.Encoder.create("repllama", device="cuda", cache=cache, quirks=["repllama-128"])
+    encs["e5-small cpu doc_max_length=256"] = D.Encoder.create(D.get_encoder_spec("e5-small", doc_max_length=256), device="cpu", cache=cache)
+    encs["m3 cuda half=bfloat16"] = D.Encoder.create(D.get_encoder_spec("m3", half="bfloat16"), device="cuda", cache=cache)
+    encs["m3 cpu dtype=float16"] = D.Encoder.create("m3", device="cpu", dtype="float16", cache=cache)
+    HF = ["hf:/models/tiny-xlmr", "hf:/models/tiny-xlmr[pooling=cls]", 'hf:/models/tiny-xlmr[query_prefix="query: ",max_length=64]',
+          'hf:/models/tiny-bert[pooling=last,passage_prefix="passage: ",dtype=bfloat16,title=false,revision=abc123]',
+          'hf:intfloat/multilingual-e5-base[query_prefix="query: ",passage_prefix="passage: ",title=false]',
+          'hf:/models/x[query_prefix="a, b",passage_prefix="say \\"hi\\""]']
+    for h in HF:
+        for dev in ("cpu", "cuda"): encs[f"{h} {dev}"] = D.Encoder.create(h, device=dev, cache=cache)
+    for k, e in encs.items():
+        got[f"encoder {k} spec name"], got[f"encoder {k} dtype"] = e.spec.name, e.dtype
+        for kind in ("query", "doc"):
+            ns = e.namespace(kind)
+            got[f"encoder {k} namespace {kind}"] = json.loads(json.dumps(ns.identity, default=str))
+            got[f"encoder {k} namespace key {kind}"] = ns.key("query: x")
+    demo, fx = load_collection("demo", "en-de"), load_collection("fixture", "en-de")
+    for m, kw in [("dense:e5-small", {}), ("dense:e5-small", {"doc_max_length": 256}), ("dense:e5-small", {"vectors": "float16", "chunk_size": 16}),
+                  ("dense:hf:/models/tiny-xlmr[max_length=60]", {"chunk_size": 16}), ("dense:e5", {"paper_quirks": True}),
+                  ("dense:repllama", {"quirks": ["repllama-128"]}), ("dense:m3", {"dense_title": {"m3": False}}),
+                  ("dense:mgte", {"dense_title": True})]:
+        kw = dict(kw); dt = kw.pop("dense_title", None)
+        r = get_retriever(m, cache=cache, device="cpu", dense_title=dt, **kw)
+        tag = f"{m} {json.dumps(kw, sort_keys=True)} title={dt}"
+        got[f"dense {tag} name"] = r.name
+        got[f"dense {tag} demo en-de index key"] = DenseIndex(r, demo, r.vectors).key
+        got[f"dense {tag} fixture en-de index key"] = DenseIndex(r, fx, r.vectors).key
+    want = {k: v for k, v in IDS.items() if k.startswith(("encoder ", "dense "))}
+    assert len(want) == len(got) == 270
+    assert got == want

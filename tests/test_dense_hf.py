@@ -1,6 +1,5 @@
-"""Any Hugging Face encoder (`dense:hf:<id or folder>[options]`) and the persisted, sharded dense index: the options
-name the run and change the vectors, the CLI flags and a configuration give them, sharded jobs merge into the index
-of one process, and a second run loads the index instead of rebuilding it."""
+"""clir_llm.dense_hf: any Hugging Face encoder (`dense:hf:<id or folder>[options]`): the options, read with the one
+bracket grammar, name the run and change the vectors, and a configuration gives them."""
 import json
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ from clir_llm.cli import main
 from clir_llm.collections import load_collection
 from clir_llm.core import ClirError, Run
 from clir_llm import dense as D
-from clir_llm.dense_index import DenseIndex
 from clir_llm.retrieve import parse_method
 
 
@@ -35,45 +33,11 @@ def test_options_change_vectors_and_cache_keys(xlmr, tmp_path):
     c = load_collection("fixture", "en-de")
     runs = {}
     for opts in ("", "[pooling=cls]", '[query_prefix="query: "]', "[max_length=4]"):
-        d = D.Dense(f"hf:{xlmr}{opts}", cache=Cache(tmp_path), progress=False)
+        d = D.Dense.create(f"hf:{xlmr}{opts}", cache=Cache(tmp_path), progress=False)
         runs[opts] = d.retrieve(c, k=4)
         assert runs[opts].name == f"dense:hf:{xlmr}{opts}"
     scores = {o: [s for q in sorted(r) for _, s in r.ranking(q)] for o, r in runs.items()}
     assert len({tuple(np.round(v, 6)) for v in scores.values()}) == 4        # every option changes the scores
-
-
-def test_cli_flags_and_shard_jobs(xlmr, tmp_path):
-    cache, base = str(tmp_path / "cache"), ["retrieve", "--collection", "demo", "--pair", "en-fi", "--k", "5"]
-    one = tmp_path / "one.trec"
-    assert main(base + ["--method", f"dense:hf:{xlmr}", "--pooling", "cls", "--query-prefix", "query: ", "--max-length", "60",
-                        "--cache", str(tmp_path / "c1"), "--out", str(one)]) == 0
-    m = f'dense:hf:{xlmr}[pooling=cls,query_prefix="query: ",max_length=60]'
-    assert f"dense:hf:{xlmr}[pooling=cls" in one.read_text().split("\n")[0]   # the run's tag holds the options
-    for i in range(3):   # three jobs of a batch scheduler, then a run that merges their shards
-        assert main(base + ["--method", m, "--cache", cache,
-                            "--shard", f"{i}/3"]) == 0
-    out = tmp_path / "merged.trec"
-    assert main(base + ["--method", m, "--cache", cache, "--out", str(out)]) == 0
-    assert out.read_text() == one.read_text()
-    usage = json.loads(next(tmp_path.glob("merged*.json")).read_text())
-    assert usage["counters"].get("index_builds") == 1 and not usage["counters"].get("docs_encoded")   # shards were done
-    again = tmp_path / "again.trec"
-    assert main(base + ["--method", m, "--cache", cache, "--out", str(again)]) == 0
-    usage = json.loads(next(tmp_path.glob("again*.json")).read_text())
-    assert usage["counters"].get("index_loads") == 1 and "index_builds" not in usage["counters"]   # reused, not rebuilt
-    assert again.read_text() == one.read_text()
-    from clir_llm.retrieve import cli_retrieve
-    with pytest.raises(ClirError, match="option of dense:hf"): cli_retrieve(base[1:] + ["--method", "bm25-og", "--pooling", "cls", "--out", str(out)])
-    with pytest.raises(ClirError, match="--out is required"): cli_retrieve(base[1:] + ["--method", m])
-
-
-def test_sharded_index_equals_in_memory(xlmr, tmp_path):
-    c = load_collection("demo", "en-fi")
-    mem = D.Dense(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "off", mode="off"), chunk_size=16, progress=False).retrieve(c, k=10)
-    for n in (1, 4):
-        d = D.Dense(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / f"s{n}"), chunk_size=16, shards=n, progress=False)
-        assert d.retrieve(c, k=10) == mem
-        assert d.usage.counters["index_builds"] == 1 and d.usage.counters["shards_encoded"] == n
 
 
 def test_config_accepts_hf_methods(xlmr, tmp_path):
@@ -85,3 +49,16 @@ def test_config_accepts_hf_methods(xlmr, tmp_path):
     p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(cfg))
     c = load_config(p)
     assert [str(m) for m in c.first_stage.methods][1:] == [f"dense:hf:{xlmr}[pooling=cls]", f'dense:hf:{xlmr}[query_prefix="q: "]']
+
+
+def test_one_bracket_grammar_and_the_family_registry(xlmr):
+    from clir_llm.dense_hf import HFEncoderOptions, parse_hf_encoder
+    h = parse_hf_encoder('hf:m[query_prefix="a, b=\\"c\\"",max_length=64,title=false]')
+    assert (h.query_prefix, h.max_length, h.title) == ('a, b="c"', 64, False) and parse_hf_encoder(h.key()) == h
+    assert h.key() == 'hf:m[query_prefix="a, b=\\"c\\"",max_length=64,title=false]'
+    for bad, msg in [("hf:x[pooling]", "not key=value"), ("hf:x[size=3]", "unknown option"), ('hf:x[query_prefix="a]', "cannot read"),
+                     ("hf:x[title=1,title=0]", "twice")]:
+        with pytest.raises(ClirError, match=msg): parse_hf_encoder(bad)
+    assert D.get_encoder_spec(f"hf:{xlmr}[pooling=cls]").name == f"hf:{xlmr}[pooling=cls]"
+    assert [e.name for e in D.ENCODER_FAMILIES.entries()] == ["hf:"] and list(HFEncoderOptions.model_fields)[0] == "pooling"
+    with pytest.raises(ClirError, match=r"or hf:<model id or folder>\[options\]"): D.get_encoder_spec("e6")

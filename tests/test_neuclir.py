@@ -1,4 +1,4 @@
-"""The NeuCLIR 2022 extension: `configs/neuclir-2022.yaml` passes its dry run here (nothing downloaded), its
+"""clir_llm.neuclir: the NeuCLIR 2022 extension: `configs/neuclir-2022.yaml` passes its dry run here (nothing downloaded), its
 regression cells cite the published BM25 baselines, and the `neuclir22` collection reads NeuCLIR-format topics,
 documents, judgements (a locally registered ir_datasets fixture) and the organizers' translations (a folder)."""
 import json
@@ -28,14 +28,37 @@ def test_regression_cells_cite_published_values():
 
 def test_collection_on_a_neuclir_format_fixture(tmp_path, monkeypatch):
     import irds_fixture  # registers clir-llm-test/neuclir-like (tests/ is on sys.path under pytest)
-    from clir_llm.neuclir import load_neuclir22
-    c = load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like")
+    from clir_llm.neuclir import NeuclirOptions, load_neuclir22
+    c = load_neuclir22("en-zh", NeuclirOptions(dataset="clir-llm-test/neuclir-like"))
     ids = [d.docid for d in c.iter_docs()]
     assert c.query_translations and not c.has_translations
     (tmp_path / "zho.mt.jsonl").write_text("".join(json.dumps({"id": d, "title": "t", "text": f"english {d}"}) + "\n" for d in ids))
     monkeypatch.setenv("NEUCLIR_MT_HOME", str(tmp_path))
-    t = load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like")
+    t = load_neuclir22("en-zh", NeuclirOptions(dataset="clir-llm-test/neuclir-like"))
     assert [d.text for d in t.translated().iter_docs()] == [f"english {d}" for d in ids] and t.key != c.key
     (tmp_path / "zho.mt.jsonl").write_text('{"id": "x"}\n')
     with pytest.raises(ClirError, match="zho.mt.jsonl:1"):
-        list(load_neuclir22("en-zh", dataset="clir-llm-test/neuclir-like").translated().iter_docs())
+        list(load_neuclir22("en-zh", NeuclirOptions(dataset="clir-llm-test/neuclir-like")).translated().iter_docs())
+
+
+def test_built_once_with_its_name_key_and_translations_v1(tmp_path, monkeypatch):
+    "The collection is constructed with its own name, key and DT documents (nothing patched after loading); keys as before."
+    import os
+    from pathlib import Path
+    import irds_fixture  # noqa: F401
+    from clir_llm.collections import COLLECTIONS, load_collection
+    ids = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").read_text())
+    monkeypatch.delenv("NEUCLIR_MT_HOME", raising=False)
+    c = load_collection("neuclir22", "en-zh", dataset="clir-llm-test/neuclir-like")
+    got = {"collection neuclir22 fixture key": c.key, "collection neuclir22 fixture name": c.name}
+    mt = tmp_path / "mt"; mt.mkdir()
+    (mt / "zho.mt.jsonl").write_text("".join(json.dumps({"id": d.docid, "title": "t", "text": f"english {d.docid}"}) + "\n" for d in c.iter_docs()))
+    os.utime(mt / "zho.mt.jsonl", (1700000000, 1700000000))
+    t = load_collection("neuclir22", "en-zh", root=str(mt), dataset="clir-llm-test/neuclir-like")
+    got |= {"collection neuclir22 fixture+mt key": t.key, "collection neuclir22 fixture+mt name": t.name,
+            "collection neuclir22 fixture+mt translated key": t.translated().key}
+    want = {k: v for k, v in ids.items() if k.startswith("collection neuclir22 ")}
+    assert len(got) == len(want) == 5 and got == want
+    src = COLLECTIONS["neuclir22"]   # the dry run's answer is the run's: translations only with the organizers' folder
+    assert not src.ships_translations("en-zh") and not c.has_translations
+    assert src.ships_translations("en-zh", root=str(mt)) and t.has_translations

@@ -31,7 +31,7 @@ def nv():
 
 
 def encoder(tmp_path, **over):
-    return D.Encoder(D.get_encoder_spec("nv-embed-v2", model=str(FX), **over), cache=Cache(tmp_path), progress=False, batch_size=2)
+    return D.Encoder.create(D.get_encoder_spec("nv-embed-v2", model=str(FX), **over), cache=Cache(tmp_path), progress=False, batch_size=2)
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
@@ -139,8 +139,8 @@ def test_padding_invariance(nv, tmp_path):
 def test_registry_entry():
     s = D.get_encoder_spec("nv-embed-v2")
     assert (s.model, s.pooling, s.half, s.trust_remote_code, s.revision) == ("nvidia/NV-Embed-v2", "latent", "float32", False, D.NV_EMBED_REVISION)
-    assert D.Encoder(s, device="cuda", cache=Cache(mode="off")).dtype == "float32"     # the authors' precision on a GPU
-    assert D.Dense("nv-embed-v2", cache=Cache(mode="off")).name == "dense:nv-embed-v2"
+    assert D.Encoder.create(s, device="cuda", cache=Cache(mode="off")).dtype == "float32"     # the authors' precision on a GPU
+    assert D.Dense.create("nv-embed-v2", cache=Cache(mode="off")).name == "dense:nv-embed-v2"
 
 
 def test_never_runs_or_asks_for_remote_code(monkeypatch):

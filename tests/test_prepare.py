@@ -20,7 +20,7 @@ def test_demo_needs_exactly_the_dictionaries_its_runs_read():
 
 
 def test_prepare_fetches_what_is_missing_and_says_so(monkeypatch, tmp_path):
-    import clir_llm.translate as T
+    import clir_llm.translate_dict as T
     from clir_llm.config import load_config
     from clir_llm.reproduce import prepare
     cfg = tmp_path / "c.yaml"

@@ -39,15 +39,15 @@ def test_dense_quirks_by_name_and_revisions(tmp_path):
     assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128"}
     e5 = D.get_encoder_spec("e5", quirks=["e5-no-prefix"])
     assert (e5.query_prefix, e5.doc_prefix) == ("", "") and D.get_encoder_spec("e5").query_prefix == "query: "
-    assert D.Dense("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
-    assert D.Dense("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
+    assert D.Dense.create("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
+    assert D.Dense.create("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
     with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
     for name, s in D.ENCODERS.items():
         if not s.stand_in and name != "nv-embed-v2": assert "revision not pinned" in s.revision_note(), name
     assert D.get_encoder_spec("nv-embed-v2").revision_note() == f"revision {D.NV_EMBED_REVISION}"   # no remote code any more
-    plain = D.Encoder("repllama", cache=Cache(tmp_path)).namespace("doc").identity
+    plain = D.Encoder.create("repllama", cache=Cache(tmp_path)).namespace("doc").identity
     assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
-    pinned = D.Encoder(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
+    pinned = D.Encoder.create(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
     assert pinned["base_revision"] == "abc" and {k: v for k, v in pinned.items() if k != "base_revision"} == plain
 
 
@@ -125,7 +125,7 @@ def test_nllb_output_cap_switch(tmp_path):
     import yaml
     from clir_llm.config import load_config
     from clir_llm.pipeline import Pipeline
-    from clir_llm.translate import NLLBTranslator, tiny_nllb
+    from clir_llm.translate import NLLBOptions, NLLBTranslator, tiny_nllb
     cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
                first_stage=dict(methods=["bm25-qt", "bm25-og"], translator="nllb:facebook/nllb-200-1.3B"))
     paths = {}
@@ -142,9 +142,9 @@ def test_nllb_output_cap_switch(tmp_path):
     class M:   # what generate is handed
         def generate(self, **kw): seen.append(kw); import torch; return torch.zeros((len(kw["input_ids"]), 2), dtype=torch.long)
     for cap in (256, None):
-        t = NLLBTranslator(str(tiny_nllb(tmp_path / "nllb")), max_new_tokens=cap, progress=False, device="cpu")
+        t = NLLBTranslator(str(tiny_nllb(tmp_path / "nllb")), NLLBOptions(max_new_tokens=cap, device="cpu"), progress=False)
         t.load(); t._model = M()
-        t._translate_batch(["Hallo Welt."], "de", "en")
+        t.translate_batch(["Hallo Welt."], "de", "en")
     assert seen[0]["max_new_tokens"] == 256 and "max_new_tokens" not in seen[1]
 
 

@@ -1,6 +1,10 @@
-"First stage: reciprocal rank fusion, method strings, and `clir-llm retrieve` on the shipped fixture collection."
+"""clir_llm.retrieve: reciprocal rank fusion, method strings, the DT rule (`dt_plan`, `docs_view`), the executor a method's
+retriever is built with, the authors' first-stage settings, `clir-llm retrieve` on the shipped fixture collection, and the
+method strings, descriptions and run names of every configuration byte for byte as the code before Architecture II made them."""
 import json
+from pathlib import Path
 import pytest
+import yaml
 from clir_llm.cache import Cache
 from clir_llm.cli import main
 from clir_llm.collections import load_collection
@@ -128,3 +132,116 @@ def test_method_specs_parse_once_and_keep_their_strings():
     assert [e.example for e in FIRST_STAGES.entries()][:3] == ["bm25-og", "bm25-qt", "bm25-dt"]
     with pytest.raises(ClirError, match="accepted: bm25-og, bm25-qt, bm25-dt, dense:<encoder>"):
         parse_method("bm26")
+
+
+IDS = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").read_text())
+CONFIGS = Path(__file__).parent.parent / "configs"
+
+
+def test_dt_plan_is_the_rule_docs_view_follows():
+    from clir_llm.retrieve import DTPlan, dt_plan, docs_view
+    sw, de = load_collection("fixture", "en-sw"), load_collection("fixture", "en-de")
+    assert dt_plan("fixture", "en-sw", translator="dict:freedict") == dt_plan(sw, translator="dict:freedict") == DTPlan("shipped")
+    assert dt_plan("fixture", "en-de", translator="dict:freedict") == DTPlan("translator", "dict:freedict")
+    assert dt_plan("fixture", "en-sw", "translator", "dict:freedict").describe() == "documents translated by dict:freedict"
+    assert dt_plan("fixture", "en-sw").describe() == "the translations shipped with the collection"
+    p = dt_plan("fixture", "en-de")
+    assert p.problem and p.describe().startswith("none (collection 'fixture' (en-de) ships no document translations")
+    with pytest.raises(ClirError, match="ships no document translations"): p.check()
+    with pytest.raises(ClirError, match="ships no document translations"): docs_view(de, "dt")   # the run asks the same rule
+    assert dt_plan("fixture", "en-de", "shipped").problem == "collection 'fixture' (en-de) ships no document translations"
+    with pytest.raises(ClirError, match="DT source must be"): dt_plan("fixture", "en-de", "web")
+
+
+def test_builders_take_the_executor(tmp_path):
+    from clir_llm.executor import LocalExecutor
+    class Two(LocalExecutor): workers = 2
+    ex = Two()
+    r = get_retriever("rrf:bm25-qt+dense:e5", translator="nllb:facebook/nllb-200-1.3B", cache=Cache(tmp_path), executor=ex)
+    qt, dense = r.retrievers
+    assert dense.encoder.executor is ex and qt.translator.executor is ex and qt.name == "bm25-qt[nllb:facebook/nllb-200-1.3B]"
+    assert get_retriever("dense:e5").encoder.executor is not ex
+
+
+def test_paper_settings_and_capabilities():
+    from clir_llm.retrieve import BM25Method, DenseMethod, FusionMethod, paper_first_stage, parse_method
+    assert paper_first_stage() == {"dense_quirks": ["e5-no-prefix", "repllama-128"]}
+    assert paper_first_stage("nllb:facebook/nllb-200-1.3B") == {"dense_quirks": ["e5-no-prefix", "repllama-128"], "nllb_output": "model-max-length"}
+    assert BM25Method.paper_first_stage() == FusionMethod.paper_first_stage() == {} and DenseMethod.paper_first_stage()
+    m = parse_method("rrf:bm25-dt+bm25-qt+dense:repllama")
+    assert m.reads() == {"dt", "qt", "og"} and parse_method("dense:e5").reads() == {"og"} and parse_method("bm25-dt").reads() == {"dt"}
+    assert m.own_quirks(["e5-no-prefix", "repllama-128"]) == ("repllama-128",) and parse_method("bm25-og").own_quirks(["e5-no-prefix"]) == ()
+    assert m.hub_models() == [("encoder repllama", "castorini/repllama-v1-7b-lora-passage"), ("encoder repllama base", "meta-llama/Llama-2-7b-hf")]
+
+
+def test_cli_flags_come_from_the_options(capsys):
+    from clir_llm.retrieve import cli_retrieve
+    with pytest.raises(SystemExit): cli_retrieve(["--help"])
+    out = capsys.readouterr().out
+    for flag in ("--k1", "--threads", "--batch-size", "--chunk-size", "--doc-max-length", "--paper-quirks", "--e5-no-prefix",
+                 "--vectors", "--shards", "--pooling", "--query-prefix", "--quirk", "--engine"):
+        assert flag in out, flag
+
+
+def _config_first_stages():
+    "(file, first-stage settings with the authors' settings laid under them when paper_quirks is on, raw first stage)."
+    from clir_llm.retrieve import paper_first_stage
+    for f in sorted(CONFIGS.glob("*.yaml")):
+        raw = yaml.safe_load(f.read_text())
+        fs = raw["first_stage"]
+        extra = {k: v for k, v in paper_first_stage(fs.get("translator")).items() if k not in fs} if raw.get("paper_quirks") else {}
+        yield f.name, {**extra, **fs}, extra
+
+
+def test_configs_v1(tmp_path):
+    "Every configuration's method strings, translator, descriptions, quirks and run names are the pristine code's."
+    from clir_llm.retrieve import parse_method
+    from clir_llm.translate import TranslatorSpec
+    got, cache = {}, Cache(tmp_path)
+    for name, fs, extra in _config_first_stages():
+        methods = [parse_method(m) for m in fs["methods"]]
+        tr = TranslatorSpec.parse(fs["translator"]) if fs.get("translator") else None
+        got[f"config {name} methods"] = [str(m) for m in methods]
+        got[f"config {name} translator"] = str(tr) if tr else None
+        got[f"config {name} translator describe"] = tr.describe() if tr else None
+        got[f"config {name} dense_quirks"] = list(fs.get("dense_quirks", []))
+        got[f"config {name} nllb_output"] = fs.get("nllb_output", "256-new-tokens")
+        got[f"config {name} expanded first_stage extra keys"] = extra
+        got[f"config {name} translator_options"] = {k: v for k, v in (tr.with_options(nllb_output=fs["nllb_output"]).view_options()
+                                                     if "nllb_output" in fs else {}).items()}
+        for m in methods:
+            got[f"config {name} {m} describe"] = m.describe(tr, fs.get("dense_title"))
+            got[f"config {name} {m} quirks_of"] = list(m.own_quirks(fs.get("dense_quirks", [])))
+            got[f"config {name} {m} text_only"] = list(m.text_only(fs.get("dense_title")))
+            if not any(e.startswith("hf:") for e in m.encoders):
+                r = m.build(str(tr) if tr else None, cache, fs.get("dense_title"), fs.get("dt_source", "auto"),
+                            quirks=m.own_quirks(fs.get("dense_quirks", [])), dense_dtype=fs.get("dense_dtype", {}),
+                            doc_max_length=fs.get("dense_doc_max_length") if m.encoders else None, device="cpu")
+                got[f"config {name} {m} retriever name"] = r.name
+    want = {k: v for k, v in IDS.items() if k.startswith("config ") and not k.endswith(" dtypes_of")}
+    assert len(got) == len(want) and got == want
+
+
+def test_methods_v1(tmp_path):
+    "Method strings, keys, labels, descriptions and retriever names of the methods the identities were captured with."
+    from clir_llm.retrieve import parse_method
+    from clir_llm.dense import ENCODERS
+    METHODS = ["bm25-og", "bm25-qt", "bm25-dt", "dense:e5-small", "rrf:bm25-dt+dense:e5-small"] + [f"dense:{n}" for n in ENCODERS.names()] + \
+        ["dense:hf:/models/tiny-xlmr", 'dense:hf:/models/tiny-xlmr[pooling=cls,query_prefix="query: ",max_length=64]',
+         {"method": "dense:hf:intfloat/multilingual-e5-base", "query_prefix": "query: ", "passage_prefix": "passage: ", "title": False},
+         "rrf:bm25-dt+dense:nv-embed-v2", "rrf:bm25-dt+dense:m3", "rrf:bm25-og+bm25-qt+dense:e5"]
+    got, cache = {}, Cache(tmp_path)
+    for m in METHODS:
+        s = parse_method(m)
+        k = json.dumps(m) if isinstance(m, dict) else m
+        got[f"method {k} str"], got[f"method {k} key"], got[f"method {k} label"] = str(s), s.key(), s.label()
+        got[f"method {k} translated"], got[f"method {k} encoders"] = s.translated, list(s.encoders)
+        for tr in (None, "dict:freedict", "nllb:facebook/nllb-200-1.3B"):
+            for dtl in (None, False, {"m3": False, "repllama": True}):
+                try: got[f"method {k} describe tr={tr} title={json.dumps(dtl)}"] = s.describe(tr, dtl)
+                except ClirError as e: got[f"method {k} describe tr={tr} title={json.dumps(dtl)}"] = f"ERROR ClirError: {e}"
+        for tr in ("dict:freedict", "nllb:facebook/nllb-200-1.3B"):
+            if not s.encoders or all(not e.startswith("hf:/") for e in s.encoders):
+                got[f"method {k} retriever name tr={tr}"] = get_retriever(s, translator=tr, cache=cache, device="cpu").name
+    want = {k: v for k, v in IDS.items() if k.startswith("method ")}
+    assert len(got) == len(want) == 252 and got == want

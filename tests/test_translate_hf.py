@@ -35,6 +35,17 @@ def test_cli_translate_queries(models, tmp_path, arch):
     assert len((out / "queries.de.tsv").read_text().splitlines()) == 3
 
 
+def test_family_tokenizer_only_and_worker_recipe(models, tmp_path):
+    "The family is read from the tokenizer alone; the recipe rebuilds the same family and translations; Marian gets its target."
+    t = get_translator(f"mt:hf:{models['marian']}", cache=Cache(tmp_path), max_new_tokens=4, progress=False)
+    assert t.family == "marian" and t._model is None and t.lengths(["the cat sleeps."], "en", "de")[0] > 2
+    factory, args = t.worker()
+    w = factory(*args)
+    assert type(w) is type(t) and w.identity == t.identity and w.translate_batch(["the cat."], "en", "de") == t.translate(["the cat."], "en", "de")
+    assert TranslatorSpec.parse(f"mt:hf:{models['marian']}").uses_gpu and TranslatorSpec.parse("mt:hf:facebook/m2m100_418M").hub_models() == ["facebook/m2m100_418M"]
+    assert TranslatorSpec.parse("mt:llm:hf:Qwen/Qwen2.5-7B-Instruct[dtype=bfloat16]").arg == "hf:Qwen/Qwen2.5-7B-Instruct[dtype=bfloat16]"   # the bracket is the backend's
+
+
 def test_spec_strings(models):
     assert str(TranslatorSpec.parse(f"mt:hf:{models['marian']}")) == f"mt:hf:{models['marian']}"
     assert "M2M-100" in TranslatorSpec.parse("mt:hf:facebook/m2m100_418M").describe()
@@ -67,10 +78,10 @@ def test_llm_translation_cached_and_accounted(models, tmp_path):
     warm = get_translator(f"mt:llm:hf:{models['qwen']}", cache=cache, max_new_tokens=5)
     assert warm.translate(texts, "de", "en") == out
     assert warm.usage.calls == 0 and warm.usage.cache_hits == 2 and warm.usage.counters.get("cached_tokens_in", 0) == u.tokens_in
-    other = get_translator(f"mt:llm:hf:{models['qwen']}", cache=cache, max_new_tokens=5)
-    other.template = {**other.template, "prompt": "From {src} to {tgt}: {text}"}
+    (tmp_path / "mine.yaml").write_text('method: translate\nsource: a test\nprompt: "From {src} to {tgt}: {text}"\n')
+    other = get_translator(f"mt:llm:hf:{models['qwen']}", cache=cache, max_new_tokens=5, prompt=str(tmp_path / "mine.yaml"))
     other.translate(texts[:1], "de", "en")
-    assert other.usage.calls >= 1     # another prompt is another cache entry
+    assert other.usage.calls >= 1 and other.key != tr.key     # another prompt is another cache entry, another view
 
 
 def test_llm_qt_retrieval_usage(models, tmp_path):

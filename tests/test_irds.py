@@ -1,6 +1,6 @@
-"""`irds:<id>` collections on datasets registered locally from fixture files in each family's upstream format
+"""clir_llm.irds: `irds:<id>` collections on datasets registered locally from fixture files in each family's upstream format
 (tests/irds_fixture.py, tests/fixtures/irds): in-process, `clir-llm retrieve --plugin`, `clir-llm datasets`, a config."""
-import os, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 import pytest
 import irds_fixture  # noqa: F401  (registers clir-llm-test/...)
@@ -96,3 +96,20 @@ def test_a_config_with_an_irds_collection(tmp_path):
     pipe = Pipeline(c, out_dir=tmp_path / "res", progress=False, cache=None)
     run = pipe.first_stage("en-zh", "bm25-og")
     assert run is not None and set(run) <= {"1", "2", "3"}
+
+
+def test_keys_and_translations_v1(tmp_path):
+    "The keys of irds: collections are the pristine code's; whether a dataset has translations is known from its metadata."
+    from clir_llm.irds import IrdsOptions, irds_translations, load_irds
+    ids = json.loads((TESTS / "fixtures" / "identities-v1.json").read_text())
+    got = {}
+    for arg, pair in [("clir-llm-test/neuclir-like", "en-zh"), ("clir-llm-test/tsv-nolang?pair=en-fa", "en-fa"),
+                      ("clir-llm-test/xml-mt", "en-zh"), ("clir-llm-test/neuclir-like?fields=title", "en-zh")]:
+        c = load_collection(f"irds:{arg}", pair, cache_root=tmp_path)
+        got[f"collection irds:{arg} {pair} key"], got[f"collection irds:{arg} {pair} name"] = c.key, c.name
+        if c.has_translations: got[f"collection irds:{arg} {pair} translated key"] = c.translated().key
+        assert irds_translations(pair, arg) == c.has_translations == COLLECTIONS["irds:"].ships_translations(pair, arg)
+    want = {k: v for k, v in ids.items() if k.startswith("collection irds:")}
+    assert len(got) == len(want) == 9 and got == want
+    assert load_irds("en-zh", IrdsOptions(fields="title"), "clir-llm-test/neuclir-like").key == got[
+        "collection irds:clir-llm-test/neuclir-like?fields=title en-zh key"]   # an option given apart is the query string's

@@ -1,4 +1,4 @@
-"""Your own files (`files:<folder>`): topics (TREC/TSV/JSONL), TREC qrels and a JSONL/TSV corpus through the registry,
+"""clir_llm.files: your own files (`files:<folder>`): topics (TREC/TSV/JSONL), TREC qrels and a JSONL/TSV corpus through the registry,
 the CLI (`--collection files: --root`, `files:<folder>?...`) and a configuration; file:line errors, BOM and CRLF."""
 import json, os, subprocess, sys
 from pathlib import Path
@@ -105,3 +105,16 @@ def test_a_config_with_own_files_loads_and_plans(tmp_path):
     from clir_llm.pipeline import Pipeline
     pipe = Pipeline(c, out_dir=tmp_path / "res", progress=False)
     assert pipe.collection("en-en").num_docs == 3
+
+
+def test_options_and_translations_known_without_loading(tmp_path):
+    from clir_llm.files import FilesOptions, files_translations
+    f = tmp_path / "own"; f.mkdir()
+    (f / "topics.tsv").write_text("q1\tcats\n"); (f / "qrels.txt").write_text("q1 0 d1 1\n")
+    (f / "corpus.jsonl").write_text('{"docid": "d1", "text": "cats sleep"}\n')
+    assert COLLECTIONS["files:"].Options is FilesOptions and not COLLECTIONS["files:"].ships_translations("en-en", str(f))
+    (f / "corpus.en.en.jsonl").write_text('{"docid": "d1", "text": "cats sleep"}\n')
+    assert files_translations("en-en", str(f)) and load_collection(f"files:{f}", "en-en", cache_root=tmp_path).has_translations
+    c = load_collection("files:", "en-en", root=f, cache_root=tmp_path, name="mine", corpus="corpus.jsonl")
+    assert c.name == "mine" and c.corpus_path == f / "corpus.jsonl"
+    with pytest.raises(ClirError, match="topic"): load_collection("files:", "en-en", root=f, topic="x")

@@ -1,4 +1,4 @@
-"""The demo builder on tiny real .deb packages built here with dpkg-deb: rules for queries, aliases, determinism."""
+"""clir_llm.demo: the demo builder on tiny real .deb packages built here with dpkg-deb: rules for queries, aliases, determinism."""
 import gzip, json, shutil, subprocess, sys
 from pathlib import Path
 import pytest
