@@ -18,6 +18,7 @@ from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unkno
 from .retrieve import DT_SOURCES, FirstStage, paper_first_stage, parse_method
 from .specs import import_plugins, pydantic_messages
 from .translate import TranslatorSpec
+from .dense import ENCODERS, EncoderQuirks, get_encoder_spec
 from .engine import ExecutionSpec
 
 # %% auto #0
@@ -63,69 +64,61 @@ def _beside(v: str) -> str:
 # %% ../nbs/13a_config.ipynb #82c695e0
 class FirstStageConfig(_Strict):
     "Which first-stage runs to make (method strings of `clir-llm retrieve`, parsed into `FirstStage` specs)."
-    methods: list[Method]
+    methods: list[Method] = Field(min_length=1)
     translator: Optional[Translator] = None     # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
     depth: int = Field(100, gt=0, le=MAX_DEPTH)
     only_pairs: dict[MethodName, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
     dt_source: Literal[DT_SOURCES] = "auto"   # DT documents (first stage and rerankers): shipped translations, else the translator
-    dense_doc_max_length: Optional[int] = Field(None, gt=0)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256 to fit 2 cores)
+    dense_doc_max_length: Optional[int] = Field(None, gt=0, le=1_000_000)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256)
     dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
     dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
     dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}   # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
     nllb_output: Literal["256-new-tokens", "model-max-length"] = "256-new-tokens"   # NLLB's output cap; the authors': the model's max_length (200)
-    def translator_options(self) -> dict:
-        "Keyword arguments of the translator for this configuration's switches (only when off their default)."
-        return {"max_new_tokens": None} if self.nllb_output == "model-max-length" else {}
-    @model_validator(mode="after")
-    def _nllb_output(self):
-        if self.nllb_output != "256-new-tokens" and (self.translator is None or self.translator.kind != "nllb"):
-            raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
-        return self
-    @field_validator("dense_dtype")
+
+    @field_validator("dense_dtype", "dense_title")
     @classmethod
-    def _dense_dtype(cls, v):
-        from clir_llm.dense import ENCODERS
-        if bad := [k for k in v if k not in ENCODERS]:
+    def _encoders(cls, v):
+        if isinstance(v, dict) and (bad := [k for k in v if k not in ENCODERS]):
             raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
         return v
-    def dtypes_of(self, method) -> tuple[str, ...]:
-        """'encoder=dtype' for `method`'s encoders run in another GPU dtype than float16 (they name its runs; float16 runs keep
-        their names): a `dense_dtype` override, or a registry dtype other than float16 (stand-ins excepted: their runs keep their names)."""
-        from clir_llm.dense import get_encoder_spec
-        out = []
-        for e in parse_method(method).encoders:
-            spec = get_encoder_spec(e)
-            d = self.dense_dtype.get(e) or (spec.half if not spec.stand_in else "float16")
-            if d != "float16": out.append(f"{e}={d}")
-        return tuple(out)
 
     @field_validator("dense_quirks")
     @classmethod
     def _quirks(cls, v):
-        from clir_llm.dense import encoder_quirks
-        if bad := [q for q in v if q not in encoder_quirks()]:
-            raise ValueError(f"unknown dense quirk {', '.join(map(repr, bad))}; known: {', '.join(encoder_quirks())}")
-        return v
-
-    def quirks_of(self, method) -> tuple[str, ...]:
-        "The `dense_quirks` that apply to `method`'s encoders (they name its runs)."
-        from clir_llm.dense import encoder_quirks
-        return tuple(q for q in self.dense_quirks if encoder_quirks()[q][0] in parse_method(method).encoders)
-
-    @field_validator("dense_title")
-    @classmethod
-    def _dense_title(cls, v):
-        if isinstance(v, dict):
-            from clir_llm.dense import ENCODERS
-            if bad := [k for k in v if k not in ENCODERS]:
-                raise ValueError(f"unknown dense encoder {', '.join(map(repr, bad))}; known: {', '.join(ENCODERS)}")
+        try: EncoderQuirks.named(v)
+        except ClirError as e: raise ValueError(str(e)) from None
         return v
 
     @model_validator(mode="after")
-    def _only_known(self):
+    def _consistent(self):
+        if self.nllb_output != "256-new-tokens" and not (self.translator and "nllb_output" in self.translator.translator_class.Options.flat_fields()):
+            raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
         if bad := [m for m in self.only_pairs if m not in map(str, self.methods)]:
             raise ValueError(f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})")
         return self
+
+# %% ../nbs/13a_config.ipynb #e8752e98
+@patch(as_prop=True)
+def translator_spec(self: FirstStageConfig) -> Optional[TranslatorSpec]:
+    "The translator as it runs: its spec with this configuration's `nllb_output` (an option of NLLB's, named in its views)."
+    t = self.translator
+    return t.with_options(nllb_output=self.nllb_output) if t is not None and self.nllb_output != "256-new-tokens" else t
+
+@patch
+def dtypes_of(self: FirstStageConfig, method) -> tuple[str, ...]:
+    """'encoder=dtype' for `method`'s encoders run in another GPU dtype than float16 (they name its runs; float16 runs keep
+    their names): a `dense_dtype` override, or a registry dtype other than float16 (stand-ins excepted: their runs keep their names)."""
+    out = []
+    for e in parse_method(method).encoders:
+        spec = get_encoder_spec(e)
+        d = self.dense_dtype.get(e) or (spec.half if not spec.stand_in else "float16")
+        if d != "float16": out.append(f"{e}={d}")
+    return tuple(out)
+
+@patch
+def quirks_of(self: FirstStageConfig, method) -> tuple[str, ...]:
+    "The `dense_quirks` that apply to `method`'s encoders (they name its runs)."
+    return parse_method(method).own_quirks(self.dense_quirks)
 
 # %% ../nbs/13a_config.ipynb #d378b9e7
 @patch
@@ -266,7 +259,10 @@ def _expand_paper_quirks(data):
     "With `paper_quirks: true`, each reranker and the first stage get the authors' settings (those the file does not set)."
     if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
     data = dict(data)
-    if isinstance(fs := data.get("first_stage"), dict): data["first_stage"] = {**paper_first_stage(fs), **fs}
+    if isinstance(fs := data.get("first_stage"), dict):
+        try: extra = paper_first_stage(fs.get("translator"))
+        except ClirError: extra = {}   # a bad translator string: the configuration's validation says how
+        data["first_stage"] = {**extra, **fs}
     if isinstance(data.get("rerankers"), list):
         data["rerankers"] = [with_paper_quirks(r) if isinstance(r, dict) else r for r in data["rerankers"]]
     return data

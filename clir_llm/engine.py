@@ -54,7 +54,7 @@ def execution_of(cfg=None, **override) -> ExecutionSpec:
 class Worker:
     "One owner rebuilt in one process (a Ray actor) from its recipe; `call(method, args)` runs one batch there, nothing cached."
     def __init__(self, factory, args: tuple, threads: int = 1, delay: float = 0.0):
-        import torch
+        import torch   # heavy: loaded in the worker process only
         torch.set_num_threads(threads)
         self.obj, self.delay, self.sizes = factory(*args), delay, []
 
@@ -79,7 +79,7 @@ def _free_port() -> int:
 def _agent_ports_in_advance():
     "While Ray starts a node here: the dashboard agent's ports chosen beforehand, its listen-port file written first."
     try:
-        import ray._private.node as node, ray._private.parameter as parameter
+        import ray._private.node as node, ray._private.parameter as parameter   # optional: the ray extra (its internals, Ray 2.60)
         from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port
         init, start = parameter.RayParams.__init__, node.Node.start_raylet
     except (ImportError, AttributeError): yield; return   # another Ray: start as it does
@@ -96,7 +96,7 @@ def _agent_ports_in_advance():
 
 def start_local_ray(num_cpus: int | None = None):
     "Start a Ray cluster on this machine (never joins another), with `num_cpus` CPUs (None: all); returns `ray`."
-    import ray
+    import ray   # optional: the ray extra
     with _agent_ports_in_advance():
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     return ray
@@ -117,6 +117,25 @@ class RayExecutor(Executor):
         self._key, self._actors = None, []
 
     def describe(self) -> str: return self.spec.describe()
+
+    def map(self, owner, method: str, calls) -> list:
+        """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call sent to
+        the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
+        import ray   # optional: the ray extra, imported when a Ray executor is used
+        from ray.util import ActorPool
+        actors = self.pool(owner)
+        try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None) or e
+            last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
+            raise ClirError(f"a Ray worker failed: {type(cause).__name__}" + (f": {last}" if last else "")) from None
+        except ray.exceptions.RayActorError as e:
+            if getattr(e, "actor_init_failed", False):   # its constructor raised (model not found, an extra not installed there)
+                lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
+                raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
+            raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {str(e).strip().splitlines()[0]}") from None
+        for _, used in done: owner.usage.add(used)
+        return [out for out, _ in done]
 
 # %% ../nbs/13g_engine.ipynb #f4614749
 def reachable(address: str, timeout: float = 10.0) -> str:
@@ -168,54 +187,33 @@ def pool(self: RayExecutor, owner) -> list:
 
 def _driver_threads() -> int:
     "This process's torch threads (CPU kernels such as attention sum in another order with other thread counts)."
-    import torch
+    import torch   # heavy: torch is loaded only when a Ray executor needs the driver's threads
     return torch.get_num_threads()
 
 # %% ../nbs/13g_engine.ipynb #527dd1ab
 @patch
-def map(self: RayExecutor, owner, method: str, calls) -> list:
-    """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call sent to
-    the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
-    import ray
-    from ray.util import ActorPool
-    actors = self.pool(owner)
-    try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
-    except ray.exceptions.RayTaskError as e:
-        cause = getattr(e, "cause", None) or e
-        last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
-        raise ClirError(f"a Ray worker failed: {type(cause).__name__}" + (f": {last}" if last else "")) from None
-    except ray.exceptions.RayActorError as e:
-        if getattr(e, "actor_init_failed", False):   # its constructor raised (model not found, an extra not installed there)
-            lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
-            raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
-        raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {str(e).strip().splitlines()[0]}") from None
-    for _, used in done: owner.usage.add(used)
-    return [out for out, _ in done]
-
-# %% ../nbs/13g_engine.ipynb #f59dee30
-@patch
 def warm(self: RayExecutor, owner) -> list[int]:
     "Start the actors of `owner`'s recipe and wait until their models are loaded; their process ids."
-    import ray
+    import ray   # optional: the ray extra
     return ray.get([a.pid.remote() for a in self.pool(owner)])
 
 @patch
 def pids(self: RayExecutor) -> list[int]:
     "The process ids of the current pool's actors (tests kill one)."
-    import ray
+    import ray   # optional: the ray extra
     return ray.get([a.pid.remote() for a in self._actors])
 
 @patch
 def batch_sizes(self: RayExecutor) -> list[int]:
     "The sizes of the batches the current pool's actors computed (tests)."
-    import ray
+    import ray   # optional: the ray extra
     return [n for sizes in ray.get([a.batches.remote() for a in self._actors]) for n in sizes]
 
 @patch
 def close(self: RayExecutor):
     "Release the actors of the current pool (the cluster stays up)."
     if self._actors:
-        import ray
+        import ray   # optional: the ray extra
         for a in self._actors: ray.kill(a, no_restart=True)
     self._key, self._actors = None, []
 

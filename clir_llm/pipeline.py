@@ -19,18 +19,10 @@ from .replay import seed_llm_calls
 from .rerank import RerankerSpec
 from .retrieve import FirstStage, docs_view, parse_method
 from .progress import progress_context
-from . import translate
-from .translate import get_translator
+from .translate import get_translator, view_identity
 
 # %% auto #0
 __all__ = ['Pipeline']
-
-# %% ../nbs/13b_pipeline.ipynb #84097f55
-def _view_revision(fs=None) -> tuple:
-    """How translated views are made (`translate.VIEW_REVISION`, and the translator's switches of first-stage config `fs`
-    when off their default): part of the name of every run that reads one, so a run made from other translations is never reused."""
-    opts = fs.translator_options() if fs is not None else {}
-    return ("view", translate.VIEW_REVISION) + ((("translator", tuple(sorted(opts.items()))),) if opts else ())
 
 # %% ../nbs/13b_pipeline.ipynb #a4643e64
 class Pipeline:
@@ -60,8 +52,7 @@ class Pipeline:
 def translator(self: Pipeline):
     "The configuration's translator (one object, so its sentence accounting covers the whole pipeline), on the pipeline's executor."
     if self._translator is None and self.cfg.first_stage.translator:
-        self._translator = get_translator(self.cfg.first_stage.translator, cache=self.cache, executor=self.executor,
-                                          **self.cfg.first_stage.translator_options())
+        self._translator = get_translator(self.cfg.first_stage.translator_spec, cache=self.cache, executor=self.executor)
     return self._translator
 
 @patch
@@ -84,9 +75,9 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
     m, fs, coll = parse_method(method), self.cfg.first_stage, self.collection(pair)
     dense_len = fs.dense_doc_max_length if m.encoders else None
     text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
-    return self._path(pair, str(m), (str(m), str(fs.translator) if m.translated and fs.translator else None, fs.depth, coll.key)
+    return self._path(pair, str(m), (str(m), fs.translator.key() if m.translated and fs.translator else None, fs.depth, coll.key)
                       + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((_view_revision(fs),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
+                      + ((view_identity(fs.translator_spec),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
                       + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
 @patch
@@ -136,7 +127,7 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     params = rc.run_identity(passage_tokens)
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
-                      + ((_view_revision(self.cfg.first_stage),) if docs != "og" else ()))
+                      + ((view_identity(self.cfg.first_stage.translator_spec),) if docs != "og" else ()))
     if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
     spec = RerankerSpec(method=rc.method, options=rc.options_at(passage_tokens))
     rr = spec.build(self.backend(rc.llm), progress=self.progress)

@@ -65,7 +65,7 @@ def _available(cfg: Config) -> tuple[bool, str]:
     "Whether the collection's data is on this machine without a download, and if not, why."
     from clir_llm.collections import COLLECTIONS
     src = COLLECTIONS.lookup(cfg.collection)[0].obj
-    if src.shipped or cfg.root or (src.env and os.environ.get(src.env)) or cfg.collection.startswith("files:"): return True, ""
+    if src.shipped or cfg.root or (src.env and os.environ.get(src.env)) or not (src.env or src.remote): return True, ""   # files: is here
     return False, f"${src.env} is unset" if src.env else "its data may need a download"   # ir_datasets and plugins: not read by a dry run
 
 def _assumed(cfg: Config, pair: str) -> PairText:
@@ -151,7 +151,7 @@ def plan_counts(cfg: Config, texts: dict | None = None) -> dict:
 def _dt(cfg: Config, pair: str):
     "How DT documents of `pair` are made, by `retrieve.docs_view`'s own rule (`retrieve.dt_plan`)."
     fs = cfg.first_stage
-    return dt_plan(cfg.collection, pair, fs.dt_source, fs.translator)
+    return dt_plan(cfg.collection, pair, fs.dt_source, fs.translator_spec, cfg.root)
 
 def reads(cfg: Config) -> list[str]:
     "One line per first stage and per reranker's OG/DT: the query text, the translator and the document text it reads."
@@ -179,7 +179,7 @@ GATED = ("meta-llama/",)   # Hub organisations whose models need an accepted lic
 def _hub_models(cfg: Config) -> list[tuple[str, str]]:
     "(what, Hub id) of every model a real run of `cfg` loads from the Hub, as each translator, encoder and backend names them."
     tr, out = cfg.first_stage.translator, []
-    if tr is not None: out += [("translator", m) for m in tr.translator_class.hub_models(tr)]
+    if tr is not None: out += [("translator", m) for m in tr.hub_models()]
     for e in dict.fromkeys(e for m in cfg.first_stage.methods for e in parse_method(m).encoders):
         out += [(f"encoder {e}" + (" base" if i else ""), m) for i, m in enumerate(get_encoder_spec(e).hub_models())]
     out += [(f"reranker {r.name}", m) for r in cfg.rerankers if r.llm for m in r.llm.backend_class.hub_models(r.llm)]
@@ -189,10 +189,7 @@ def missing(cfg: Config) -> list[str]:
     "What a real run of `cfg` lacks on this machine: data, credentials, models not cached (one line each)."
     src, out = COLLECTIONS.lookup(cfg.collection)[0].obj, []
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-    if src.env and not cfg.root and not os.environ.get(src.env):
-        out.append(f"data: ${src.env} is unset: " + ("CLEF 2003 is licensed (ELRA-E0008); set it to your copy, the run fails without it"
-                   if cfg.collection == "clef2003" else f"{cfg.collection} would be downloaded from the Hugging Face Hub"
-                   + (" but HF_HUB_OFFLINE is set: the run fails" if offline else " on first use (needs network)")))
+    if (why := src.missing(cfg.collection, cfg.root)): out.append(f"data: {why}")
     for spec, names in _by_backend(cfg).items():
         out += [f"{line}: the rerankers {', '.join(names)} cannot run" for line in spec.backend_class.missing(spec)]
     try: from huggingface_hub import try_to_load_from_cache   # installed with transformers; the check is skipped without it
@@ -253,7 +250,7 @@ def first_stage_work(cfg: Config, texts: dict) -> dict:
     for p, t in texts.items():
         ql, dl = parse_pair(p)
         words = sum(t.og_words) / max(len(t.og_words), 1)
-        if fs.translator is not None and fs.translator.translator_class.uses_gpu:
+        if fs.translator is not None and fs.translator.uses_gpu:
             if needs_dt(p) and _dt(cfg, p).source == "translator": tr[dl.code, ql.code] = t.docs * max(words / sw, 1)
             if any(getattr(x, "view", "") == "qt" for m in fs.methods if fs.runs_on(m, p) for x in m.parts()):
                 tr[ql.code, dl.code] = tr.get((ql.code, dl.code), 0) + t.queries * max(t.query_words / sw, 1)
