@@ -52,7 +52,7 @@ class Pipeline:
         if self.cfg.recorded and self.cache.mode == "readwrite" and not os.environ.get("CLIR_LLM_KEY_LOG"):
             # the configuration's recorded LLM responses (the demo's): a notebook run on its own (papermill, nbdev-test)
             # replays them as `reproduce` does; a `--no-recorded` run (it sets CLIR_LLM_KEY_LOG) computes every call
-            from clir_llm.llm import seed_llm_calls
+            from clir_llm.replay import seed_llm_calls
             rec = (self.cfg.path.parent / self.cfg.recorded) if self.cfg.path else Path(self.cfg.recorded)
             if rec.is_file(): seed_llm_calls(self.cache, rec)
         self.progress, self._colls, self._backends, self._translator = progress, {}, {}, None

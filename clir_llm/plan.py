@@ -14,7 +14,7 @@ from .core import ClirError
 from .config import Config, experiment_notebook
 from .languages import parse_pair
 from .listwise import window_spans
-from .llm import load_prices, price_of
+from .prices import load_prices, price_of
 from .retrieve import parse_method
 from .templates import PromptTemplate, listwise_messages, render_text
 

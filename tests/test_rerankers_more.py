@@ -204,7 +204,7 @@ def test_every_new_method_is_registered_and_listed():
 
 
 def test_backends_without_the_capability_are_refused_in_one_line():
-    from clir_llm.llm import OpenAIBackend
+    from clir_llm.llm_openai import OpenAIBackend
     api = OpenAIBackend("gpt-4o-mini")             # top logprobs of the first token only, no prefill; no call is made
     for method, extra, msg in (("setwise-heapsort", dict(scoring="likelihood"), "cannot continue an assistant turn"),
                                ("pointwise-qlm", {}, "cannot score a continuation of several tokens"),
@@ -213,7 +213,7 @@ def test_backends_without_the_capability_are_refused_in_one_line():
             get_reranker(method, api, **extra)
     for method in ("setwise-heapsort", "setwise-bubblesort", "pointwise-yes-no"):   # generation, or Yes/No as the first token
         assert get_reranker(method, api).backend is api
-    no_lp = OpenAIBackend("gpt-4o-mini", logprobs=False)
+    no_lp = OpenAIBackend.create("gpt-4o-mini", logprobs=False)
     with pytest.raises(ClirError, match="returns no log-probabilities"): get_reranker("pointwise-yes-no", no_lp)
     assert api.supports_logprobs and not api.scores_sequences
 
