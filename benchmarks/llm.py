@@ -28,7 +28,8 @@ import argparse, json, sys, tempfile, time
 from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
-from clir_llm.llm import HFBackend, get_backend
+from clir_llm.llm import get_backend
+from clir_llm.llm_hf import HFBackend, quantize_model
 from clir_llm.testing import make_tiny_hf_model
 
 WORDS = ["Guten Morgen", "Katze", "Hund", "Haus", "Baum", "Wasser", "Brot", "Buch", "kissa", "koira", "talo", "gatto",
@@ -60,7 +61,7 @@ DEMO_RECORDED = Path(__file__).resolve().parent.parent / "configs" / "recorded" 
 
 def demo_prompts(n_score: int, n_generate: int, path=None):
     "The first recorded demo calls of each kind (sorted by cache key, so a fixed, mixed sample): (op, prompt, candidates, params)."
-    from clir_llm.llm import read_llm_calls
+    from clir_llm.replay import read_llm_calls
     calls = read_llm_calls(path or DEMO_RECORDED)
     pick = lambda op, n: [(c["op"], c["prompt"], c.get("candidates"), c["params"]) for c in calls if c["op"] == op][:n]
     return pick("score", n_score) + pick("generate", n_generate)
@@ -115,7 +116,7 @@ def stand_in_speed(quick: bool, recorded=None) -> float:
     now = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(mode="off"))
     model, tok = now.hf_model, now.tokenizer
     def variant(batch, last_only, hf_model):
-        b = HFBackend(now._source, cache=Cache(mode="off"), revision=now.revision, batch_size=batch, tokenizer=tok, hf_model=hf_model)
+        b = HFBackend.create(now._source, Cache(mode="off"), revision=now.revision, batch_size=batch, hf_tokenizer=tok, hf_model=hf_model)
         b.last_logits_only = last_only
         return b
     print(f"\nstand-in speed: {len([c for c in calls if c[0] == 'score'])} PRP scoring + "
@@ -139,7 +140,6 @@ def stand_in_speed(quick: bool, recorded=None) -> float:
     if same != len(before): best = 0.0   # the fp32 path must not change an answer
     try:   # the opt-in fast path: `hf:qwen2.5-coder-0.5b-offline[quantize=int8]` (torch dynamic int8, fbgemm): other answers, own cache keys
         import copy
-        from clir_llm.llm import quantize_model
         q8, tps_q8, t_q8 = run_calls(variant(32, True, quantize_model(copy.deepcopy(model))), calls)
         print(f"int8   (quantize=int8, batch 32, last-position): {tps_q8:6.1f} tokens/s  ({t_q8:.1f} s); answers as fp32: {agreement(q8, before, calls)}")
         best = max(best, tps_q8)
@@ -179,8 +179,8 @@ def main(argv=None):
     def counted(*a, **k): calls["n"] += 1; return fwd(*a, **k)
     model.forward = counted
     prompts = (PROMPTS * (args.n // len(PROMPTS) + 1))[:args.n]
-    mk = lambda bs, cache=None: HFBackend(base._source, cache=cache, revision=base.revision, gguf_file=base.gguf_file,
-                                          batch_size=bs, tokenizer=tok, hf_model=model)
+    mk = lambda bs, cache=None: HFBackend.create(base._source, cache, revision=base.revision, gguf_file=base.gguf_file,
+                                                 batch_size=bs, hf_tokenizer=tok, hf_model=model)
     print(f"model: {label}; device {model.device}, dtype {model.dtype}, torch threads {torch.get_num_threads()}")
     print(f"{len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}")
     mk(args.batch_size).generate(prompts[:2], max_new_tokens=2, progress=False)          # warm-up (allocations, kernels)

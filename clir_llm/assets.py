@@ -13,12 +13,13 @@ from filelock import FileLock
 from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, write_json, stable_hash
 from .cache import default_cache_dir
+from .specs import Registry
 
 # %% auto #0
-__all__ = ['QWEN_GGUF', 'Q4_0_BLOCK', 'E5_SOURCES', 'E5_PROBE', 'QWEN_PROBE', 'OFFLINE_MODELS', 'models_dir', 'package_file',
-           'dist_version', 'join_parts', 'qwen_gguf_path', 'qwen_hf_spec', 'dequantize_q4_0', 'E5Container',
-           'e5_state_dict', 'build_folder', 'e5_small_path', 'check_e5_small', 'save_hf_folder', 'qwen_hf_path',
-           'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table', 'cli_models']
+__all__ = ['QWEN_GGUF', 'Q4_0_BLOCK', 'E5_SOURCES', 'E5_PROBE', 'QWEN_PROBE', 'OFFLINE_MODELS', 'MODEL_EXPORTS', 'models_dir',
+           'package_file', 'dist_version', 'join_parts', 'qwen_gguf_path', 'qwen_hf_spec', 'dequantize_q4_0',
+           'E5Container', 'e5_state_dict', 'build_folder', 'e5_small_path', 'check_e5_small', 'save_hf_folder',
+           'qwen_hf_path', 'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table', 'cli_models']
 
 # %% ../nbs/05_assets.ipynb #7131340b
 def models_dir(root=None) -> Path:
@@ -426,6 +427,9 @@ def offline_model(name: str) -> OfflineModel | None:
     key = str(name).strip()
     return OFFLINE_MODELS.get(key) or next((m for m in OFFLINE_MODELS.values() if key in m.aliases), None)
 
+# %% ../nbs/05_assets.ipynb #e5a40500
+MODEL_EXPORTS = Registry("model export", plugins=("clir_llm.llm_ort",))   # listers of models built from an offline model
+
 # %% ../nbs/05_assets.ipynb #729635fb
 def _size(path: Path) -> int:
     if path.is_file(): return path.stat().st_size
@@ -466,8 +470,6 @@ def cli_models(argv=None) -> int:
               f"  {state}\n  path: {r['path']}")
         for k, (p, size) in r["parts"].items():
             print(f"  {k}: {p} ({'not prepared' if size is None else f'prepared, {size/1e6:.0f} MB'})")
-        if r["prepared"] and r["name"].startswith("hf:"):   # ONNX Runtime GenAI exports built from it (`ort:` backend)
-            from clir_llm.llm_ort import ort_exports
-            for prec, p in ort_exports(r["path"], a.root):
-                print(f"  ort export ({prec}, {r['name'].replace('hf:', 'ort:', 1)}): {p} ({_size(p)/1e6:.0f} MB)")
+        for lister in MODEL_EXPORTS.values() if r["prepared"] else []:   # what was built from it (an ort: export)
+            for what, p in lister(r["name"], r["path"], a.root): print(f"  {what}: {p} ({_size(p)/1e6:.0f} MB)")
     return 0

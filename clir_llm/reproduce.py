@@ -190,7 +190,7 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
     """Around a run of `cfg`: with `use`, seed the cache from its recorded LLM responses and make a call missing
     from them an error; without, log the key of every LLM call into `out/.llm-keys.log` (for `record_responses`)."""
     from clir_llm.cache import Cache
-    from clir_llm.llm import seed_llm_calls
+    from clir_llm.replay import seed_llm_calls
     path, env = recorded_path(cfg), {}
     if path is not None and use:
         if not path.is_file():
@@ -213,7 +213,8 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
 def record_responses(cfg: Config, out: Path, log=print) -> dict:
     "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
     from clir_llm.cache import Cache
-    from clir_llm.llm import export_llm_calls, get_backend
+    from clir_llm.llm import get_backend
+    from clir_llm.replay import export_llm_calls
     keylog = Path(out) / ".llm-keys.log"
     keys = sorted(set(keylog.read_text().split())) if keylog.exists() else []
     backends = [get_backend(s, Cache(mode="off")) for s in dict.fromkeys(r.llm.key() for r in cfg.rerankers if r.llm)]

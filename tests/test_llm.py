@@ -1,324 +1,542 @@
-"LLM backends: hf: on tiny random models built here, openai: against a real local HTTP server with injected faults."
-import json, math, os, signal, subprocess, sys, textwrap, time
+"""The LLM backend interface (clir_llm.llm): one registry, specs parsed once with each kind's own options, keys and cache
+identities byte-identical to the code before options lived with their kinds (identity v1), options on the command line
+generated per kind, the cached and batched machinery with an injected executor, call keys."""
+import argparse, json, pickle, sys, types
 from pathlib import Path
-import pytest
-
-from clir_llm.cache import Cache, CacheMiss
+import pytest, yaml
+from clir_llm.cache import Cache
 from clir_llm.core import ClirError
-from clir_llm.llm import HFBackend, LLMError, OpenAIBackend, get_backend, load_prices, price_of
-from clir_llm.testing import FakeOpenAIServer, make_tiny_hf_model
+from clir_llm.executor import LOCAL, LocalExecutor
+from clir_llm.llm import (BACKENDS, Backend, BackendOptions, BackendSpec, CachedBackend, LLMError, add_backend_arguments,
+                          backend_spec_from_args, call_key, get_backend, given_names, kind_class, lay_over, llm_of_argv,
+                          output_options, plain_text, rebuild_backend)
+from clir_llm.specs import opt
+from clir_llm.testing import make_tiny_hf_model
 
-PROMPTS = ["the cat sat", "Passage A: ein Hund lief durch den Park", "Output Passage A or Passage B:",
-           [{"role": "system", "content": "be brief"}, {"role": "user", "content": "kissa nukkuu sohvalla"}],
-           "Rank the passages based on their relevance", "0 1 2 3 4 5", "il gatto dorme", "кошка спит"]
-SECRET = "sk-test-MARKER-5f1e2d3c4b5a69788"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- identity v1: literal values of the code before (7ce5228)
+KEYS_V1 = {   # spec -> BackendSpec.key(), captured from 7ce5228 (PYTHONPATH=/work/baseline)
+    "gguf:/m/x.gguf": "gguf:/m/x.gguf",
+    "gguf:/m/x.gguf[max_model_len=2048]": "gguf:/m/x.gguf[max_model_len=2048]",
+    "gguf:/models/a@b/x.gguf": "gguf:/models/a@b/x.gguf",
+    "hf:Qwen/Qwen2.5-7B-Instruct@main": "hf:Qwen/Qwen2.5-7B-Instruct@main",
+    "hf:meta-llama/Llama-3.1-8B-Instruct@abc123": "hf:meta-llama/Llama-3.1-8B-Instruct@abc123",
+    "hf:qwen2.5-coder-0.5b-offline": "hf:qwen2.5-coder-0.5b-offline",
+    "hf:qwen2.5-coder-0.5b-offline[dtype=bfloat16]": "hf:qwen2.5-coder-0.5b-offline[dtype=bfloat16]",
+    "hf:qwen2.5-coder-0.5b-offline[quantize=int8]": "hf:qwen2.5-coder-0.5b-offline[quantize=int8]",
+    "hf:x": "hf:x",
+    "hf:x[device=cuda,batch_size=4,device_map=auto]": "hf:x",
+    "hf:x[dtype=bfloat16]": "hf:x[dtype=bfloat16]",
+    "hf:x[dtype=float32]": "hf:x[dtype=float32]",
+    "hf:x[max_model_len=100,tokenizer=t,quantize=int8,dtype=float32]": "hf:x[dtype=float32,tokenizer=t,max_model_len=100,quantize=int8]",
+    "hf:x[max_model_len=4096]": "hf:x[max_model_len=4096]",
+    "hf:x[quantize=int8]": "hf:x[quantize=int8]",
+    "hf:x[tokenizer=org/tok]": "hf:x[tokenizer=org/tok]",
+    "openai:gpt-4.1": "openai:gpt-4.1",
+    "openai:gpt-4.1[api=chat]": "openai:gpt-4.1[api=chat]",
+    "openai:gpt-4.1[api=completions,tokenizer=org/tok]": "openai:gpt-4.1[tokenizer=org/tok,api=completions]",
+    "openai:gpt-4.1[prefill=true]": "openai:gpt-4.1[prefill=true]",
+    "openai:gpt-4.1[tokenizer=tiktoken:/x/cl100k.tiktoken]": "openai:gpt-4.1[tokenizer=tiktoken:/x/cl100k.tiktoken]",
+    "openai:m[concurrency=16,endpoint=srv,api_key_env=MYKEY]": "openai:m",
+    "openai:m[max_model_len=8192,prefill=true]": "openai:m[prefill=true,max_model_len=8192]",
+    "openai:m[prefill=false]": "openai:m[prefill=false]",
+    "ort:/m/x": "ort:/m/x",
+    "ort:/m/x[block_size=16]": "ort:/m/x[block_size=16]",
+    "ort:/m/x[precision=fp32]": "ort:/m/x[precision=fp32]",
+    "ort:/m/x[precision=int8,block_size=64]": "ort:/m/x[precision=int8,block_size=64]",
+    "ort:qwen2.5-coder-0.5b-offline": "ort:qwen2.5-coder-0.5b-offline",
+    "ort:qwen2.5-coder-0.5b-offline[precision=int8]": "ort:qwen2.5-coder-0.5b-offline[precision=int8]",
+    "vllm:meta-llama/Llama-3.1-8B-Instruct": "vllm:meta-llama/Llama-3.1-8B-Instruct",
+    "vllm:meta-llama/Llama-3.1-8B-Instruct@main[dtype=float16,tensor_parallel_size=2,enable_prefix_caching=true,gpu_memory_utilization=0.9,batch_size=64,max_model_len=8192,tokenizer=t]": "vllm:meta-llama/Llama-3.1-8B-Instruct@main[dtype=float16,tokenizer=t,max_model_len=8192]",
+    '{"base_url": ["http://a:8000/v1", "http://b:8000/v1"], "concurrency": 8, "prefill": true, "spec": "openai:meta-llama/Llama-3.1-8B-Instruct"}': "openai:meta-llama/Llama-3.1-8B-Instruct[prefill=true]",
+    '{"batch_size": 16, "dtype": "float16", "spec": "hf:x"}': "hf:x[dtype=float16]",
+    '{"block_size": "64", "precision": "int4", "spec": "ort:/m/x"}': "ort:/m/x[precision=int4,block_size=64]",
+}
+
+IDENTITY_V1 = {   # case -> (identity() as sorted JSON, name, label, spec key), captured from 7ce5228; <T> <M> <G>: the tiny models' paths
+    "card cpu": ('{"dtype": "float32", "kind": "hf", "model": "meta-llama/Llama-3.1-8B-Instruct", "revision": null}',
+        'hf:meta-llama/Llama-3.1-8B-Instruct', 'hf:meta-llama/Llama-3.1-8B-Instruct', None),
+    "card fp16 given": ('{"dtype": "float16", "kind": "hf", "model": "meta-llama/Llama-3.1-8B-Instruct", "revision": null}',
+        'hf:meta-llama/Llama-3.1-8B-Instruct', 'hf:meta-llama/Llama-3.1-8B-Instruct', None),
+    "gguf": ('{"kind": "gguf", "model": "<G>/model.gguf", "revision": "local-5012970adf9dc8ae"}',
+        'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf'),
+    "gguf len": ('{"kind": "gguf", "max_model_len": 2048, "model": "<G>/model.gguf", "revision": "local-5012970adf9dc8ae"}',
+        'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf[max_model_len=2048]'),
+    "gguf rev": ('{"kind": "gguf", "model": "<G>/model.gguf", "revision": "v1"}',
+        'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf', 'gguf:<G>/model.gguf@v1'),
+    "hf": ('{"kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf all": ('{"dtype": "float32", "kind": "hf", "max_model_len": 100, "model": "<T>", "quantize": "int8", "revision": "local-7932a4f333d78675", "tokenizer": "<T>"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[dtype=float32,tokenizer=<T>,max_model_len=100,quantize=int8]'),
+    "hf auto": ('{"dtype": "auto", "kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[dtype=auto]'),
+    "hf bf16": ('{"dtype": "bfloat16", "kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[dtype=bfloat16]'),
+    "hf dbos": ('{"double_bos": true, "kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf fp32": ('{"dtype": "float32", "kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[dtype=float32]'),
+    "hf int8": ('{"kind": "hf", "model": "<T>", "quantize": "int8", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[quantize=int8]'),
+    "hf kw fp16": ('{"dtype": "float16", "kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf kw fp16+quirks": ('{"double_bos": true, "dtype": "float16", "kind": "hf", "max_model_len": 512, "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[max_model_len=512]'),
+    "hf len": ('{"kind": "hf", "max_model_len": 4096, "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[max_model_len=4096]'),
+    "hf nomask": ('{"kind": "hf", "model": "<T>", "no_attention_mask": true, "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf quirks": ('{"double_bos": true, "kind": "hf", "model": "<T>", "no_attention_mask": true, "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf quirks off": ('{"kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf speed": ('{"kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>'),
+    "hf tok": ('{"kind": "hf", "model": "<T>", "revision": "local-7932a4f333d78675", "tokenizer": "<T>"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>[tokenizer=<T>]'),
+    "hf@rev": ('{"kind": "hf", "model": "<T>", "revision": "r1"}',
+        'hf:<T>', 'hf:<T>', 'hf:<T>@r1'),
+    "mt5": ('{"kind": "hf", "model": "<M>", "revision": "local-e684f81e98169051"}',
+        'hf:<M>', 'hf:<M>', 'hf:<M>'),
+    "mt5 plain": ('{"kind": "hf", "model": "<M>", "revision": "local-e684f81e98169051"}',
+        'hf:<M>', 'hf:<M>', 'hf:<M>'),
+    "openai": ('{"kind": "openai", "model": "gpt-4.1", "revision": null}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1'),
+    "openai chat": ('{"api": "chat", "kind": "openai", "model": "gpt-4.1", "revision": null}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1[api=chat]'),
+    "openai completions": ('{"api": "completions", "kind": "openai", "max_model_len": 300, "model": "org/tiny", "revision": null, "tokenizer": "<T>"}',
+        'openai:org/tiny', 'openai:org/tiny', 'openai:org/tiny[tokenizer=<T>,max_model_len=300,api=completions]'),
+    "openai endpoint": ('{"endpoint": "my-server", "kind": "openai", "model": "m", "revision": null}',
+        'openai:m', 'openai:m', 'openai:m'),
+    "openai len": ('{"kind": "openai", "max_model_len": 8192, "model": "m", "revision": null}',
+        'openai:m', 'openai:m', 'openai:m[max_model_len=8192]'),
+    "openai pool": ('{"endpoint": "http://a:8000/v1", "kind": "openai", "model": "gpt-4.1", "revision": null}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1'),
+    "openai prefill": ('{"kind": "openai", "model": "gpt-4.1", "prefill": true, "revision": null}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1[prefill=true]'),
+    "openai tiktoken": ('{"kind": "openai", "model": "gpt-4.1", "revision": null, "tokenizer": "tiktoken:/x/cl100k.tiktoken"}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1[tokenizer=tiktoken:/x/cl100k.tiktoken]'),
+    "openai tok": ('{"endpoint": "http://h:8000/v1", "kind": "openai", "model": "org/tiny", "prefill": true, "revision": null, "tokenizer": "<T>"}',
+        'openai:org/tiny', 'openai:org/tiny', 'openai:org/tiny[prefill=true,tokenizer=<T>]'),
+    "openai url": ('{"endpoint": "http://host:8000/v1", "kind": "openai", "model": "gpt-4.1", "revision": null}',
+        'openai:gpt-4.1', 'openai:gpt-4.1', 'openai:gpt-4.1'),
+    "ort": ('{"block_size": 32, "engine": "onnxruntime-genai 0.18", "kind": "ort", "model": "<T>", "precision": "int4", "revision": "local-7932a4f333d78675"}',
+        'ort:<T>', 'ort:<T>', 'ort:<T>'),
+    "ort fp32": ('{"block_size": null, "engine": "onnxruntime-genai 0.18", "kind": "ort", "model": "<T>", "precision": "fp32", "revision": "local-7932a4f333d78675"}',
+        'ort:<T>', 'ort:<T>', 'ort:<T>[precision=fp32]'),
+    "ort int8/64": ('{"block_size": 64, "engine": "onnxruntime-genai 0.18", "kind": "ort", "model": "<T>", "precision": "int8", "revision": "local-7932a4f333d78675"}',
+        'ort:<T>', 'ort:<T>', 'ort:<T>[precision=int8,block_size=64]'),
+    "ort len": ('{"block_size": 32, "engine": "onnxruntime-genai 0.18", "kind": "ort", "max_model_len": 256, "model": "<T>", "precision": "int4", "revision": "local-7932a4f333d78675"}',
+        'ort:<T>', 'ort:<T>', 'ort:<T>[max_model_len=256]'),
+    "ort standin": ('{"block_size": 32, "engine": "onnxruntime-genai 0.18", "kind": "ort", "model": "qwen2.5-coder-0.5b-offline", "precision": "int4", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'ort:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in), ONNX Runtime int4', 'ort:qwen2.5-coder-0.5b-offline'),
+    "ort standin int8": ('{"block_size": 32, "engine": "onnxruntime-genai 0.18", "kind": "ort", "model": "qwen2.5-coder-0.5b-offline", "precision": "int8", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'ort:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in), ONNX Runtime int8', 'ort:qwen2.5-coder-0.5b-offline[precision=int8]'),
+    "standin": ('{"gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline'),
+    "standin bf16": ('{"dtype": "bfloat16", "gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline[dtype=bfloat16]'),
+    "standin fp32": ('{"dtype": "float32", "gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline[dtype=float32]'),
+    "standin int8": ('{"gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "quantize": "int8", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline[quantize=int8]'),
+    "standin kw bf16": ('{"dtype": "bfloat16", "gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline'),
+    "standin quirks": ('{"double_bos": true, "gguf_file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "kind": "hf", "model": "qwen2.5-coder-0.5b-offline", "no_attention_mask": true, "revision": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"}',
+        'hf:qwen2.5-coder-0.5b-offline', 'Qwen2.5-Coder-0.5B (stand-in)', 'hf:qwen2.5-coder-0.5b-offline'),
+    "vllm": ('{"kind": "vllm", "model": "<T>", "revision": null}',
+        'vllm:<T>', 'vllm:<T>', 'vllm:<T>'),
+    "vllm opts": ('{"dtype": "float16", "kind": "vllm", "max_model_len": 1024, "model": "<T>", "revision": null}',
+        'vllm:<T>', 'vllm:<T>', 'vllm:<T>[dtype=float16,max_model_len=1024]'),
+}
+
+
+def _cases(T, M, G):
+    "(case, spec, keyword options as callers passed them to get_backend) of the table above."
+    return [
+        ("hf", f"hf:{T}", {}), ("hf@rev", f"hf:{T}@r1", {}), ("hf bf16", f"hf:{T}[dtype=bfloat16]", {}),
+        ("hf fp32", f"hf:{T}[dtype=float32]", {}), ("hf auto", f"hf:{T}[dtype=auto]", {}), ("hf int8", f"hf:{T}[quantize=int8]", {}),
+        ("hf len", f"hf:{T}[max_model_len=4096]", {}), ("hf tok", {"spec": f"hf:{T}", "tokenizer": str(T)}, {}),
+        ("hf all", {"spec": f"hf:{T}", "dtype": "float32", "quantize": "int8", "max_model_len": 100, "tokenizer": str(T)}, {}),
+        ("hf speed", {"spec": f"hf:{T}", "device": "cpu", "batch_size": 4, "device_map": "auto"}, {}),
+        ("hf quirks", f"hf:{T}", {"double_bos": True, "no_attention_mask": True}), ("hf dbos", f"hf:{T}", {"double_bos": True}),
+        ("hf nomask", f"hf:{T}", {"no_attention_mask": True}), ("hf quirks off", f"hf:{T}", {"double_bos": False, "no_attention_mask": False}),
+        ("hf kw fp16", f"hf:{T}", {"dtype": "float16"}), ("hf kw fp16+quirks", f"hf:{T}[max_model_len=512]", {"dtype": "float16", "double_bos": True}),
+        ("mt5", f"hf:{M}", {"decoder_prefix": "Passage"}), ("mt5 plain", f"hf:{M}", {}),
+        ("openai", "openai:gpt-4.1", {}), ("openai url", {"spec": "openai:gpt-4.1", "base_url": "http://u:p@Host:8000/v1/"}, {}),
+        ("openai pool", {"spec": "openai:gpt-4.1", "base_url": ["http://a:8000/v1", "http://b:8000/v1"], "concurrency": 16}, {}),
+        ("openai prefill", "openai:gpt-4.1[prefill=true]", {}), ("openai chat", "openai:gpt-4.1[api=chat]", {}),
+        ("openai endpoint", "openai:m[endpoint=my-server,api_key_env=MYKEY]", {}), ("openai len", "openai:m[max_model_len=8192]", {}),
+        ("openai tiktoken", "openai:gpt-4.1[tokenizer=tiktoken:/x/cl100k.tiktoken]", {}),
+        ("openai tok", {"spec": "openai:org/tiny", "tokenizer": str(T), "base_url": "http://h:8000/v1", "prefill": True}, {}),
+        ("openai completions", {"spec": "openai:org/tiny", "tokenizer": str(T), "api": "completions", "max_model_len": 300}, {}),
+        ("vllm", f"vllm:{T}", {}), ("vllm opts", {"spec": f"vllm:{T}", "dtype": "float16", "tensor_parallel_size": 2, "enable_prefix_caching": True,
+                                                  "gpu_memory_utilization": 0.5, "batch_size": 64, "max_model_len": 1024}, {}),
+        ("gguf", f"gguf:{G}", {}), ("gguf len", f"gguf:{G}[max_model_len=2048]", {}), ("gguf rev", f"gguf:{G}@v1", {}),
+        ("ort", f"ort:{T}", {}), ("ort int8/64", f"ort:{T}[precision=int8,block_size=64]", {}), ("ort fp32", f"ort:{T}[precision=fp32]", {}),
+        ("ort len", f"ort:{T}[max_model_len=256,batch_size=2]", {}),
+        ("standin", "hf:qwen2.5-coder-0.5b-offline", {}), ("standin int8", "hf:qwen2.5-coder-0.5b-offline[quantize=int8]", {}),
+        ("standin bf16", "hf:qwen2.5-coder-0.5b-offline[dtype=bfloat16]", {}), ("standin fp32", "hf:qwen2.5-coder-0.5b-offline[dtype=float32]", {}),
+        ("standin quirks", "hf:qwen2.5-coder-0.5b-offline", {"double_bos": True, "no_attention_mask": True}),
+        ("standin kw bf16", "hf:qwen2.5-coder-0.5b-offline", {"dtype": "bfloat16"}),
+        ("ort standin", "ort:qwen2.5-coder-0.5b-offline", {}), ("ort standin int8", "ort:qwen2.5-coder-0.5b-offline[precision=int8]", {}),
+    ]
+
+TINY_RENDER = [1, 87, 85, 272, 201, 267, 276, 28, 263, 380, 2, 201, 1, 261, 85, 291, 86, 271, 86, 201, 282, 28]
+STANDIN_RENDER = [151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 54364, 14817, 13, 1446, 525, 264, 10950, 17847, 13,
+                  151645, 198, 151644, 872, 198, 12187, 424, 362, 25, 279, 8251, 151645, 198, 151644, 77091, 198, 98475, 25]
+PRP = [{"role": "user", "content": "Passage A: the cat"}, {"role": "assistant", "content": " Passage:"}]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def paths(tmp_path_factory):
+    "The tiny models (their bytes are seeded: the same local revision on every machine) and a small file standing for a GGUF."
     import torch
     torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("tiny")
-    return {"qwen2": make_tiny_hf_model(root / "qwen2", "qwen2"), "mt5": make_tiny_hf_model(root / "mt5", "mt5")}
+    root = tmp_path_factory.mktemp("v1")
+    G = root / "gguf" / "model.gguf"; G.parent.mkdir(); G.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    return make_tiny_hf_model(root / "tiny-qwen2", "qwen2"), make_tiny_hf_model(root / "tiny-mt5", "mt5"), G
 
 
-# ---------------------------------------------------------------- hf:
-@pytest.mark.parametrize("arch", ["qwen2", "mt5"])
-def test_hf_batched_generation_equals_one_at_a_time(tiny, arch, tmp_path):
-    kw = {"decoder_prefix": "Passage"} if arch == "mt5" else {}
-    b = get_backend(f"hf:{tiny[arch]}", Cache(tmp_path), batch_size=5, **kw)
-    assert b.is_encoder_decoder == (arch == "mt5") and b.is_chat == (arch == "qwen2")
-    batched = b.generate(PROMPTS, max_new_tokens=6)
-    single = get_backend(f"hf:{tiny[arch]}", batch_size=1, **kw).generate(PROMPTS, max_new_tokens=6)
-    assert batched == single
-    assert len(set(batched)) > 1                      # the prompts do not all collapse to one answer
-    assert b.usage.calls == len(PROMPTS) and b.usage.tokens_in > 0 and 0 < b.usage.tokens_out <= 6 * len(PROMPTS)
-
-
-@pytest.mark.parametrize("arch", ["qwen2", "mt5"])
-def test_hf_score_prefers_the_models_own_greedy_continuation(tiny, arch):
-    b = get_backend(f"hf:{tiny[arch]}", batch_size=4)
-    tok, checked = b.tokenizer, 0
-    for p in PROMPTS:
-        greedy_ids = b.tokenizer(b.generate([p], max_new_tokens=3)[0], add_special_tokens=False)["input_ids"]
-        first = tok.decode(greedy_ids[:1])
-        if not greedy_ids or tok(first, add_special_tokens=False)["input_ids"] != greedy_ids[:1]: continue
-        checked += 1
-        # a constructed case: the model's first greedy token against ten other single tokens
-        others = [tok.decode([t]) for t in range(5, 40) if t != greedy_ids[0]]
-        others = [o for o in others if len(tok(o, add_special_tokens=False)["input_ids"]) == 1][:10]
-        s = b.score([p], [first] + others)[0]
-        assert max(range(len(s)), key=s.__getitem__) == 0, (p, first, s)
-        # multi-token: the greedy 3 tokens against the same 2 first tokens and a different last token
-        if len(greedy_ids) == 3 and len(tok(tok.decode(greedy_ids), add_special_tokens=False)["input_ids"]) == 3:
-            alt = tok.decode(greedy_ids[:2] + [(greedy_ids[2] + 7) % 300 + 3])
-            if len(tok(alt, add_special_tokens=False)["input_ids"]) == 3:
-                g, a = b.score([p], [tok.decode(greedy_ids), alt])[0]
-                assert g > a
-    assert checked >= 2
-
-
-def test_hf_score_single_token_batch_matches_unbatched(tiny):
-    b = get_backend(f"hf:{tiny['qwen2']}", batch_size=8)
-    batched = b.score(PROMPTS, ["A", "B"])
-    single = [get_backend(f"hf:{tiny['qwen2']}", batch_size=1).score([p], ["A", "B"])[0] for p in PROMPTS[:3]]
-    for x, y in zip(batched, single): assert all(abs(u - v) < 1e-4 for u, v in zip(x, y))
-    assert all(all(v < 0 for v in row) for row in batched)
-    assert all(math.exp(a) + math.exp(c) < 1 for a, c in batched)
-
-
-def test_hf_cache_warm_rerun_and_replay(tiny, tmp_path):
-    b = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path))
-    out = b.generate(PROMPTS, max_new_tokens=4)
-    scores = b.score(PROMPTS[:3], ["A", "B"])
-    warm = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path))
-    assert warm.generate(PROMPTS, max_new_tokens=4) == out and warm.score(PROMPTS[:3], ["A", "B"]) == scores
-    assert warm.usage.calls == 0 and warm.usage.cache_hits == len(PROMPTS) + 3
-    assert warm._model is None                                   # a warm run does not even load the model
-    assert warm.usage.tokens_in == 0 and warm.usage.counters["cached_tokens_in"] == b.usage.tokens_in   # hits counted apart
-    assert warm.generate(PROMPTS[:2], max_new_tokens=5) and warm.usage.calls == 2   # other params: other keys
-    rp = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path, mode="replay"))
-    assert rp.generate(PROMPTS, max_new_tokens=4) == out
-    with pytest.raises(CacheMiss, match="replay mode: 1 of 2"):
-        rp.generate([PROMPTS[0], "never asked"], max_new_tokens=4)
-
-
-def test_hf_local_model_revision_changes_with_content(tiny, tmp_path):
-    import shutil
-    copy = shutil.copytree(tiny["qwen2"], tmp_path / "m")
-    r0 = get_backend(f"hf:{copy}").revision
-    make_tiny_hf_model(copy, "qwen2", seed=1, vocab_size=380)
-    assert get_backend(f"hf:{copy}").revision != r0
-
-
-def test_hf_truncate_and_count(tiny):
-    for arch in ("qwen2", "mt5"):
-        b = get_backend(f"hf:{tiny[arch]}")
-        text = "Passage A: the cat sat on the mat. Passage B: ein Hund lief durch den Park."
-        n = b.count_tokens(text)
-        for k in (1, 3, n - 1):
-            cut = b.truncate(text, k)
-            assert text.startswith(cut) and b.count_tokens(cut) <= k and len(cut) < len(text)
-        assert b.truncate(text, n) == text
-
-
-def test_bad_specs_and_params(tiny, tmp_path):
-    for bad in ["llama", "hf:", "nope:x"]:
-        with pytest.raises(ClirError, match="spec must be one of"): get_backend(bad)
-    with pytest.raises(LLMError, match="cannot load model config"): get_backend(f"hf:{tmp_path / 'missing'}")
-    b = get_backend(f"hf:{tiny['qwen2']}")
-    with pytest.raises(ClirError, match="unsupported generation parameters"): b.generate(["x"], stop=["\n"])
-    with pytest.raises(ClirError, match="a list of prompts"): b.generate("x")
-    with pytest.raises(ClirError, match="must be a str or a list"): b.generate([{"content": "no role"}])
-    with pytest.raises(LLMError, match="pip install 'clir-llm\\[gpu\\]'"): get_backend("vllm:some/model")
-
-
-# ---------------------------------------------------------------- openai:
 @pytest.fixture
-def secret(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+def engines(monkeypatch):
+    "vllm and llama_cpp stand-ins: the backends are built (identity, options) without the optional extras; nothing runs."
+    vllm = types.ModuleType("vllm"); vllm.LLM = object
+    lc = types.ModuleType("llama_cpp")
+    class Llama:
+        def __init__(self, model_path, n_ctx, verbose, **kw): self.metadata, self.n_ctx, self.kw = {}, n_ctx, kw
+    lc.Llama = Llama
+    monkeypatch.setitem(sys.modules, "vllm", vllm); monkeypatch.setitem(sys.modules, "llama_cpp", lc)
+
+
+def _norm(x, T, M, G) -> str:
+    s = json.dumps(x, sort_keys=True, default=str)
+    return s.replace(str(T.resolve()), "<T>").replace(str(M.resolve()), "<M>").replace(str(G.resolve().parent), "<G>")
+
+
+def test_spec_keys_are_byte_identical_to_v1():
+    for spec, key in KEYS_V1.items():
+        s = BackendSpec.parse(json.loads(spec) if spec.startswith("{") else spec)
+        assert s.key() == key and str(s) == key, spec
+        assert BackendSpec.parse(s.key()).key() == key               # a key parses back to itself
+
+
+def _check_cases(paths, want_standin: bool):
+    T, M, G = paths
+    n = 0
+    for case, spec, kw in _cases(T, M, G):
+        if case.startswith(("standin", "ort standin")) != want_standin: continue
+        b = get_backend(spec, **kw)
+        ident, name, label, key = IDENTITY_V1[case]
+        assert _norm(b.identity(), T, M, G) == ident, case
+        assert [_norm(x, T, M, G) for x in (b.name, b.label, BackendSpec.parse(spec).key())] == [json.dumps(x) for x in (name, label, key)], case
+        if case.startswith(("hf", "standin")):
+            assert b._render(PRP)["ids"] == (STANDIN_RENDER if want_standin else TINY_RENDER), case
+        n += 1
+    return n
+
+
+def test_backend_identities_are_byte_identical_to_v1(paths, engines, monkeypatch):
+    "hf (dtype, quantize, max_model_len, tokenizer; quirks the old way), openai, vllm, gguf and ort, on tiny models."
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    return SECRET
+    assert _check_cases(paths, want_standin=False) == 37   # + 8 stand-in cases (slow) + 2 model-table cases = 47
 
 
-def _api(srv, cache=None, **kw):
-    return get_backend("openai:gpt-4.1", cache, base_url=srv.url, **{"backoff": 0.01, "concurrency": 1, **kw})
+def test_the_quirks_the_new_way_give_the_old_identity(paths):
+    "Quirks laid over by `with_options` or `HFOptions.paper` give the identity they had as constructor keywords."
+    from clir_llm.llm_hf import HFOptions
+    T, M, G = paths
+    old = IDENTITY_V1["hf quirks"][0]
+    spec = BackendSpec.parse(f"hf:{T}")
+    assert _norm(spec.with_options(double_bos=True, no_attention_mask=True).build().identity(), T, M, G) == old
+    assert _norm(spec.build(**HFOptions.paper(upstream="llm-rankers").non_default()).identity(), T, M, G) == old
+    assert spec.with_options(double_bos=True).key() == spec.key() == f"hf:{T}"     # quirks never name the spec
 
 
-def test_openai_retries_every_fault_kind(secret, tmp_path):
-    faults = ["429", "500", "drop", "malformed", "empty", "slow:3"]
-    with FakeOpenAIServer(faults=faults) as srv:
-        b = _api(srv, Cache(tmp_path), timeout=0.5)
-        assert b.generate(["hello"], max_new_tokens=4) == ["echo: hello"]
-        c = b.usage.counters
-        assert {k: c[k] for k in c if k.startswith("errors_")} == {
-            "errors_http_429": 1, "errors_http_500": 1, "errors_connection": 1, "errors_malformed": 1,
-            "errors_empty_choices": 1, "errors_timeout": 1}
-        assert len(srv.requests) == len(faults) + 1 and b.usage.calls == 1
-        assert b.usage.tokens_in == 1 and b.usage.tokens_out == 2
-        assert b.usage.cost_usd == pytest.approx((1 * 2.00 + 2 * 8.00) / 1e6)
+def test_model_table_identity_is_byte_identical_to_v1(paths, monkeypatch):
+    import torch, transformers
+    from clir_llm.llm_hf import HFBackend
+    T, M, G = paths
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    m, tok = transformers.AutoModelForCausalLM.from_pretrained(T), transformers.AutoTokenizer.from_pretrained(T)
+    for case, kw in (("card cpu", {}), ("card fp16 given", {"dtype": "float16"})):
+        b = HFBackend.create("meta-llama/Llama-3.1-8B-Instruct", hf_model=m, hf_tokenizer=tok, **kw)
+        assert _norm(b.identity(), T, M, G) == IDENTITY_V1[case][0] and b.name == IDENTITY_V1[case][1]
 
 
-def test_openai_honours_retry_after(secret):
-    with FakeOpenAIServer(faults=["429:1"]) as srv:
-        b = _api(srv)
-        assert b.generate(["x"]) == ["echo: x"]
-        t = [r["time"] for r in srv.requests]
-        assert len(t) == 2 and t[1] - t[0] >= 0.95          # waited the server's Retry-After, not the 10 ms backoff
-
-
-def test_openai_gives_up_clearly_and_on_error_empty(secret, tmp_path):
-    with FakeOpenAIServer(faults=["500"] * 10) as srv:
-        b = _api(srv, Cache(tmp_path), max_retries=2)
-        with pytest.raises(LLMError, match=r"failed after 3 attempts \(http_500, http_500, http_500\)"):
-            b.generate(["x"])
-        assert b.generate(["y"], on_error="empty") == [""]
-        assert b.score(["z"], ["A", "B"], on_error="empty")[0] == [pytest.approx(float("nan"), nan_ok=True)] * 2
-        assert b.usage.counters["failed_calls"] == 3 and b.usage.calls == 0
-        srv.faults = []
-        assert b.generate(["y"], on_error="empty") == ["echo: y"]     # a failed call was not cached
-
-
-def test_openai_not_retried_4xx_never_shows_the_key(secret, tmp_path):
-    with FakeOpenAIServer(faults=["401"]) as srv:
-        b = _api(srv, Cache(tmp_path))
-        with pytest.raises(LLMError, match="HTTP 401") as e: b.generate(["x"])
-        assert SECRET not in str(e.value) and "***" in str(e.value) and len(srv.requests) == 1
-        assert SECRET not in repr(b) + b.name + json.dumps(b.identity())
-
-
-def test_openai_failure_with_concurrency_raises_llmerror_and_keeps_finished_calls(secret, tmp_path):
-    with FakeOpenAIServer(faults=[None, None] + ["500"] * 40) as srv:
-        b = _api(srv, Cache(tmp_path), concurrency=2, max_retries=1)
-        with pytest.raises(LLMError, match="failed after 2 attempts"):
-            b.generate([f"p{i}" for i in range(20)])
-        stored = Cache(tmp_path).stats()["llm"]
-        asked = {r["prompt"] for r in srv.requests}
-        assert stored == 2 and len(asked) <= 8          # the rest was cancelled (a few more may have started); finished calls kept
-
-
-def test_openai_prefill_for_compatible_servers(secret):
-    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
-    with FakeOpenAIServer() as srv:
-        plain, pre = _api(srv), _api(srv, prefill=True)
-        assert not plain.supports_prefill and pre.supports_prefill
-        plain.generate([msgs]); assert "continue_final_message" not in srv.requests[-1]["body"]
-        pre.generate([msgs]); body = srv.requests[-1]["body"]
-        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
-        assert body["messages"][-1] == {"role": "assistant", "content": "Passage"}
-
-
-def test_hf_chat_prefill_continues_the_assistant_turn(tiny):
-    b = get_backend(f"hf:{tiny['qwen2']}")
-    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
-    assert b.supports_prefill and b.render_text(msgs).endswith("<|im_start|>assistant\nPassage")
-    ids = b._ids(msgs)
-    assert ids[-len(b.tokenizer("Passage", add_special_tokens=False)["input_ids"]):] == \
-        b.tokenizer("Passage", add_special_tokens=False)["input_ids"]
-
-
-def test_openai_concurrency_limit(secret):
-    with FakeOpenAIServer(faults=["slow:0.3"] * 12) as srv:
-        b = _api(srv, concurrency=3)
-        prompts = [f"p{i}" for i in range(12)]
-        assert b.generate(prompts) == [f"echo: {p}" for p in prompts]
-        assert srv.max_inflight == 3
-
-
-def test_openai_score_with_logprobs(secret):
-    top = lambda msgs: {"B": -0.2, " A": -1.7, "Passage": -3.0}
-    with FakeOpenAIServer(top=top) as srv:
-        b = _api(srv)
-        assert b.supports_logprobs
-        assert b.score(["Output Passage A or Passage B:"], ["A", "B", "C"]) == [[-1.7, -0.2, -3.0]]
-        assert srv.requests[-1]["body"]["logprobs"] is True and srv.requests[-1]["body"]["max_tokens"] == 1
-        no = _api(srv, logprobs=False)
-        with pytest.raises(LLMError, match="cannot score"): no.score(["x"], ["A"])
-
-
-def test_openai_replay_needs_no_key_nor_server(secret, tmp_path, monkeypatch):
-    with FakeOpenAIServer() as srv:
-        out = _api(srv, Cache(tmp_path)).generate(PROMPTS, max_new_tokens=8)
-        url = srv.url
-    monkeypatch.delenv("OPENAI_API_KEY")
-    rp = get_backend("openai:gpt-4.1", Cache(tmp_path, mode="replay"), base_url=url)
-    assert rp.generate(PROMPTS, max_new_tokens=8) == out and rp._client is None
-    with pytest.raises(CacheMiss): rp.generate(["new"], max_new_tokens=8)
-    with pytest.raises(LLMError, match="set OPENAI_API_KEY"):
-        get_backend("openai:gpt-4.1", Cache(tmp_path)).generate(["new"])
-
-
-def test_secret_never_in_the_cache_file(secret, tmp_path):
-    with FakeOpenAIServer(responder=lambda m, b: "fine") as srv:
-        b = _api(srv, Cache(tmp_path))
-        b.generate(["a", "b"]); b.score(["c"], ["A", "B"])
-    files = list(tmp_path.rglob("*"))
-    assert any(f.name == "llm.sqlite" for f in files)
-    for f in files:
-        if f.is_file(): assert SECRET.encode() not in f.read_bytes()
-    with FakeOpenAIServer(responder=lambda m, b: f"the key is {SECRET}") as srv:   # a response leaking the key is refused
-        with pytest.raises(ClirError, match="secret"): _api(srv, Cache(tmp_path)).generate(["leak"])
-
-
-def test_prices_are_data(tmp_path, monkeypatch):
-    assert price_of("gpt-4.1-2025-04-14") == {"input": 2.00, "output": 8.00}
-    assert price_of("gpt-4.1-mini") == {"input": 0.40, "output": 1.60} and price_of("llama") is None
-    f = tmp_path / "p.json"
-    f.write_text(json.dumps({"as_of": "2030-01-01", "usd_per_million_tokens": {"llama": {"input": 1, "output": 2}}}))
-    monkeypatch.setenv("CLIR_LLM_PRICES", str(f))
-    assert price_of("llama") == {"input": 1, "output": 2} and load_prices()["as_of"] == "2030-01-01"
-    f.write_text("{}")
-    with pytest.raises(ClirError, match="usd_per_million_tokens"): load_prices()
-
-
-# ---------------------------------------------------------------- kill -9 and resume
-CHILD = textwrap.dedent("""
-    import sys, json
-    from clir_llm.cache import Cache
-    from clir_llm.llm import get_backend
-    url, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    b = get_backend("openai:gpt-4.1", Cache(root), base_url=url, concurrency=int(sys.argv[4]), backoff=0.01)
-    out = b.generate([f"prompt {i}" for i in range(n)], max_new_tokens=4, progress=False)
-    print(json.dumps({"out": out, "calls": b.usage.calls, "hits": b.usage.cache_hits}))
-""")
-
-
-@pytest.mark.parametrize("concurrency", [1, 3])
-def test_kill9_mid_run_resumes_without_lost_or_repeated_calls(tmp_path, monkeypatch, concurrency):
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    n, held = 12, 6
-    with FakeOpenAIServer(faults=[None] * held + ["hold"]) as srv:
-        args = [sys.executable, "-c", CHILD, srv.url, str(tmp_path), str(n), str(concurrency)]
-        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert srv.holding.wait(60), child.stderr.read().decode()[-2000:]
-        while srv.inflight < min(concurrency, n - held):   # the other workers are in flight too, or done
-            if len(srv.requests) >= n: break
-            time.sleep(0.01)
-        time.sleep(0.2)
-        os.kill(child.pid, signal.SIGKILL); child.wait()
-        first = [r["prompt"] for r in srv.requests]
-        stored = Cache(tmp_path).stats().get("llm", 0)
-        srv.release.set()
-        assert 0 < stored < n
-        res = subprocess.run(args, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 0, res.stderr[-2000:]
-        out = json.loads(res.stdout)
-        assert out["out"] == [f"echo: prompt {i}" for i in range(n)]        # nothing lost
-        assert out["hits"] == stored and out["calls"] == n - stored
-        asked_twice = [p for p in set(first) if srv.count(p) > 1]
-        # only calls that were in flight at the kill (no answer received) are asked again
-        assert len(asked_twice) == len(first) - stored <= concurrency
-        assert all(srv.count(f"prompt {i}") >= 1 for i in range(n))
-
-
-def test_two_processes_share_one_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    n = 30
-    with FakeOpenAIServer(faults=["slow:0.05"] * 200) as srv:
-        args = [sys.executable, "-c", CHILD, srv.url, str(tmp_path), str(n), "3"]
-        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
-        assert json.loads(out)["out"] == [f"echo: prompt {i}" for i in range(n)]
-    assert Cache(tmp_path).stats()["llm"] == n
-    assert n <= len(srv.requests) <= 2 * n
-
-
-# ---------------------------------------------------------------- the offline model
 @pytest.mark.slow
-def test_offline_qwen_generates(tmp_path):
-    b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
-    assert b.label == "Qwen2.5-Coder-0.5B (stand-in)" and b.name == "hf:qwen2.5-coder-0.5b-offline" and b.is_chat
-    prompts = ["Translate to English: Guten Morgen", "What is 2 + 3? Answer with one number."]
-    out = b.generate(prompts, max_new_tokens=8)
-    assert "morning" in out[0].lower() and "5" in out[1], out
-    s = b.score([[{"role": "user", "content": "Answer with one letter, A or B: which letter comes first in the alphabet?"}]],
-                ["A", "B"])[0]
-    assert s[0] > s[1]
-    # the dequantised model was saved as a plain HF folder: a second backend loads that and answers the same
-    again = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
-    assert again._source != b._source and (Path(again._source) / "model.safetensors").is_file()
-    assert again.generate(prompts, max_new_tokens=8) == out and again.usage.calls == 0 and again._model is None
-    fresh = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path, mode="off"))
-    assert fresh.generate(prompts, max_new_tokens=8) == out and fresh.usage.calls == 2
+def test_offline_stand_in_identities_are_byte_identical_to_v1(paths):
+    "The offline stand-in (hf: and ort:) is prepared under the cache root first: minutes when it is not there yet."
+    assert _check_cases(paths, want_standin=True) == 8
+
+
+# ---------------------------------------------------------------- one registry, each kind in its own module
+class EchoBackend(Backend):
+    "Answers each prompt with itself."
+    kind = "echo"
+    def __init__(self, model: str, options=None, cache=None, revision=None): self.model, self.options, self.revision = model, options, revision
+    def generate(self, prompts, max_new_tokens=128, on_error="raise", **params):
+        self.usage.calls += len(prompts)
+        return [str(p)[:max_new_tokens] for p in prompts]
+
+
+@pytest.fixture
+def echo():
+    BACKENDS.register("echo:", EchoBackend, example="echo:<anything>")
+    yield
+    BACKENDS._items.pop("echo:", None)
+
+
+def test_each_kind_registers_from_its_own_module():
+    mods = {e.name: e.obj.__module__ for e in BACKENDS.entries()}
+    assert mods == {"hf:": "clir_llm.llm_hf", "openai:": "clir_llm.llm_openai", "vllm:": "clir_llm.llm_vllm",
+                    "gguf:": "clir_llm.llm_gguf", "ort:": "clir_llm.llm_ort"}
+    assert all(mods[k] in BACKENDS.plugins for k in mods)
+
+
+def test_a_new_kind_is_built_described_and_listed(echo):
+    b = get_backend("echo:x")
+    assert isinstance(b, EchoBackend) and b.name == "echo:x" and b.generate(["hi", "there"]) == ["hi", "there"]
+    assert b.usage.calls == 2 and b.count_tokens("a b c") == 3 and b.truncate("a b c", 2) == "a b"
+    assert BackendSpec.parse("echo:x").describe() == "EchoBackend model x" and get_backend("echo:x@v2").revision == "v2"
+    assert b.identity() == {"kind": "echo", "model": "x", "revision": None}
+    with pytest.raises(ClirError, match="echo:<anything>"): get_backend("nope:x")   # the error lists the new kind
+    with pytest.raises(ClirError, match=r"llm: echo: does not take option dtype \(it takes: none\)"): BackendSpec.parse("echo:x[dtype=x]")
+    with pytest.raises(LLMError, match="supports_logprobs is False"): b.score(["p"], ["A", "B"])
+
+
+def test_a_class_without_generate_is_refused_at_registration():
+    class Mute(Backend):
+        supports_logprobs = True
+    with pytest.raises(ClirError, match="Mute does not implement generate"): BACKENDS.register("mute:", Mute)
+    with pytest.raises(ClirError, match="must subclass clir_llm.llm.Backend"): BACKENDS.register("mute:", object)
+    assert "mute:" not in BACKENDS.names()
+
+
+def test_a_new_kind_appears_in_the_dry_run_plan(echo, tmp_path):
+    "Issue 13: a backend kind registered at run time is described by the dry run (the old plan raised KeyError)."
+    from clir_llm.config import load_config
+    from clir_llm.plan import plan
+    cfg = dict(name="t", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
+               first_stage=dict(methods=["bm25-og"]),
+               rerankers=[dict(name="Echo", llm="echo:x", method="listwise", first_stages=["bm25-og"])])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    lines = plan(load_config(tmp_path / "c.yaml"))
+    assert any(l.startswith("reranker Echo: listwise with echo:x = EchoBackend model x") for l in lines), lines
+
+
+def test_spec_parsed_once_keeps_todays_names():
+    for s in ["hf:qwen2.5-coder-0.5b-offline", "openai:gpt-4.1", "vllm:meta-llama/Llama-3.1-8B-Instruct", "gguf:/m/q.gguf"]:
+        spec = BackendSpec.parse(s)
+        assert spec.key() == s and spec.revision is None and BackendSpec.parse(spec) is spec and BackendSpec.parse({"spec": s}).key() == s
+    spec = BackendSpec.parse("hf:castorini/rank_zephyr_7b_v1_full@abc123")
+    assert (spec.kind, spec.model, spec.revision) == ("hf", "castorini/rank_zephyr_7b_v1_full", "abc123")
+    assert BackendSpec.parse("gguf:/models/a@b/x.gguf").model == "/models/a@b/x.gguf"     # an @ inside a path is not a revision
+    for bad in ["llama", "hf:", "bert:x", ""]:
+        with pytest.raises(ClirError, match="LLM backend spec must be one of hf:<model>, openai:<model>, vllm:<model>, gguf:<model>, ort:<model>"):
+            BackendSpec.parse(bad)
+
+
+def test_builtin_descriptions_unchanged():
+    d = lambda s: BackendSpec.parse(s).describe()
+    assert d("hf:qwen2.5-coder-0.5b-offline") == "Qwen2.5-Coder-0.5B (stand-in) via transformers (offline GGUF)"
+    assert d("openai:gpt-4.1") == "OpenAI chat API gpt-4.1 ($2.0/$8.0 per M tokens in/out, prices of 2025-06-01)"
+    assert d("openai:foo") == "OpenAI chat API foo (no price in the table: cost reported as 0)"
+    assert d("hf:castorini/rank_zephyr_7b_v1_full").startswith("transformers model castorini/rank_zephyr_7b_v1_full (float16")
+    assert d("hf:org/other-model") == "transformers model org/other-model"
+    assert d("vllm:x/y") == "vLLM (GPU extra) model x/y" and d("gguf:/a.gguf") == "llama.cpp model /a.gguf"
+    assert d({"spec": "vllm:x/y", "tensor_parallel_size": 2, "dtype": "float16"}) == "vLLM (GPU extra) model x/y (dtype=float16, tensor_parallel_size=2)"
+
+
+def test_capability_flags_per_kind():
+    "What the planner and the rerankers read instead of kind strings."
+    flags = {e.name: (e.obj.is_api, e.obj.local_model, e.obj.throughput_engine) for e in BACKENDS.entries()}
+    assert flags == {"hf:": (False, True, "hf"), "openai:": (True, False, None), "vllm:": (False, True, "serving"),
+                     "gguf:": (False, True, "hf"), "ort:": (False, True, None)}
+    for e in BACKENDS.entries():
+        for flag in ("supports_logprobs", "supports_batching", "is_chat", "is_encoder_decoder", "supports_prefill", "scores_sequences",
+                     "is_api", "local_model"):
+            assert isinstance(getattr(e.obj, flag), bool), (e.name, flag)
+        assert issubclass(e.obj.Options, BackendOptions) and e.obj.Options is not BackendOptions
+    price = {e.name: e.obj.price("gpt-4.1") for e in BACKENDS.entries()}
+    assert price == {"hf:": None, "openai:": {"input": 2.0, "output": 8.0}, "vllm:": None, "gguf:": None, "ort:": None}
+
+
+def test_hub_models_and_what_a_run_misses(monkeypatch, tmp_path):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False); monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    hub = lambda s: kind_class(s).hub_models(BackendSpec.parse(s))
+    miss = lambda s: kind_class(s).missing(BackendSpec.parse(s))
+    assert hub("hf:meta-llama/Llama-3.1-8B-Instruct[tokenizer=org/tok]") == ["meta-llama/Llama-3.1-8B-Instruct", "org/tok"]
+    assert hub("vllm:castorini/rank_zephyr_7b_v1_full") == ["castorini/rank_zephyr_7b_v1_full"]
+    assert hub("hf:qwen2.5-coder-0.5b-offline") == hub(f"hf:{tmp_path}") == hub("openai:gpt-4.1") == hub("ort:qwen2.5-coder-0.5b-offline") == []
+    assert hub("openai:meta-llama/Llama-3.1-8B-Instruct[base_url=http://h:8000/v1]") == ["meta-llama/Llama-3.1-8B-Instruct"]
+    assert miss("openai:gpt-4.1") == ["credentials: OPENAI_API_KEY is unset"] and miss("openai:x[base_url=http://h/v1]") == []
+    assert miss("openai:x[base_url=http://h/v1,api_key_env=MY_KEY_VAR]") == ["credentials: MY_KEY_VAR is unset"]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x"); assert miss("openai:gpt-4.1") == []
+    assert miss("gguf:/no/such.gguf") == ["files: no such GGUF file '/no/such.gguf'"] and miss("hf:/no/such") == ["files: no such model folder '/no/such'"]
+    assert miss("hf:meta-llama/Llama-3.1-8B-Instruct") == miss("ort:qwen2.5-coder-0.5b-offline") == [] and miss("ort:/no/dir")
+
+
+# ---------------------------------------------------------------- options live with their kind
+def test_each_kind_takes_only_its_own_options():
+    assert BackendSpec.parse("ort:/m/q[precision=int8,block_size=64]").options.block_size == 64
+    for spec, msg in [({"spec": "hf:x", "tensor_parallel_size": 2}, "llm: hf: does not take option tensor_parallel_size (it takes: dtype, "),
+                      ({"spec": "openai:x", "dtype": "bfloat16"}, "llm: openai: does not take option dtype"),
+                      ("hf:/m/q[precision=int4]", "hf: does not take option precision"), ("ort:/m/q[dtype=bfloat16]", "ort: does not take option dtype"),
+                      ({"spec": "hf:x", "dtype": "fp8"}, "dtype"), ({"base_url": "x"}, "needs 'spec'"), ("hf:x[batch_size]", "not key=value"),
+                      ({"spec": "vllm:x", "gpu_memory_utilization": 2}, "gpu_memory_utilization"), ("ort:/m/q[precision=int3]", "precision"),
+                      ("hf:x[dtype=float16,dtype=bfloat16]", "option 'dtype' is given twice")]:
+        with pytest.raises(ClirError) as e: BackendSpec.parse(spec)
+        assert msg in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))
+
+
+def test_speed_options_do_not_name_runs_output_options_do():
+    base = BackendSpec.parse("vllm:meta-llama/Llama-3.1-8B-Instruct")
+    fast = BackendSpec.parse({"spec": str(base), "tensor_parallel_size": 2, "enable_prefix_caching": True,
+                              "gpu_memory_utilization": 0.9, "batch_size": 512})
+    assert fast.key() == base.key() and fast.options.tensor_parallel_size == 2 and base.options.batch_size == 256
+    other = BackendSpec.parse({"spec": str(base), "dtype": "float16", "max_model_len": 8192, "tokenizer": "t/t"})
+    assert other.key() == "vllm:meta-llama/Llama-3.1-8B-Instruct[dtype=float16,tokenizer=t/t,max_model_len=8192]"
+    assert BackendSpec.parse(other.key()) == BackendSpec.parse(other.key()).model_copy() and BackendSpec.parse(other.key()).key() == other.key()
+    pool = BackendSpec.parse({"spec": "openai:m/x", "base_url": ["http://a/v1", "http://b/v1"], "concurrency": 16,
+                              "api_key_env": "MY_KEY", "prefill": True})
+    assert pool.key() == "openai:m/x[prefill=true]" and pool.options.base_url == ["http://a/v1", "http://b/v1"]
+    assert BackendSpec.parse("openai:m[prefill=false]").key() == "openai:m[prefill=false]"   # a default given is named, as before
+
+
+def test_with_options_lays_over_without_renaming(tmp_path):
+    s = BackendSpec.parse("hf:org/m[dtype=bfloat16,batch_size=4]")
+    w = s.with_options(double_bos=True, no_attention_mask=True, device="cuda", batch_size=2)
+    assert (w.options.quirks.double_bos, w.options.quirks.no_attention_mask, w.options.device, w.options.batch_size) == (True, True, "cuda", 2)
+    assert w.key() == s.key() == "hf:org/m[dtype=bfloat16]" and s.given() == {"dtype": "bfloat16", "batch_size": 4}
+    assert w.given() == {"dtype": "bfloat16", "batch_size": 2}      # given names, their values now
+    assert s.with_options(max_model_len=512).key() == s.key()          # a laid output option does not rename the spec either
+    assert BackendSpec.parse(s, max_model_len=512).key() == "hf:org/m[dtype=bfloat16,max_model_len=512]"   # parse: given
+    with pytest.raises(ClirError, match="openai: does not take option double_bos"): BackendSpec.parse("openai:x").with_options(double_bos=True)
+    assert s.with_options() is s
+
+
+def test_options_helpers_identity_v1():
+    class Toy(BackendOptions):
+        dtype: str | None = opt(None, "weights")
+        batch_size: int = opt(8, "batch", identity=False)
+        extra: str = opt("a", "a newer output option")
+    o = Toy.from_flat({"batch_size": 4, "extra": "b", "dtype": "x"})
+    assert given_names(o) == ["dtype", "batch_size", "extra"] and output_options(o) == {"dtype": "x", "extra": "b"}
+    laid = lay_over(Toy(), dtype="y")
+    assert laid.dtype == "y" and given_names(laid) == [] and output_options(laid) == {}
+    with pytest.raises(ClirError, match="does not take option nope"): lay_over(Toy(), nope=1)
+
+
+def test_a_spec_is_a_value(tmp_path):
+    s = BackendSpec.parse("hf:org/m[dtype=bfloat16]")
+    assert BackendSpec(kind="hf", model="org/m").options == kind_class("hf:").Options()
+    assert BackendSpec.model_validate(json.loads(s.model_dump_json())).options == s.options
+    assert pickle.loads(pickle.dumps(s)).key() == s.key() and hash(s) == hash(BackendSpec.parse("hf:org/m[dtype=bfloat16]"))
+    with pytest.raises(ClirError, match="options must be HFOptions"):
+        from clir_llm.specs import validated
+        validated(BackendSpec, {"kind": "hf", "model": "x", "options": kind_class("openai:").Options()}, where="llm")
+
+
+def test_config_llm_with_options_keeps_the_demo_run_names(tmp_path):
+    from clir_llm.config import load_config
+    from clir_llm.pipeline import rerank_params
+    data = yaml.safe_load((ROOT / "configs/demo.yaml").read_text())
+    before = [rerank_params(r) for r in load_config(ROOT / "configs/demo.yaml").rerankers]
+    for r in data["rerankers"]: r["llm"] = {"spec": r["llm"], "batch_size": 2, "device": "cpu"}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data)); (tmp_path / "regression").mkdir()
+    cfg = load_config(tmp_path / "c.yaml")
+    assert [rerank_params(r) for r in cfg.rerankers] == before and cfg.rerankers[0].llm.options.batch_size == 2
+    data["rerankers"][0]["llm"]["dtype"] = "bfloat16"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    assert rerank_params(load_config(tmp_path / "c.yaml").rerankers[0]) != before[0]     # an output option names new runs
+    data["rerankers"][0]["llm"]["concurrency"] = 4
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ClirError, match="hf: does not take option concurrency"): load_config(tmp_path / "c.yaml")
+
+
+# ---------------------------------------------------------------- options on the command line, generated per kind
+def _flags(help_text: str) -> set[str]:
+    import re
+    return set(re.findall(r"--llm-[a-z0-9-]+", help_text)) - {"--llm-option"}
+
+
+def test_help_of_each_kind_lists_only_its_own_options():
+    every = {e.name[:-1]: {"--llm-" + n.replace("_", "-") for n in e.obj.Options.flat_fields()} for e in BACKENDS.entries()}
+    for kind, own in every.items():
+        ap = add_backend_arguments(argparse.ArgumentParser(prog="clir-llm rerank"), f"{kind}:some/model")
+        got = _flags(ap.format_help())
+        assert got == own, (kind, got ^ own)
+        others = set().union(*(v for k, v in every.items() if k != kind)) - own
+        assert not got & others and f"({kind}:)" in ap.format_help()
+    hf_help = add_backend_arguments(argparse.ArgumentParser(), "hf:x").format_help()
+    assert "--llm-double-bos" in hf_help and "--llm-concurrency" not in hf_help and "(default 8)" in hf_help
+    assert _flags(add_backend_arguments(argparse.ArgumentParser()).format_help()) == set().union(*every.values())   # no --llm: all
+
+
+def test_cli_llm_options_build_the_spec():
+    argv = ["--llm", "openai:m/x", "--llm-option", "concurrency=8", "--llm-base-url", "http://a/v1,http://b/v1", "--llm-tokenizer", "t/t"]
+    ap = add_backend_arguments(argparse.ArgumentParser(), llm_of_argv(argv)); ap.add_argument("--llm")
+    s = backend_spec_from_args(ap.parse_args(argv))
+    assert (s.options.concurrency, s.options.base_url, s.options.tokenizer, s.key()) == (8, ["http://a/v1", "http://b/v1"], "t/t", "openai:m/x[tokenizer=t/t]")
+    with pytest.raises(ClirError, match="need --llm"): backend_spec_from_args(ap.parse_args(argv[2:]), None)
+    with pytest.raises(ClirError, match="KEY=VALUE"): backend_spec_from_args(ap.parse_args(["--llm-option", "x"]), "hf:x")
+    with pytest.raises(ClirError, match="hf: does not take option concurrency"): backend_spec_from_args(ap.parse_args(argv[2:4]), "hf:x")
+    hf = add_backend_arguments(argparse.ArgumentParser(), "hf:x")
+    s = backend_spec_from_args(hf.parse_args(["--llm-double-bos", "--llm-dtype", "bfloat16", "--llm-batch-size", "2"]), "hf:x")
+    assert s.options.quirks.double_bos and s.key() == "hf:x[dtype=bfloat16]" and s.options.batch_size == 2
+    assert backend_spec_from_args(hf.parse_args([]), None) is None and llm_of_argv(["--method", "x"]) is None
+    with pytest.raises(SystemExit): hf.parse_args(["--llm-concurrency", "3"])     # not an hf: flag
+
+
+# ---------------------------------------------------------------- the cached, batched machinery
+class _Opts(BackendOptions):
+    batch_size: int = opt(2, "prompts per batch", identity=False)
+
+
+class Reverse(CachedBackend):
+    "A toy model: the prompt reversed (batches recorded)."
+    kind, Options = "reverse", _Opts
+    def _render(self, prompt): return {"text": plain_text(prompt)}
+    def _generate_batch(self, items, params):
+        return [{"text": it["text"][::-1][:params["max_new_tokens"]], "tokens_in": len(it["text"]), "tokens_out": 1} for it in items]
+
+
+class Recording(LocalExecutor):
+    "Two workers' worth of batches per group, computed here; every call recorded."
+    workers = 2
+    def __init__(self): self.calls = []
+    def map(self, owner, method, calls):
+        self.calls.append((method, [len(c[0]) for c in calls])); return super().map(owner, method, calls)
+
+
+def test_batches_go_through_the_executor_group_by_group(tmp_path):
+    prompts = ["abc", "de", "fgh", "ij", "k", "de"]
+    local = Reverse("toy", cache=Cache(tmp_path / "l"))
+    ex = Recording()
+    grouped = Reverse("toy", cache=Cache(tmp_path / "g"), executor=ex)
+    assert local.executor is LOCAL and grouped.generate(prompts, progress=False) == local.generate(prompts, progress=False)
+    assert ex.calls == [("_generate_batch", [2, 2]), ("_generate_batch", [1])]       # 5 distinct prompts, batches of 2
+    rows = lambda c: [(r["key"], r["value"], r["meta"]) for r in c.export_entries("llm")]
+    assert rows(Cache(tmp_path / "g")) == rows(Cache(tmp_path / "l")) and grouped.usage.calls == local.usage.calls == 5
+    with pytest.raises(ClirError, match="on_error"): local.generate(["x"], on_error="ignore")
+
+
+def test_call_key_is_the_cache_key(tmp_path):
+    b = Reverse("toy", cache=Cache(tmp_path))
+    b.generate(["abc"], max_new_tokens=4, progress=False)
+    (row,) = Cache(tmp_path).export_entries("llm")
+    assert call_key(b, "generate", b._params(4, {}), "abc") == row["key"]
+
+
+def test_the_worker_recipe_rebuilds_an_equivalent_backend_with_the_cache_off(tmp_path):
+    BACKENDS.register("reverse:", Reverse, example="reverse:<x>")
+    try:
+        b = get_backend("reverse:toy", Cache(tmp_path), batch_size=3)
+        factory, args = pickle.loads(pickle.dumps(b.worker()))
+        w = factory(*args)
+        assert factory is rebuild_backend and isinstance(w, Reverse) and w.identity() == b.identity() and w.batch_size == 3
+        assert w.cache.mode == "off" and w.cache.root == Cache(tmp_path).root
+    finally: BACKENDS._items.pop("reverse:", None)

@@ -105,9 +105,11 @@ def test_cache_key_names_the_server(tmp_path, monkeypatch):
 
 def test_hf_and_default_api_keys_are_unchanged():
     "Recorded demo calls must still hit: hf: identities and the default API's carry no endpoint."
-    from clir_llm.llm import HFBackend, OpenAIBackend
-    hf = HFBackend.__new__(HFBackend); hf.model, hf.revision, hf.gguf_file = "m", "abc", None
-    hf._named_dtype, hf.double_bos, hf.no_attention_mask, hf._model, hf._device, hf._dtype = None, False, False, None, "cpu", None   # fp32, no switch
+    from types import SimpleNamespace
+    from clir_llm.llm_hf import HFBackend
+    from clir_llm.llm_openai import OpenAIBackend
+    fp32 = SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=False), dtype="torch.float32")   # a loaded model: fp32, no switch
+    hf = HFBackend("m", revision="abc", hf_model=fp32, hf_tokenizer=SimpleNamespace(chat_template=None))
     assert hf.identity() == {"kind": "hf", "model": "m", "revision": "abc"}
     os.environ.pop("OPENAI_BASE_URL", None)
     assert OpenAIBackend("gpt-4.1").identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None}

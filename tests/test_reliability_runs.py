@@ -42,7 +42,7 @@ def _is_prp(req) -> bool: return "Output Passage A or Passage B" in req["prompt"
 def _call_key(req) -> str:
     "The cache key the backend uses for this request (what identifies a finished call)."
     from clir_llm.cache import Cache
-    from clir_llm.llm import OpenAIBackend
+    from clir_llm.llm_openai import OpenAIBackend
     b = OpenAIBackend(req["body"]["model"])
     params = b._params(req["body"]["max_tokens"], {"temperature": req["body"].get("temperature")})
     return Cache(Path("/nonexistent"), mode="off").namespace("llm", op="generate", params=params, **b.identity()).key(
@@ -52,10 +52,10 @@ def _call_key(req) -> str:
 def _cached_keys(cache: Path, reqs, url: str) -> set[str]:
     "Keys of the requests `reqs` to the server at `url` whose answer is stored in the cache (finished calls)."
     from clir_llm.cache import Cache
-    from clir_llm.llm import OpenAIBackend
+    from clir_llm.llm_openai import OpenAIBackend
     out, c = set(), Cache(cache, mode="readonly")
     for r in reqs:
-        b = OpenAIBackend(r["body"]["model"], base_url=url)   # the server is part of the key
+        b = OpenAIBackend.create(r["body"]["model"], base_url=url)   # the server is part of the key
         params = b._params(r["body"]["max_tokens"], {"temperature": r["body"].get("temperature")})
         if c.namespace("llm", op="generate", params=params, **b.identity()).get({"messages": r["body"]["messages"]}) is not None:
             out.add(_call_key(r))

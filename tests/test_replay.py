@@ -1,4 +1,4 @@
-"""Issue 16: the demo's LLM calls are committed as recorded responses (configs/recorded/demo-llm.jsonl), `reproduce`
+"""Recorded LLM calls (clir_llm.replay), issue 16: the demo's LLM calls are committed as recorded responses (configs/recorded/demo-llm.jsonl), `reproduce`
 seeds the cache from them, a missing or edited line is a one-line error, and (slow) a random sample of them computed
 again with the real stand-in gives the same answers."""
 import json, os, random, subprocess, sys
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest, yaml
 import _reliability as R
 from clir_llm.config import load_config
-from clir_llm.llm import read_llm_calls, recompute_llm_calls
+from clir_llm.replay import read_llm_calls, recompute_llm_calls
 from clir_llm.reproduce import recorded_path
 from clir_llm.testing import make_tiny_hf_model
 
@@ -65,7 +65,8 @@ def test_record_wipe_replay_and_bad_lines(tmp_path):
 def test_record_wipe_replay_rerankers(tmp_path, monkeypatch):
     "Listwise (generate) and PRP (score) on a tiny model: recorded, cache wiped, seeded: the same runs, no model call."
     from clir_llm.cache import Cache
-    from clir_llm.llm import export_llm_calls, get_backend, seed_llm_calls
+    from clir_llm.llm import get_backend
+    from clir_llm.replay import export_llm_calls, seed_llm_calls
     from clir_llm.rerank import get_reranker
     from clir_llm.testing import tiny_setup
     model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
@@ -88,7 +89,8 @@ def test_record_wipe_replay_rerankers(tmp_path, monkeypatch):
 def test_missing_recorded_call_is_an_error(tmp_path, monkeypatch):
     "A call missing from the recorded responses stops the run with one line (what `reproduce` sets for the kernels)."
     from clir_llm.cache import Cache, CacheMiss
-    from clir_llm.llm import export_llm_calls, get_backend, seed_llm_calls
+    from clir_llm.llm import get_backend
+    from clir_llm.replay import export_llm_calls, seed_llm_calls
     model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
     b = get_backend(f"hf:{model}", Cache(tmp_path / "c1"))
     b.generate(["one", "two"], max_new_tokens=2, progress=False)
@@ -119,3 +121,31 @@ def test_demo_recorded_calls_recompute():
     out = recompute_llm_calls(DEMO_RECORDED, n=10, seed=seed)
     bad = [c for c in out if not (c["same_key"] and c["same"])]
     assert len(out) == 10 and not bad, f"seed {seed}: {bad}"
+
+
+def test_call_keys_name_the_recorded_lines(tmp_path):
+    "Each exported line's key is the key its backend gives the noted prompt (`clir_llm.llm.call_key`); an edited prompt is refused."
+    from clir_llm.cache import Cache
+    from clir_llm.core import ClirError
+    from clir_llm.llm import call_key, get_backend
+    from clir_llm.replay import export_llm_calls
+    model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
+    b = get_backend(f"hf:{model}", Cache(tmp_path / "c"))
+    b.generate(["one"], max_new_tokens=2, progress=False); b.score(["two"], [" A", " B"], progress=False)
+    assert export_llm_calls(b.cache, tmp_path / "r.jsonl", [b]) == {"calls": 2, "skipped": 0}
+    for c in read_llm_calls(tmp_path / "r.jsonl"):
+        assert call_key(b, c["op"], c["params"], c["prompt"], c.get("candidates")) == c["key"]
+    other = get_backend(f"hf:{model}", Cache(tmp_path / "c"), double_bos=True)      # a quirk on: other keys
+    with pytest.raises(ClirError, match="none of .* gives its key"):
+        export_llm_calls(b.cache, tmp_path / "r2.jsonl", [other], keys=[c["key"] for c in read_llm_calls(tmp_path / "r.jsonl")])
+
+
+@pytest.mark.slow
+def test_every_recorded_demo_key_is_reproduced():
+    "Byte-identical cache keys: the stand-in renders every prompt of the committed demo calls to its recorded key (no model run)."
+    from clir_llm.cache import Cache
+    from clir_llm.llm import call_key, get_backend
+    calls = read_llm_calls(DEMO_RECORDED)
+    b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(mode="off"))
+    bad = [c["key"] for c in calls if call_key(b, c["op"], c["params"], c["prompt"], c.get("candidates")) != c["key"]]
+    assert not bad and len(calls) > 2000, bad[:5]

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
+from clir_llm.executor import LocalExecutor
 from clir_llm.llm import BACKENDS, BackendSpec, LLMError, get_backend
 from clir_llm.testing import make_tiny_hf_model
 
 pytest.importorskip("onnxruntime_genai", reason="the [ort] extra is not installed")
 import clir_llm.llm_ort as llm_ort
-from clir_llm.llm_ort import ORTBackend, export_ort, ort_export_dir
+from clir_llm.llm_ort import ORTBackend, ORTOptions, export_ort, ort_export_dir
 
 PROMPTS = ["the cat sleeps on the sofa", "Passage A: ein Hund läuft im Park",
            [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": " Passage"}]]
@@ -38,6 +39,10 @@ def test_registered_with_its_options():
     with pytest.raises(ClirError, match="does not take option precision"): BackendSpec.parse("hf:/m/qwen[precision=int4]")
     with pytest.raises(ClirError, match="does not take option dtype"): BackendSpec.parse("ort:/m/qwen[dtype=bfloat16]")
     with pytest.raises(ClirError, match="precision"): BackendSpec.parse("ort:/m/qwen[precision=int3]")
+    o = ORTOptions()
+    assert (o.precision, o.block_size, o.batch_size) == ("int4", 32, 8) and BackendSpec.parse("ort:/m/q[block_size=64]").options.block_size == 64
+    assert ORTBackend.local_model and not ORTBackend.supports_batching and ORTBackend.throughput_engine is None
+    with pytest.raises(ClirError, match="not a Hub revision"): get_backend("ort:/m/qwen@main")
 
 
 def test_fp32_export_matches_hf(tiny, fp32_dir):
@@ -115,10 +120,28 @@ def test_failed_export_is_one_line(tmp_path):
 def test_models_list_shows_the_ort_export_of_a_prepared_model(tmp_path, capsys):
     "`clir-llm models list` names the ONNX Runtime GenAI export built from the stand-in (and not a killed, unfinished one)."
     from clir_llm.assets import _qwen_hf_dest, cli_models
-    from clir_llm.llm_ort import ort_export_dir
     src = _qwen_hf_dest(tmp_path); src.mkdir(parents=True); (src / "model.safetensors").write_bytes(b"x")
     done, killed = ort_export_dir(src, "r1", "int4", 32, root=tmp_path), ort_export_dir(src, "r1", "int8", 32, root=tmp_path)
     done.mkdir(); (done / "genai_config.json").write_text("{}"); killed.mkdir()
     assert cli_models(["list", "hf:qwen2.5-coder-0.5b-offline", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"ort export (int4, ort:qwen2.5-coder-0.5b-offline): {done}" in out and "int8" not in out, out
+
+
+def test_batches_go_through_the_executor_and_the_worker_rebuilds(fp32_dir, tmp_path):
+    "An executor computing two batches per group gives the local records and cache entries; the worker recipe rebuilds."
+    import pickle
+    class TwoWorkers(LocalExecutor):
+        workers = 2
+        def __init__(self): self.calls = []
+        def map(self, owner, method, calls): self.calls.append(len(calls)); return super().map(owner, method, calls)
+    ex = TwoWorkers()
+    local = get_backend(f"ort:{fp32_dir}", Cache(tmp_path / "l"), batch_size=1)
+    remote = get_backend(f"ort:{fp32_dir}", Cache(tmp_path / "r"), batch_size=1, executor=ex)
+    assert remote.generate(PROMPTS, max_new_tokens=4, progress=False) == local.generate(PROMPTS, max_new_tokens=4, progress=False)
+    assert ex.calls == [2, 1]
+    keys = lambda c: [r["key"] for r in c.export_entries("llm")]
+    assert keys(Cache(tmp_path / "r")) == keys(Cache(tmp_path / "l"))
+    factory, args = pickle.loads(pickle.dumps(remote.worker()))
+    w = factory(*args)
+    assert w.identity() == remote.identity() and w.cache.mode == "off" and w.batch_size == 1

@@ -1,0 +1,367 @@
+"""`hf:` (clir_llm.llm_hf) on tiny random models built here: batched generation equals one prompt at a time, exact scores,
+cache and replay, the token ids the authors' pipelines sent per model family (tokenizer folders in the upstream formats,
+tests/fixtures/tokenizers), the model table's dtype, `quantize=int8`, and batches computed by an injected executor."""
+import math, shutil
+from pathlib import Path
+import pytest, torch
+from transformers import AutoConfig, AutoTokenizer
+from clir_llm.cache import Cache, CacheMiss
+from clir_llm.core import ClirError
+from clir_llm.executor import LocalExecutor
+import clir_llm.llm_hf as llm_hf
+from clir_llm.llm import BackendSpec, LLMError, get_backend
+from clir_llm.llm_hf import HF_MODELS, HFBackend, HFOptions, HFQuirks, model_card
+from clir_llm.testing import make_tiny_hf_model
+
+PROMPTS = ["the cat sat", "Passage A: ein Hund lief durch den Park", "Output Passage A or Passage B:",
+           [{"role": "system", "content": "be brief"}, {"role": "user", "content": "kissa nukkuu sohvalla"}],
+           "Rank the passages based on their relevance", "0 1 2 3 4 5", "il gatto dorme", "кошка спит"]
+FX = Path(__file__).parent / "fixtures" / "tokenizers"
+USER = "Given a query \"wer?\", which of the following two passages is more relevant to the query?\n\nPassage A: \"the cat\"\n\nPassage B: \"ein Hund\"\n\nOutput Passage A or Passage B:"
+PRP = [{"role": "user", "content": USER}, {"role": "assistant", "content": " Passage:"}]   # llm-rankers appends " Passage:"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("tiny")
+    return {"qwen2": make_tiny_hf_model(root / "qwen2", "qwen2"), "mt5": make_tiny_hf_model(root / "mt5", "mt5")}
+
+
+# ---------------------------------------------------------------- generation, scoring, cache
+@pytest.mark.parametrize("arch", ["qwen2", "mt5"])
+def test_batched_generation_equals_one_at_a_time(tiny, arch, tmp_path):
+    kw = {"decoder_prefix": "Passage"} if arch == "mt5" else {}
+    b = get_backend(f"hf:{tiny[arch]}", Cache(tmp_path), batch_size=5, **kw)
+    assert b.is_encoder_decoder == (arch == "mt5") and b.is_chat == (arch == "qwen2") and b.batch_size == 5
+    batched = b.generate(PROMPTS, max_new_tokens=6, progress=False)
+    assert batched == get_backend(f"hf:{tiny[arch]}", batch_size=1, **kw).generate(PROMPTS, max_new_tokens=6, progress=False)
+    assert len(set(batched)) > 1                      # the prompts do not all collapse to one answer
+    assert b.usage.calls == len(PROMPTS) and b.usage.tokens_in > 0 and 0 < b.usage.tokens_out <= 6 * len(PROMPTS)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mt5"])
+def test_score_prefers_the_models_own_greedy_continuation(tiny, arch):
+    b = get_backend(f"hf:{tiny[arch]}", batch_size=4)
+    tok, checked = b.tokenizer, 0
+    for p in PROMPTS:
+        greedy_ids = b.tokenizer(b.generate([p], max_new_tokens=3, progress=False)[0], add_special_tokens=False)["input_ids"]
+        first = tok.decode(greedy_ids[:1])
+        if not greedy_ids or tok(first, add_special_tokens=False)["input_ids"] != greedy_ids[:1]: continue
+        checked += 1
+        others = [tok.decode([t]) for t in range(5, 40) if t != greedy_ids[0]]
+        others = [o for o in others if len(tok(o, add_special_tokens=False)["input_ids"]) == 1][:10]
+        s = b.score([p], [first] + others, progress=False)[0]
+        assert max(range(len(s)), key=s.__getitem__) == 0, (p, first, s)
+        if len(greedy_ids) == 3 and len(tok(tok.decode(greedy_ids), add_special_tokens=False)["input_ids"]) == 3:
+            alt = tok.decode(greedy_ids[:2] + [(greedy_ids[2] + 7) % 300 + 3])
+            if len(tok(alt, add_special_tokens=False)["input_ids"]) == 3:
+                g, a = b.score([p], [tok.decode(greedy_ids), alt], progress=False)[0]
+                assert g > a
+    assert checked >= 2
+
+
+def test_score_single_token_batch_matches_unbatched(tiny):
+    b = get_backend(f"hf:{tiny['qwen2']}", batch_size=8)
+    batched = b.score(PROMPTS, ["A", "B"], progress=False)
+    single = [get_backend(f"hf:{tiny['qwen2']}", batch_size=1).score([p], ["A", "B"], progress=False)[0] for p in PROMPTS[:3]]
+    for x, y in zip(batched, single): assert all(abs(u - v) < 1e-4 for u, v in zip(x, y))
+    assert all(all(v < 0 for v in row) for row in batched) and all(math.exp(a) + math.exp(c) < 1 for a, c in batched)
+
+
+def test_cache_warm_rerun_and_replay(tiny, tmp_path):
+    b = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path))
+    out, scores = b.generate(PROMPTS, max_new_tokens=4, progress=False), b.score(PROMPTS[:3], ["A", "B"], progress=False)
+    warm = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path))
+    assert warm.generate(PROMPTS, max_new_tokens=4, progress=False) == out and warm.score(PROMPTS[:3], ["A", "B"], progress=False) == scores
+    assert warm.usage.calls == 0 and warm.usage.cache_hits == len(PROMPTS) + 3 and warm._model is None   # not even loaded
+    assert warm.usage.tokens_in == 0 and warm.usage.counters["cached_tokens_in"] == b.usage.tokens_in   # hits counted apart
+    assert warm.generate(PROMPTS[:2], max_new_tokens=5, progress=False) and warm.usage.calls == 2   # other params: other keys
+    rp = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path, mode="replay"))
+    assert rp.generate(PROMPTS, max_new_tokens=4, progress=False) == out
+    with pytest.raises(CacheMiss, match="replay mode: 1 of 2"): rp.generate([PROMPTS[0], "never asked"], max_new_tokens=4)
+
+
+def test_local_model_revision_changes_with_content(tiny, tmp_path):
+    copy = shutil.copytree(tiny["qwen2"], tmp_path / "m")
+    r0 = get_backend(f"hf:{copy}").revision
+    make_tiny_hf_model(copy, "qwen2", seed=1, vocab_size=380)
+    assert get_backend(f"hf:{copy}").revision != r0
+
+
+def test_truncate_and_count(tiny):
+    for arch in ("qwen2", "mt5"):
+        b = get_backend(f"hf:{tiny[arch]}")
+        text = "Passage A: the cat sat on the mat. Passage B: ein Hund lief durch den Park."
+        n = b.count_tokens(text)
+        for k in (1, 3, n - 1):
+            cut = b.truncate(text, k)
+            assert text.startswith(cut) and b.count_tokens(cut) <= k and len(cut) < len(text)
+        assert b.truncate(text, n) == text
+
+
+def test_bad_specs_and_params(tiny, tmp_path):
+    with pytest.raises(LLMError, match="cannot load model config"): get_backend(f"hf:{tmp_path / 'missing'}")
+    b = get_backend(f"hf:{tiny['qwen2']}")
+    with pytest.raises(ClirError, match="unsupported generation parameters"): b.generate(["x"], stop=["\n"])
+    with pytest.raises(ClirError, match="a list of prompts"): b.generate("x")
+    with pytest.raises(ClirError, match="must be a str or a list"): b.generate([{"content": "no role"}])
+
+
+def test_chat_prefill_continues_the_assistant_turn(tiny):
+    b = get_backend(f"hf:{tiny['qwen2']}")
+    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
+    assert b.supports_prefill and b.render_text(msgs).endswith("<|im_start|>assistant\nPassage")
+    tail = b.tokenizer("Passage", add_special_tokens=False)["input_ids"]
+    assert b._ids(msgs)[-len(tail):] == tail
+
+
+# ---------------------------------------------------------------- options
+def test_identity_gets_output_options_only(tiny):
+    q = tiny["qwen2"]
+    plain = get_backend(f"hf:{q}").identity()
+    assert plain == {"kind": "hf", "model": str(q), "revision": plain["revision"]}
+    assert get_backend({"spec": f"hf:{q}", "batch_size": 2, "device": "cpu"}).identity() == plain
+    assert get_backend({"spec": f"hf:{q}", "dtype": "bfloat16"}).identity() == {**plain, "dtype": "bfloat16"}
+    assert get_backend(f"hf:{q}[system_prompt=Be brief]").identity() == {**plain, "system_prompt": "Be brief"}   # a newer output option
+    assert BackendSpec.parse(f"hf:{q}[system_prompt=Be brief]").key() == f"hf:{q}[system_prompt=Be brief]"
+
+
+def test_device_map_goes_to_accelerate(tiny, monkeypatch):
+    import transformers
+    seen, load = [], transformers.AutoModelForCausalLM.from_pretrained
+    def spy(*a, **kw):
+        seen.append(kw.get("device_map")); return load(*a, **kw)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    a = get_backend(f"hf:{tiny['qwen2']}")
+    b = get_backend({"spec": f"hf:{tiny['qwen2']}", "device_map": "auto", "batch_size": 1})
+    assert b.batch_size == 1
+    assert a.generate(["the cat sat"], max_new_tokens=4, progress=False) == b.generate(["the cat sat"], max_new_tokens=4, progress=False)
+    assert seen == [None, "auto"]       # accelerate places the layers; without the option, one .to(device)
+
+
+def test_options_hold_the_defaults_and_the_quirks():
+    o = HFOptions()
+    assert (o.batch_size, o.dtype, o.device, o.quirks) == (8, None, None, HFQuirks())
+    assert HFQuirks.paper(upstream="llm-rankers") == HFQuirks(double_bos=True, no_attention_mask=True) and HFQuirks.paper(upstream="rank_llm") == HFQuirks()
+    assert HFOptions.paper(upstream="llm-rankers").non_default() == {"double_bos": True, "no_attention_mask": True}
+    assert set(HFOptions.flat_fields()) >= {"double_bos", "no_attention_mask", "dtype", "quantize", "device", "batch_size"}
+
+
+# ---------------------------------------------------------------- execution injected
+class TwoWorkers(LocalExecutor):
+    "A stand-in executor: two workers' worth of batches per group, computed here, every call recorded."
+    workers = 2
+    def __init__(self, device=None): self.calls, self.device = [], device
+    def map(self, owner, method, calls):
+        self.calls.append((method, [len(c[0]) for c in calls])); return super().map(owner, method, calls)
+
+
+def test_an_executor_gives_the_same_records_and_cache_entries_as_local(tiny, tmp_path):
+    ex = TwoWorkers()
+    local = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path / "l"), batch_size=3)
+    remote = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path / "r"), batch_size=3, executor=ex)
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("seconds", "time")} for r in recs]
+    assert strip(remote.complete(PROMPTS, max_new_tokens=5, progress=False)) == strip(local.complete(PROMPTS, max_new_tokens=5, progress=False))
+    assert remote.score(PROMPTS, ["A", "B", "A B"], progress=False) == local.score(PROMPTS, ["A", "B", "A B"], progress=False)
+    assert ex.calls == [("_generate_batch", [3, 3]), ("_generate_batch", [2]), ("_score_batch", [3, 3]), ("_score_batch", [2])]
+    rows = lambda c: [(r["key"], r["meta"], strip([r["value"]])) for r in c.export_entries("llm")]
+    assert rows(Cache(tmp_path / "r")) == rows(Cache(tmp_path / "l")) and len(rows(Cache(tmp_path / "l"))) == 2 * len(PROMPTS)
+    u = lambda b: (b.usage.calls, b.usage.cache_hits, b.usage.tokens_in, b.usage.tokens_out)
+    assert u(remote) == u(local)
+
+
+def test_the_worker_recipe_rebuilds_the_backend_on_its_device(tiny, tmp_path):
+    import pickle
+    b = get_backend(f"hf:{tiny['qwen2']}[max_model_len=512]", Cache(tmp_path), executor=TwoWorkers(device="cpu"), double_bos=True)
+    factory, args = pickle.loads(pickle.dumps(b.worker()))
+    w = factory(*args)
+    assert w.identity() == b.identity() and w.identity()["double_bos"] is True and w.options.device == "cpu"
+    assert w.cache.mode == "off" and w.cache.root == b.cache.root and w._model is None and w.max_model_len == 512
+
+
+def test_the_executors_device_decides_the_model_tables_dtype(monkeypatch):
+    "A CPU driver whose workers are GPUs names the authors' GPU dtype (what the workers run); a CPU executor fp32."
+    seen = _hub(monkeypatch, "llama31")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    gpu = get_backend("hf:meta-llama/Llama-3.1-8B-Instruct", executor=TwoWorkers(device="cuda"))
+    assert gpu.identity()["dtype"] == "float16" and gpu._device == "cuda"
+    assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct", executor=TwoWorkers(device="cpu")).identity()["dtype"] == "float32"
+    assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct", executor=TwoWorkers(device="cpu"), device="cuda").identity()["dtype"] == "float16"
+    factory, args = gpu.worker()
+    assert args[2].device == "cuda"          # the worker builds on the executor's device
+
+
+# ---------------------------------------------------------------- the token ids the authors' pipelines sent
+def tok(name): return AutoTokenizer.from_pretrained(FX / name)
+
+
+class FakeModel:
+    "Records what `generate` is handed (and answers one pad token per row); `config` is the folder's."
+    def __init__(self, config): self.config, self.calls, self.device, self.dtype = config, [], torch.device("cpu"), torch.float32
+    def generate(self, input_ids, generation_config=None, **kw):
+        self.calls.append({"input_ids": input_ids.tolist(), **kw, "gc": generation_config})
+        start = kw["decoder_input_ids"] if "decoder_input_ids" in kw else input_ids
+        return torch.cat([start, torch.full((len(start), 1), self.config.eos_token_id if isinstance(self.config.eos_token_id, int) else 2)], 1)
+
+
+def backend(name, **kw):
+    return HFBackend.create(str(FX / name), hf_model=FakeModel(AutoConfig.from_pretrained(FX / name)), **kw)
+
+
+def fastchat_zephyr(system, user):
+    "FastChat's 'zephyr' conversation (SeparatorStyle.CHATML, sep '</s>'), which rank_llm 0.21.0 builds for RankZephyr."
+    return f"<|system|>\n{system}</s>\n" + f"<|user|>\n{user}</s>\n" + "<|assistant|>\n"
+
+
+def test_rankzephyr_gets_one_bos_as_rank_llms_fastchat_path():
+    t, b = tok("zephyr"), backend("zephyr")
+    msgs = [{"role": "system", "content": "You are RankLLM"}, {"role": "user", "content": "I will provide you with 2 passages"}]
+    ids = b._ids(msgs)
+    assert ids == t(fastchat_zephyr("You are RankLLM", "I will provide you with 2 passages"))["input_ids"]
+    assert ids[0] == 1 and ids[1] != 1 and ids.count(1) == 1 and t.bos_token_id == 1
+    assert b._ids(msgs) == backend("zephyr", double_bos=True)._ids(msgs)      # the template has no <s>: one BOS either way
+    b.generate([msgs], max_new_tokens=3, progress=False)
+    assert b.hf_model.calls[0]["input_ids"] == [ids] and b.hf_model.calls[0]["attention_mask"].tolist() == [[1] * len(ids)]
+
+
+def test_llama31_one_bos_by_default_two_with_double_bos_as_llm_rankers():
+    t = tok("llama31")
+    templated = t.apply_chat_template(PRP[:1], tokenize=False, add_generation_prompt=True) + " Passage:"
+    llm_rankers = t([templated])["input_ids"][0]                  # PairwiseLlmRanker.compare: tokenizer([prompt0, prompt1])
+    assert llm_rankers[:3] == [128000, 128000, 128006]
+    one, two = backend("llama31"), backend("llama31", double_bos=True)
+    assert one._ids(PRP) == llm_rankers[1:] and two._ids(PRP) == llm_rankers
+    assert two.identity()["double_bos"] is True and "double_bos" not in one.identity()
+    two.generate([PRP], max_new_tokens=1, progress=False)
+    assert two.hf_model.calls[0]["input_ids"] == [llm_rankers]
+
+
+def test_aya101_plain_prompt_decoder_prefix_and_no_attention_mask():
+    t = tok("aya101")
+    ref_ids = t([USER, USER], padding="longest")["input_ids"][0]    # llm-rankers' T5 path: specials added (</s> at the end)
+    ref_dec = t.encode("<pad> Passage", add_special_tokens=False)    # its decoder_input_ids
+    plain, quirk = backend("aya101", decoder_prefix="Passage"), backend("aya101", decoder_prefix="Passage", no_attention_mask=True)
+    item = plain._render(USER)
+    assert item["ids"] == ref_ids and ref_ids[-1] == 1 and item["dec"] == ref_dec and ref_dec[0] == 0
+    for b, masked in ((plain, True), (quirk, False)):
+        b.generate([USER, "Passage A: kurz"], max_new_tokens=2, progress=False)
+        call = b.hf_model.calls[0]
+        assert ("attention_mask" in call) == masked and call["decoder_input_ids"].tolist() == [ref_dec] * 2
+    assert quirk.identity()["no_attention_mask"] is True and "no_attention_mask" not in plain.identity()
+
+
+def test_qwen_as_is():
+    t, b = tok("qwen25"), backend("qwen25")
+    text = t.apply_chat_template(PRP[:1], tokenize=False, add_generation_prompt=True) + " Passage:"
+    assert b._ids(PRP) == t(text)["input_ids"] == t(text, add_special_tokens=False)["input_ids"]
+    assert b._ids(PRP)[0] == 151644 and backend("qwen25", double_bos=True)._ids(PRP) == b._ids(PRP)
+
+
+def test_min_new_tokens_reaches_generate():
+    b = backend("zephyr")
+    b.generate(["x"], max_new_tokens=5, min_new_tokens=5, progress=False)
+    gc = b.hf_model.calls[0]["gc"]
+    assert (gc.max_new_tokens, gc.min_new_tokens) == (5, 5)
+
+
+def _hub(monkeypatch, folder):
+    "Stand the Hub in: every from_pretrained reads `folder` and records the revision it was asked for."
+    import transformers
+    seen = []
+    def fake(orig):
+        def f(name, *a, revision=None, **kw):
+            if not str(name).startswith("/"): seen.append((name, revision))   # (the fixture's own loads are local)
+            obj = orig(str(FX / folder), **{k: v for k, v in kw.items() if k in ("trust_remote_code",)})
+            if hasattr(obj, "_commit_hash") or isinstance(obj, transformers.PretrainedConfig): obj._commit_hash = "c0ffee" + "0" * 34
+            return obj
+        return f
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", fake(AutoConfig.from_pretrained))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake(AutoTokenizer.from_pretrained))
+    def model(name, *a, revision=None, **kw):
+        seen.append((name, revision)); return torch.nn.Linear(1, 1)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", model)
+    return seen
+
+
+def test_hub_revision_reaches_from_pretrained_and_the_resolved_commit_is_recorded(monkeypatch):
+    seen = _hub(monkeypatch, "llama31")
+    b = get_backend("hf:meta-llama/Llama-3.1-8B-Instruct@abc1234")
+    b.tokenizer, b.hf_model
+    assert b.revision == "abc1234" and seen == [("meta-llama/Llama-3.1-8B-Instruct", "abc1234")] * 3   # config, tokenizer, model
+    assert b.identity()["revision"] == "abc1234" and b.resolved_revision == "c0ffee" + "0" * 34
+    u = get_backend("hf:meta-llama/Llama-3.1-8B-Instruct")
+    assert u.revision is None and u.resolved_revision.startswith("c0ffee")
+
+
+def test_dtype_of_the_model_table(monkeypatch):
+    _hub(monkeypatch, "llama31")
+    assert {m: c.dtype for m, c in HF_MODELS.items()} == {"castorini/rank_zephyr_7b_v1_full": "float16",
+                                                            "meta-llama/Llama-3.1-8B-Instruct": "float16", "CohereLabs/aya-101": "float16"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct").identity()["dtype"] == "float16"
+    assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16").identity()["dtype"] == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct").identity()["dtype"] == "float32"   # the authors' code on a CPU
+    assert "dtype" not in HFBackend.create(str(FX / "qwen25")).identity()   # models outside the table keep their identity
+    assert model_card("meta-llama/Llama-3.1-8B-Instruct").dtype == "float16" and model_card("org/other") is None
+
+
+def test_the_plan_warns_where_no_revision_is_pinned():
+    for m in HF_MODELS:
+        d = BackendSpec.parse(f"hf:{m}").describe()
+        assert "float16 on a GPU as the authors" in d and "WARNING revision not pinned" in d, d
+    assert "WARNING" not in BackendSpec.parse("hf:meta-llama/Llama-3.1-8B-Instruct@0e9e39f").describe()
+
+
+# ---------------------------------------------------------------- quantize=int8
+Q_PROMPTS = ["the cat sat", "Passage A: ein Hund", [{"role": "user", "content": "Output Passage A or Passage B:"},
+                                                    {"role": "assistant", "content": " Passage:"}]]
+
+
+def test_int8_has_its_own_key_and_cache_entries(tiny, tmp_path):
+    q, cache = tiny["qwen2"], Cache(tmp_path / "cache")
+    fp, q8 = get_backend(f"hf:{q}", cache), get_backend(f"hf:{q}[quantize=int8]", cache)
+    assert BackendSpec.parse(f"hf:{q}[quantize=int8]").key() == f"hf:{q}[quantize=int8]" and BackendSpec.parse(f"hf:{q}").key() == f"hf:{q}"
+    assert q8.identity() == {**fp.identity(), "quantize": "int8"} and "quantize" not in fp.identity()
+    a32, s32 = fp.generate(Q_PROMPTS, max_new_tokens=4, progress=False), fp.score(Q_PROMPTS, [" A", " B"], progress=False)
+    a8, s8 = q8.generate(Q_PROMPTS, max_new_tokens=4, progress=False), q8.score(Q_PROMPTS, [" A", " B"], progress=False)
+    assert q8.usage.calls == 2 * len(Q_PROMPTS) and q8.usage.cache_hits == 0     # nothing served from fp32's entries
+    assert len(a8) == 3 and all(isinstance(t, str) for t in a8) and q8.usage.tokens_out > 0
+    assert all(abs(x - y) < 0.5 and x < 0 for r8, r in zip(s8, s32) for x, y in zip(r8, r))
+    assert all("quantized" in type(m).__module__ for m in (q8.hf_model.lm_head, q8.hf_model.model.layers[0].self_attn.q_proj))
+    again = get_backend(f"hf:{q}[quantize=int8]", cache)
+    assert again.generate(Q_PROMPTS, max_new_tokens=4, progress=False) == a8 and again.usage.cache_hits == 3 and again.usage.calls == 0
+    assert fp.generate(Q_PROMPTS, max_new_tokens=4, progress=False) == a32 and fp.usage.cache_hits == 3
+
+
+@pytest.mark.parametrize("spec, msg", [("[quantize=int4]", "quantize"), ("[quantize=int8,dtype=bfloat16]", "quantize=int8 needs float32 weights")])
+def test_invalid_quantize_is_one_line(tiny, spec, msg):
+    with pytest.raises(ClirError) as e: get_backend(f"hf:{tiny['qwen2']}{spec}").hf_model
+    assert msg in str(e.value) and "\n" not in str(e.value).strip()
+
+
+def test_missing_quantisation_engine_is_one_line(tiny, monkeypatch):
+    monkeypatch.setattr(llm_hf, "_quant_engine", lambda: None)
+    b = get_backend(f"hf:{tiny['qwen2']}[quantize=int8]")
+    with pytest.raises(LLMError) as e: b.hf_model
+    assert "quantised CPU kernels" in str(e.value) and "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------- the offline model
+@pytest.mark.slow
+def test_offline_qwen_generates(tmp_path):
+    b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
+    assert b.label == "Qwen2.5-Coder-0.5B (stand-in)" and b.name == "hf:qwen2.5-coder-0.5b-offline" and b.is_chat
+    assert b.batch_size == 32 and b.dtype_name == "float32" and "dtype" not in b.identity()
+    prompts = ["Translate to English: Guten Morgen", "What is 2 + 3? Answer with one number."]
+    out = b.generate(prompts, max_new_tokens=8, progress=False)
+    assert "morning" in out[0].lower() and "5" in out[1], out
+    s = b.score([[{"role": "user", "content": "Answer with one letter, A or B: which letter comes first in the alphabet?"}]],
+                ["A", "B"], progress=False)[0]
+    assert s[0] > s[1]
+    again = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path))
+    assert (Path(again._source) / "model.safetensors").is_file()
+    assert again.generate(prompts, max_new_tokens=8, progress=False) == out and again.usage.calls == 0 and again._model is None
+    fresh = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path, mode="off"), batch_size=1)
+    assert fresh.batch_size == 1 and fresh.generate(prompts, max_new_tokens=8, progress=False) == out and fresh.usage.calls == 2

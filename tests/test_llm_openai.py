@@ -1,0 +1,400 @@
+"""`openai:` (clir_llm.llm_openai) against real local HTTP servers (clir_llm.testing.FakeOpenAIServer) with injected faults:
+retries counted by kind, the key never stored, kill -9 and resume, a pool of replicas with failover, and for open models
+the very prompts (token ids) `hf:` renders; tiktoken counting; what the dry run asks of the kind."""
+import base64, json, math, os, signal, subprocess, sys, textwrap, threading, time
+from collections import Counter
+from pathlib import Path
+import pytest
+from clir_llm.cache import Cache, CacheMiss
+from clir_llm.core import ClirError
+from clir_llm.llm import BackendSpec, LLMError, get_backend
+from clir_llm.llm_hf import HFBackend
+from clir_llm.llm_openai import OpenAIBackend, OpenAIOptions, _ServerPool, endpoint
+from clir_llm.testing import FakeOpenAIServer, _toy_logprobs, make_tiny_hf_model, tiny_setup
+
+PROMPTS = ["the cat sat", "Passage A: ein Hund lief durch den Park", "Output Passage A or Passage B:",
+           [{"role": "system", "content": "be brief"}, {"role": "user", "content": "kissa nukkuu sohvalla"}],
+           "Rank the passages based on their relevance", "0 1 2 3 4 5", "il gatto dorme", "кошка спит"]
+SECRET = "sk-test-MARKER-5f1e2d3c4b5a69788"
+
+
+@pytest.fixture(scope="module")
+def qpath(tmp_path_factory):
+    import torch
+    torch.set_num_threads(1)
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny") / "qwen2")
+
+
+# ---------------------------------------------------------------- openai:
+@pytest.fixture
+def secret(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    return SECRET
+
+
+def _api(srv, cache=None, **kw):
+    return get_backend("openai:gpt-4.1", cache, base_url=srv.url, **{"backoff": 0.01, "concurrency": 1, **kw})
+
+
+def test_openai_retries_every_fault_kind(secret, tmp_path):
+    faults = ["429", "500", "drop", "malformed", "empty", "slow:3"]
+    with FakeOpenAIServer(faults=faults) as srv:
+        b = _api(srv, Cache(tmp_path), timeout=0.5)
+        assert b.generate(["hello"], max_new_tokens=4) == ["echo: hello"]
+        c = b.usage.counters
+        assert {k: c[k] for k in c if k.startswith("errors_")} == {
+            "errors_http_429": 1, "errors_http_500": 1, "errors_connection": 1, "errors_malformed": 1,
+            "errors_empty_choices": 1, "errors_timeout": 1}
+        assert len(srv.requests) == len(faults) + 1 and b.usage.calls == 1
+        assert b.usage.tokens_in == 1 and b.usage.tokens_out == 2
+        assert b.usage.cost_usd == pytest.approx((1 * 2.00 + 2 * 8.00) / 1e6)
+
+
+def test_openai_honours_retry_after(secret):
+    with FakeOpenAIServer(faults=["429:1"]) as srv:
+        b = _api(srv)
+        assert b.generate(["x"]) == ["echo: x"]
+        t = [r["time"] for r in srv.requests]
+        assert len(t) == 2 and t[1] - t[0] >= 0.95          # waited the server's Retry-After, not the 10 ms backoff
+
+
+def test_openai_gives_up_clearly_and_on_error_empty(secret, tmp_path):
+    with FakeOpenAIServer(faults=["500"] * 10) as srv:
+        b = _api(srv, Cache(tmp_path), max_retries=2)
+        with pytest.raises(LLMError, match=r"failed after 3 attempts \(http_500, http_500, http_500\)"):
+            b.generate(["x"])
+        assert b.generate(["y"], on_error="empty") == [""]
+        assert b.score(["z"], ["A", "B"], on_error="empty")[0] == [pytest.approx(float("nan"), nan_ok=True)] * 2
+        assert b.usage.counters["failed_calls"] == 3 and b.usage.calls == 0
+        srv.faults = []
+        assert b.generate(["y"], on_error="empty") == ["echo: y"]     # a failed call was not cached
+
+
+def test_openai_not_retried_4xx_never_shows_the_key(secret, tmp_path):
+    with FakeOpenAIServer(faults=["401"]) as srv:
+        b = _api(srv, Cache(tmp_path))
+        with pytest.raises(LLMError, match="HTTP 401") as e: b.generate(["x"])
+        assert SECRET not in str(e.value) and "***" in str(e.value) and len(srv.requests) == 1
+        assert SECRET not in repr(b) + b.name + json.dumps(b.identity())
+
+
+def test_openai_failure_with_concurrency_raises_llmerror_and_keeps_finished_calls(secret, tmp_path):
+    with FakeOpenAIServer(faults=[None, None] + ["500"] * 40) as srv:
+        b = _api(srv, Cache(tmp_path), concurrency=2, max_retries=1)
+        with pytest.raises(LLMError, match="failed after 2 attempts"):
+            b.generate([f"p{i}" for i in range(20)])
+        stored = Cache(tmp_path).stats()["llm"]
+        asked = {r["prompt"] for r in srv.requests}
+        assert stored == 2 and len(asked) <= 8          # the rest was cancelled (a few more may have started); finished calls kept
+
+
+def test_openai_prefill_for_compatible_servers(secret):
+    msgs = [{"role": "user", "content": "Output Passage A or Passage B:"}, {"role": "assistant", "content": "Passage"}]
+    with FakeOpenAIServer() as srv:
+        plain, pre = _api(srv), _api(srv, prefill=True)
+        assert not plain.supports_prefill and pre.supports_prefill
+        plain.generate([msgs]); assert "continue_final_message" not in srv.requests[-1]["body"]
+        pre.generate([msgs]); body = srv.requests[-1]["body"]
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+        assert body["messages"][-1] == {"role": "assistant", "content": "Passage"}
+
+
+def test_openai_concurrency_limit(secret):
+    with FakeOpenAIServer(faults=["slow:0.3"] * 12) as srv:
+        b = _api(srv, concurrency=3)
+        prompts = [f"p{i}" for i in range(12)]
+        assert b.generate(prompts) == [f"echo: {p}" for p in prompts]
+        assert srv.max_inflight == 3
+
+
+def test_openai_score_with_logprobs(secret):
+    top = lambda msgs: {"B": -0.2, " A": -1.7, "Passage": -3.0}
+    with FakeOpenAIServer(top=top) as srv:
+        b = _api(srv)
+        assert b.supports_logprobs
+        assert b.score(["Output Passage A or Passage B:"], ["A", "B", "C"]) == [[-1.7, -0.2, -3.0]]
+        assert srv.requests[-1]["body"]["logprobs"] is True and srv.requests[-1]["body"]["max_tokens"] == 1
+        no = _api(srv, logprobs=False)
+        with pytest.raises(LLMError, match="cannot score"): no.score(["x"], ["A"])
+
+
+def test_openai_replay_needs_no_key_nor_server(secret, tmp_path, monkeypatch):
+    with FakeOpenAIServer() as srv:
+        out = _api(srv, Cache(tmp_path)).generate(PROMPTS, max_new_tokens=8)
+        url = srv.url
+    monkeypatch.delenv("OPENAI_API_KEY")
+    rp = get_backend("openai:gpt-4.1", Cache(tmp_path, mode="replay"), base_url=url)
+    assert rp.generate(PROMPTS, max_new_tokens=8) == out and rp._client is None
+    with pytest.raises(CacheMiss): rp.generate(["new"], max_new_tokens=8)
+    with pytest.raises(LLMError, match="set OPENAI_API_KEY"):
+        get_backend("openai:gpt-4.1", Cache(tmp_path)).generate(["new"])
+
+
+def test_secret_never_in_the_cache_file(secret, tmp_path):
+    with FakeOpenAIServer(responder=lambda m, b: "fine") as srv:
+        b = _api(srv, Cache(tmp_path))
+        b.generate(["a", "b"]); b.score(["c"], ["A", "B"])
+    files = list(tmp_path.rglob("*"))
+    assert any(f.name == "llm.sqlite" for f in files)
+    for f in files:
+        if f.is_file(): assert SECRET.encode() not in f.read_bytes()
+    with FakeOpenAIServer(responder=lambda m, b: f"the key is {SECRET}") as srv:   # a response leaking the key is refused
+        with pytest.raises(ClirError, match="secret"): _api(srv, Cache(tmp_path)).generate(["leak"])
+
+
+# ---------------------------------------------------------------- kill -9 and resume
+CHILD = textwrap.dedent("""
+    import sys, json
+    from clir_llm.cache import Cache
+    from clir_llm.llm import get_backend
+    url, root, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    b = get_backend("openai:gpt-4.1", Cache(root), base_url=url, concurrency=int(sys.argv[4]), backoff=0.01)
+    out = b.generate([f"prompt {i}" for i in range(n)], max_new_tokens=4, progress=False)
+    print(json.dumps({"out": out, "calls": b.usage.calls, "hits": b.usage.cache_hits}))
+""")
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_kill9_mid_run_resumes_without_lost_or_repeated_calls(tmp_path, monkeypatch, concurrency):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    n, held = 12, 6
+    with FakeOpenAIServer(faults=[None] * held + ["hold"]) as srv:
+        args = [sys.executable, "-c", CHILD, srv.url, str(tmp_path), str(n), str(concurrency)]
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert srv.holding.wait(60), child.stderr.read().decode()[-2000:]
+        while srv.inflight < min(concurrency, n - held):   # the other workers are in flight too, or done
+            if len(srv.requests) >= n: break
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(child.pid, signal.SIGKILL); child.wait()
+        first = [r["prompt"] for r in srv.requests]
+        stored = Cache(tmp_path).stats().get("llm", 0)
+        srv.release.set()
+        assert 0 < stored < n
+        res = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-2000:]
+        out = json.loads(res.stdout)
+        assert out["out"] == [f"echo: prompt {i}" for i in range(n)]        # nothing lost
+        assert out["hits"] == stored and out["calls"] == n - stored
+        asked_twice = [p for p in set(first) if srv.count(p) > 1]
+        # only calls that were in flight at the kill (no answer received) are asked again
+        assert len(asked_twice) == len(first) - stored <= concurrency
+        assert all(srv.count(f"prompt {i}") >= 1 for i in range(n))
+
+
+def test_two_processes_share_one_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    n = 30
+    with FakeOpenAIServer(faults=["slow:0.05"] * 200) as srv:
+        args = [sys.executable, "-c", CHILD, srv.url, str(tmp_path), str(n), "3"]
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out)["out"] == [f"echo: prompt {i}" for i in range(n)]
+    assert Cache(tmp_path).stats()["llm"] == n
+    assert n <= len(srv.requests) <= 2 * n
+
+
+def test_api_key_env_names_the_variable(monkeypatch):
+    monkeypatch.delenv("MY_SERVER_KEY", raising=False)
+    with FakeOpenAIServer() as srv:
+        b = get_backend({"spec": "openai:gpt-4.1", "base_url": srv.url, "api_key_env": "MY_SERVER_KEY"})
+        with pytest.raises(LLMError, match="MY_SERVER_KEY"): b.generate(["hi"], progress=False)
+        monkeypatch.setenv("MY_SERVER_KEY", "sk-local-1")
+        b = get_backend({"spec": "openai:gpt-4.1", "base_url": srv.url, "api_key_env": "MY_SERVER_KEY"})
+        assert b.generate(["hi"], progress=False) == ["echo: hi"] and srv.requests[-1]["auth"]
+
+
+# ---------------------------------------------------------------- identical prompts on hf: and openai:
+def _answer(ids, max_new: int) -> str:
+    "A deterministic answer from the token ids alone: equal prompts get equal answers on both paths."
+    s = sum(ids) * 31 + len(ids)
+    return (" A", " B", "Passage A", "Passage B")[s % 4] if max_new <= 2 else f"[{1 + s % 4}] > [{1 + s % 3}] > [2]"
+
+
+def _spy_hf(hf: HFBackend, log: dict):
+    "Record what the hf: path renders (text and ids) and answer it like the server does, without running the model."
+    render = hf.render_text
+    def render_text(p):
+        t = render(p); log["text"].append(t); return t
+    def gen(items, params):
+        log["gen"] += [tuple(it["ids"]) for it in items]
+        return [{"text": _answer(it["ids"], params["max_new_tokens"]), "tokens_in": len(it["ids"]), "tokens_out": 1,
+                 "seconds": 0.0, "time": 0.0} for it in items]
+    def score(items, params):
+        out = []
+        for it in items:
+            n = len(it["ids"]); log["score"] += [tuple(it["ids"] + c) for c in it["cands"]]
+            out.append({"scores": [float(sum(_toy_logprobs(it["ids"] + c)[n:])) for c in it["cands"]], "tokens_in": n,
+                        "tokens_out": 0, "seconds": 0.0, "time": 0.0})
+        return out
+    hf.render_text, hf._generate_batch, hf._score_batch = render_text, gen, score
+
+
+def _served(srv) -> dict:
+    got = {"gen": [], "score": []}
+    for r in srv.requests:
+        assert r["endpoint"] == "completions", r      # open models: never the chat API (the server would render its own way)
+        p = r["body"]["prompt"]
+        if r["body"].get("echo"): got["score"] += [tuple(x) for x in p]
+        else: got["gen"].append(tuple(p))
+    return got
+
+
+@pytest.mark.parametrize("method, opts", [
+    ("listwise", dict(window=4, step=2, max_words=12)),                                  # listwise
+    ("listwise", dict(window=4, step=2, cut="tokens", passage_tokens=9)),                # document-length cut (listwise)
+    ("pairwise-bubblesort", dict(k=2, scoring="generation")),                             # PRP, generated answers
+    ("pairwise-bubblesort", dict(k=2, scoring="likelihood", passage_tokens=7, query_tokens=5))])   # PRP likelihood + cut
+def test_openai_sends_the_prompts_hf_renders(qpath, tmp_path, method, opts):
+    from clir_llm.rerank import RerankerSpec, get_reranker
+    coll, first = tiny_setup(n_queries=2, n_docs=6)
+    spec = RerankerSpec(method=method, **opts)
+    hf = get_backend(f"hf:{qpath}", cache=Cache(tmp_path / "hf"))
+    log = {"text": [], "gen": [], "score": []}
+    _spy_hf(hf, log)
+    ran_hf = get_reranker(spec, hf, progress=False).rerank(coll, first, k=6)
+    with FakeOpenAIServer(completer=lambda p, body: (_answer(p, body["max_tokens"]), [])) as srv:
+        oa = get_backend({"spec": "openai:tiny-qwen", "base_url": srv.url, "tokenizer": str(qpath), "concurrency": 3},
+                         cache=Cache(tmp_path / "oa"))
+        ran_oa = get_reranker(spec, oa, progress=False).rerank(coll, first, k=6)
+    got = _served(srv)
+    assert got["gen"] or got["score"]
+    assert Counter(got["gen"]) == Counter(log["gen"]) and Counter(got["score"]) == Counter(log["score"])   # token ids
+    tok = hf.tokenizer
+    sent_text = Counter(tok.decode(list(ids), skip_special_tokens=False) for ids in set(got["gen"]) | {s for s in got["score"]})
+    if got["gen"]: assert {tok.decode(list(i), skip_special_tokens=False) for i in got["gen"]} == set(log["text"])   # text
+    if method.startswith("pairwise"):
+        assert all(t.endswith("<|im_start|>assistant\n Passage:") for t in log["text"])     # the PRP answer prefix is sent
+    assert ran_oa == ran_hf and sent_text
+    if "passage_tokens" in opts and method.startswith("pairwise"):
+        assert all(oa.count_tokens(d.text) == hf.count_tokens(d.text) for d in coll.get_docs(first.docids("q0")))
+
+
+def test_openai_completions_match_hf_outputs(qpath):
+    "Against a server running the same tiny model, generation and continuation scores equal hf:'s."
+    prompts = ["Rank the passages", [{"role": "user", "content": "Output Passage A or Passage B:"},
+                                     {"role": "assistant", "content": " Passage:"}]]
+    hf = get_backend(f"hf:{qpath}")
+    with FakeOpenAIServer(model=qpath) as srv:
+        oa = get_backend({"spec": "openai:tiny", "base_url": srv.url, "tokenizer": str(qpath)})
+        assert oa.supports_prefill and oa.supports_logprobs
+        assert oa.generate(prompts, max_new_tokens=5, progress=False) == hf.generate(prompts, max_new_tokens=5, progress=False)
+        for a, b in zip(oa.score(prompts, ["A", " B"], progress=False), hf.score(prompts, ["A", " B"], progress=False)):
+            assert a == pytest.approx(b, abs=1e-4)
+        assert all(r["body"].get("echo") for r in srv.requests[-2:])
+
+
+def test_openai_score_without_prompt_logprobs_is_a_clear_error(qpath):
+    with FakeOpenAIServer(prompt_logprobs=lambda seq: [None] * len(seq)) as srv:
+        oa = get_backend({"spec": "openai:tiny", "base_url": srv.url, "tokenizer": str(qpath)}, max_retries=0)
+        with pytest.raises(LLMError, match="no prompt logprobs"): oa.score(["x"], ["A", "B"], progress=False)
+
+
+def test_api_chat_leaves_rendering_to_the_server(qpath):
+    with FakeOpenAIServer() as srv:
+        b = get_backend({"spec": "openai:org/model", "base_url": srv.url, "tokenizer": str(qpath), "api": "chat"})
+        assert b.renderer is None and not b.supports_prefill and b.generate(["hi"], progress=False) == ["echo: hi"]
+        assert srv.requests[-1]["endpoint"] == "chat" and b.count_tokens("the cat sat") == get_backend(f"hf:{qpath}").count_tokens("the cat sat")
+    assert BackendSpec.parse({"spec": "openai:org/model", "api": "chat"}).key() == "openai:org/model[api=chat]"
+
+
+def test_max_model_len_refuses_long_prompts(qpath):
+    with FakeOpenAIServer() as srv:
+        oa = get_backend({"spec": "openai:tiny", "base_url": srv.url, "tokenizer": str(qpath), "max_model_len": 12})
+        with pytest.raises(LLMError, match="exceeds max_model_len 12"): oa.generate(["the cat sat on the mat " * 3], progress=False)
+        assert not srv.requests
+
+
+def test_tiktoken_counts_with_a_local_bpe_file(tmp_path):
+    "OpenAI's own models count with tiktoken; its BPE files come from the internet, so the test brings a small one."
+    ranks = [bytes([i]) for i in range(256)] + [b"th", b"the", b"ca", b"cat", b" cat"]
+    f = tmp_path / "tiny.tiktoken"
+    f.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for r, t in enumerate(ranks)))
+    b = OpenAIBackend.create("gpt-4.1", tokenizer=f"tiktoken:{f}")
+    assert b.count_tokens("the cat") == 2 and b.count_tokens("xyzxyz the") == 8      # ~4 chars/token would say 2 and 3
+    assert b.truncate("xyzxyz the cat", 7) == "xyzxyz " and b.renderer is None
+
+
+# ---------------------------------------------------------------- a pool of servers
+def _reply(msgs, body): return "re: " + msgs[-1]["content"][::-1]
+
+
+def test_pool_spreads_work_and_equals_one_server(tmp_path):
+    prompts = [f"prompt {i}" for i in range(24)]
+    with FakeOpenAIServer(responder=_reply, latency=0.02) as one:
+        single = get_backend({"spec": "openai:m", "base_url": one.url, "concurrency": 2}).generate(prompts, progress=False)
+    with FakeOpenAIServer(responder=_reply, latency=0.02) as a, FakeOpenAIServer(responder=_reply, latency=0.02) as b, \
+         FakeOpenAIServer(responder=_reply, latency=0.02) as c:
+        pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url, c.url], "concurrency": 2}, cache=Cache(tmp_path))
+        assert pool.generate(prompts, progress=False) == single
+        n = [len(s.requests) for s in (a, b, c)]
+        assert sum(n) == 24 and min(n) >= 1 and max(s.max_inflight for s in (a, b, c)) <= 2, n   # all serve, two at a time each
+        # the pool names its first server in cache keys: the same run through a one-server backend is all hits
+        again = get_backend({"spec": "openai:m", "base_url": a.url}, cache=Cache(tmp_path))
+        assert again.generate(prompts, progress=False) == single and again.usage.calls == 0
+
+
+def test_pool_routes_to_least_outstanding_and_skips_dead_servers():
+    p = _ServerPool(["a", "b", "c"], per_server=2)
+    assert [p.acquire() for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+    p.release(2); p.release(2); assert p.acquire() == 2            # the least busy, not the first
+    p.mark_down(1); p.release(1); p.release(1); p.release(0)
+    assert p.acquire() == 0 and 1 not in p.live()                  # a dead server is skipped while others live
+    assert p.acquire() == 2 and p.outstanding == [2, 0, 2]
+    got = []
+    t = threading.Thread(target=lambda: got.append(p.acquire())); t.start(); time.sleep(0.2)
+    assert not got                                                  # every live server full: wait
+    p.release(0); t.join(2); assert got == [0]
+
+
+def test_pool_fails_over_when_a_server_dies(tmp_path):
+    prompts = [f"p{i}" for i in range(30)]
+    with FakeOpenAIServer(responder=_reply, latency=0.03) as a, FakeOpenAIServer(responder=_reply, latency=0.03) as b, \
+         FakeOpenAIServer(responder=_reply, latency=0.03) as c:
+        pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url, c.url], "concurrency": 2}, backoff=0.01)
+        threading.Timer(0.1, b.kill).start()
+        out = pool.generate(prompts, progress=False)
+    assert out == [_reply([{"content": p}], {}) for p in prompts]
+    assert pool.usage.counters.get("errors_connection", 0) >= 1 and pool.usage.counters.get("failovers", 0) >= 1
+    assert len(a.requests) + len(c.requests) > 20
+
+
+def test_pool_all_down_is_one_clear_error():
+    with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
+        a.kill(); b.kill()
+        pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url]}, max_retries=1, backoff=0.01)
+        with pytest.raises(LLMError, match="all 2 servers are down"): pool.generate(["x"], progress=False)
+
+
+@pytest.mark.slow
+def test_scale_benchmark_quick_meets_the_pool_target(capsys):
+    import importlib.util
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("scale", root / "benchmarks/scale.py")
+    scale = importlib.util.module_from_spec(spec); spec.loader.exec_module(scale)
+    assert scale.main(["--quick", "--target", "server-pool-4"]) == 0
+    assert "target server-pool-4:" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- options, identity and the dry run
+def test_options_and_identity(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    o = OpenAIOptions()
+    assert (o.concurrency, o.max_retries, o.timeout, o.api, o.prefill, o.logprobs) == (4, 6, 60.0, "auto", False, True)
+    assert OpenAIBackend("gpt-4.1").identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None}   # the default API: no endpoint
+    b = OpenAIBackend.create("gpt-4.1", base_url="http://user:sk-URLKEY-1@Host:8000/v1/", concurrency=2)
+    assert b.identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None, "endpoint": "http://host:8000/v1"}
+    assert b.concurrency == 2 and b._workers() == 2 and "URLKEY" not in repr(b)
+    assert OpenAIBackend.create("m", prefill=True).identity() == OpenAIBackend("m").identity()   # laid: as constructor keywords
+    assert endpoint("HTTPS://u:p@Api.Example.org/v1/?x=1") == "https://api.example.org:443/v1"
+    assert BackendSpec.parse("openai:m[top_logprobs=5]").key() == "openai:m[top_logprobs=5]"   # a newer output option
+
+
+def test_price_is_the_kinds_answer():
+    assert OpenAIBackend.is_api and not OpenAIBackend.local_model and OpenAIBackend.throughput_engine is None
+    assert OpenAIBackend.price("gpt-4.1-2025-04-14") == {"input": 2.00, "output": 8.00} and OpenAIBackend.price("llama") is None
+    d = BackendSpec.parse({"spec": "openai:m", "base_url": ["http://u:sk-1@a:1/v1", "http://b:1/v1"]}).describe()
+    assert d.startswith("OpenAI-compatible servers http://***@a:1/v1, http://b:1/v1 model m") and "sk-1" not in d
