@@ -312,6 +312,17 @@ def with_options(self: BackendSpec, **kw) -> BackendSpec:
     if not kw: return self
     return type(self).of(self.kind, self.model, self.revision, {**self.options.flat(), **kw}, given=given_names(self.options))
 
+# %% ../nbs/10_llm.ipynb #4bf3e2cc
+@patch
+def quirks(self: BackendSpec) -> dict:
+    "The kind's quirks switched on in this spec (flat): a reranker's runs name them (identity v1: they were the reranker's switches)."
+    return self.options.quirks_on()
+
+@patch
+def with_authors_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
+    "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on."
+    return self.with_options(**self.options.authors_quirks(upstream=upstream))
+
 # %% ../nbs/10_llm.ipynb #e6f6bd48
 @patch
 def describe(self: BackendSpec) -> str:

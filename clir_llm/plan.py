@@ -190,8 +190,7 @@ def missing(cfg: Config) -> list[str]:
     src, out = COLLECTIONS.lookup(cfg.collection)[0].obj, []
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if (why := src.missing(cfg.collection, cfg.root)): out.append(f"data: {why}")
-    for spec, names in _by_backend(cfg).items():
-        out += [f"{line}: the rerankers {', '.join(names)} cannot run" for line in spec.backend_class.missing(spec)]
+    for line, (kind, names) in _lacks(cfg).items(): out.append(f"{line}: the {kind} rerankers ({', '.join(names)}) cannot run")
     try: from huggingface_hub import try_to_load_from_cache   # installed with transformers; the check is skipped without it
     except ImportError: try_to_load_from_cache = lambda *a, **k: None
     for what, m in dict.fromkeys(_hub_models(cfg)):
@@ -201,11 +200,15 @@ def missing(cfg: Config) -> list[str]:
         out.append(f"model: {what} {m} is not in the local Hugging Face cache: {why}")
     return out
 
-def _by_backend(cfg: Config) -> dict:
-    "The rerankers of `cfg` by backend spec."
+def _lacks(cfg: Config) -> dict:
+    "What each backend of `cfg`'s rerankers lacks here (its kind's `missing`, credentials): line -> (kind's name, reranker names)."
     out: dict = {}
     for r in cfg.rerankers:
-        if r.llm: out.setdefault(r.llm, []).append(r.name)
+        if r.llm is None: continue
+        for line in r.llm.backend_class.missing(r.llm):
+            if not line.startswith("files:"):
+                names = out.setdefault(line, (r.llm.backend_class.__name__.removesuffix("Backend"), []))[1]
+                if r.name not in names: names.append(r.name)
     return out
 
 # %% ../nbs/13f_plan.ipynb #07e5c72d
@@ -397,8 +400,9 @@ def check_files(cfg: Config):
     where = f"{cfg.path}: " if cfg.path else ""
     if cfg.root and not _near(cfg, cfg.root): raise ClirError(f"{where}root: no such folder {cfg.root!r}")
     for r in cfg.rerankers:
-        if r.llm is not None and (bad := r.llm.backend_class.missing_files(r.llm, near=lambda p: _near(cfg, p))):
-            raise ClirError(f"{where}reranker {r.name!r}: llm {r.llm}: {bad[0]}")
+        files = [l for l in r.llm.backend_class.missing(r.llm) if l.startswith("files:")] if r.llm is not None else []
+        if files and not _near(cfg, r.llm.model):   # a model file may also be given relative to the configuration
+            raise ClirError(f"{where}reranker {r.name!r}: llm {r.llm}: {files[0].removeprefix('files: ')}")
     if cfg.regression: load_regression(regression_path(cfg))
 
 def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str]:

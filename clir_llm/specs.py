@@ -243,6 +243,18 @@ def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = N
     return validated(cls, {**data, **nested}, where=where, strict=strict)
 
 @patch
+def quirks_on(self: Options) -> dict:
+    "The quirks switched on, flat, from every `Quirks` sub-model of these options (what a run names)."
+    return {k: v for name, f in type(self).model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
+            for k, v in getattr(self, name).non_default().items()}
+
+@patch(cls_method=True)
+def authors_quirks(cls: Options, **context) -> dict:
+    "The quirks of the authors' code (`Quirks.paper(**context)` of every `Quirks` sub-model), flat, those switched on."
+    return {k: v for name, f in cls.model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
+            for k, v in f.annotation.paper(**context).non_default().items()}
+
+@patch
 def flat(self: Options, defaults: bool = True) -> dict:
     "These options as flat name -> value (nested options flattened); `defaults=False`: only those off their default."
     out = {}
