@@ -319,7 +319,7 @@ def quirks(self: BackendSpec) -> dict:
     return self.options.quirks_on()
 
 @patch
-def with_authors_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
+def with_paper_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
     "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on."
     return self.with_options(**self.options.authors_quirks(upstream=upstream))
 

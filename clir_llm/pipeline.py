@@ -24,6 +24,11 @@ from .translate import get_translator, view_identity
 # %% auto #0
 __all__ = ['Pipeline']
 
+# %% ../nbs/13b_pipeline.ipynb #84097f55
+def _slug(s: str) -> str:
+    "A run label as a file name: letters, digits, '-', '_' and '.' kept, anything else '_', at most 60 characters."
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:60]
+
 # %% ../nbs/13b_pipeline.ipynb #a4643e64
 class Pipeline:
     "First-stage and reranked runs of a configuration, computed once and stored under `results/<config>/runs/`."
