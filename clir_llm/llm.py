@@ -125,6 +125,7 @@ class Backend(ABC):
     is_api = False
     local_model = False
     throughput_engine: str | None = None
+    builds_once = False           # `clir-llm prepare` builds its model once before a run (`prepare_spec`: ort: exports to ONNX)
     model: str = ""
     revision: str | None = None
     options: BackendOptions | None = None   # the instance's options (set by the constructor)

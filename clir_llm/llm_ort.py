@@ -176,7 +176,7 @@ class ORTBackend(HFRenderMixin, _ORTGenerateMixin, _ORTScoreMixin, CachedBackend
     kind, Options = "ort", ORTOptions
     supports_logprobs = scores_sequences = supports_prefill = True
     supports_batching = False             # padded batches change the logits in GenAI 0.18 (see above): one prompt at a time
-    is_encoder_decoder, local_model = False, True
+    is_encoder_decoder, local_model, builds_once = False, True, True
 
     def __init__(self, model: str, options: ORTOptions | None = None, *, cache: Cache | None = None, executor: Executor = LOCAL,
                  revision: str | None = None, label: str | None = None, hf_tokenizer=None, progress: bool = True, models_root=None):

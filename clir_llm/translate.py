@@ -86,6 +86,13 @@ def hub_models(cls: Translator, spec: "TranslatorSpec") -> list[str]:
     "The Hugging Face Hub models a real run of `spec` downloads (none by default)."
     return []
 
+# %% ../nbs/06_translate.ipynb #d2ba8a2f
+@patch(cls_method=True)
+def prepare(cls: Translator, spec: "TranslatorSpec", directions: list[str], cache: Cache | None = None, log=None) -> list[str]:
+    """Fetch once what translating `directions` (`src-tgt`) needs before a run (`clir-llm prepare`); one line per thing.
+    Default: nothing (a model is loaded on first use; a dictionary translator fetches its dictionaries)."""
+    return []
+
 # %% ../nbs/06_translate.ipynb #cb562f3f
 @patch(cls_method=True)
 def paper_first_stage(cls: Translator) -> dict:

@@ -258,6 +258,20 @@ class DictionaryTranslator(Translator):
         self.splitters[language(src).code] = "words"
         return out
 
+
+
+# %% ../nbs/06b_translate_dict.ipynb #4469a760
+@patch(cls_method=True)
+def prepare(cls: DictionaryTranslator, spec, directions: list[str], cache: Cache | None = None, log=None) -> list[str]:
+    "The FreeDict dictionary of each direction, fetched once (`ensure_freedict`); one line each: package, version, folder."
+    lines = []
+    for d in directions:
+        if (found := find_freedict(d, cache)) is None:
+            if log: log(f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {(cache or Cache()).root / 'freedict'} (once)")
+            found = ensure_freedict(d, cache)
+        lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
+    return lines
+
 # %% ../nbs/06b_translate_dict.ipynb #e46ce104
 @patch(cls_method=True)
 def check_arg(cls: DictionaryTranslator, arg: str):
