@@ -231,6 +231,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.config.Config.reranker': ('config.html#config.reranker', 'clir_llm/config.py'),
                                  'clir_llm.config.Config.reranker_pairs': ('config.html#config.reranker_pairs', 'clir_llm/config.py'),
                                  'clir_llm.config.ConfigHead': ('config.html#confighead', 'clir_llm/config.py'),
+                                 'clir_llm.config.ConfigHead._plain_name': ('config.html#confighead._plain_name', 'clir_llm/config.py'),
+                                 'clir_llm.config.ConfigHead._where': ('config.html#confighead._where', 'clir_llm/config.py'),
                                  'clir_llm.config.ConfigHead.path': ('config.html#confighead.path', 'clir_llm/config.py'),
                                  'clir_llm.config.DocLengthConfig': ('config.html#doclengthconfig', 'clir_llm/config.py'),
                                  'clir_llm.config.FirstStageConfig': ('config.html#firststageconfig', 'clir_llm/config.py'),

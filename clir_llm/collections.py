@@ -16,7 +16,7 @@ from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
 from .cache import default_cache_dir
 from .languages import parse_pair, language
 from .progress import progress_bar as tqdm
-from .specs import Options, Registry, opt
+from .specs import ArgumentParser, Options, Registry, opt
 
 # %% auto #0
 __all__ = ['COLLECTIONS', 'CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CIRAL_PAIRS', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS',
@@ -765,7 +765,7 @@ register_collection("clef2003", load_clef2003, CLEF_PAIRS,
 # %% ../nbs/03_collections.ipynb #18de495c
 def cli_datasets(argv=None) -> int:
     "`clir-llm datasets`: collections (the names `--collection` and the config key `collection:` accept), pairs and counts."
-    ap = argparse.ArgumentParser(prog="clir-llm datasets", description="List collections, language pairs and counts.")
+    ap = ArgumentParser(prog="clir-llm datasets", description="List collections, language pairs and counts.")
     ap.add_argument("names", nargs="*", help="collections to show (default: all)")
     ap.add_argument("--count", action="store_true", help="also count documents of external collections (streams the corpus)")
     ap.add_argument("--pair", dest="pairs", action="append", default=[], help="pair to show of a collection that takes any pair (files:)")

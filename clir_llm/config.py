@@ -19,6 +19,7 @@ from .retrieve import DT_SOURCES, FirstStage, paper_first_stage, parse_method
 from .specs import import_plugins, pydantic_messages
 from .translate import TranslatorSpec
 from .dense import ENCODERS, EncoderQuirks, get_encoder_spec
+from .evaluate import parse_measures
 from .engine import ExecutionSpec
 
 # %% auto #0
@@ -338,7 +339,6 @@ class Config(_Strict):
     @classmethod
     def _measures(cls, v):
         "Measures parsed as the evaluation parses them: known to ir-measures, cutoffs >= 1, computable."
-        from clir_llm.evaluate import parse_measures
         for m in ([v] if isinstance(v, str) else v):
             try: parse_measures([m])
             except ClirError as e: raise ValueError(str(e)) from None
@@ -412,16 +412,19 @@ class ConfigHead(BaseModel):
     _path: Optional[Path] = PrivateAttr(None)
     @property
     def path(self) -> Optional[Path]: return self._path
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v): return plain_name(v)
+    @model_validator(mode="after")
+    def _where(self, info: ValidationInfo):
+        self._path = (info.context or {}).get("path")
+        return self
 
 def load_config_head(path) -> ConfigHead:
     "The name and regression file of the configuration at `path`, validated as `load_config` would, without importing its plugins."
     path, data = _read(path)
-    try: head = ConfigHead.model_validate(data)
+    try: return ConfigHead.model_validate(data, context={"path": path})
     except ValidationError as e: raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
-    try: plain_name(head.name)
-    except ValueError as e: raise ClirError(f"{path}: name: {e}") from None
-    head._path = path
-    return head
 
 # %% ../nbs/13a_config.ipynb #299eefc6
 def repo_root() -> Path:

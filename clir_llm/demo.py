@@ -4,6 +4,7 @@
 
 # %% ../nbs/04_demo.ipynb #4bb94488
 from __future__ import annotations
+from .specs import ArgumentParser
 import argparse, gzip, hashlib, json, os, re, shutil, subprocess, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -231,7 +232,7 @@ def build_demo(out_dir, packages: list[str] | None = None, deb_dir=None, min_pag
 # %% ../nbs/04_demo.ipynb #36473520
 def cli_build_demo(argv=None) -> int:
     "`clir-llm build-demo`: rebuild the demo collection from Debian's manual-page packages."
-    ap = argparse.ArgumentParser(prog="clir-llm build-demo", description="Rebuild the demo collection from Debian packages.")
+    ap = ArgumentParser(prog="clir-llm build-demo", description="Rebuild the demo collection from Debian packages.")
     ap.add_argument("--out", help="output folder (default: the package's data/demo)")
     ap.add_argument("--debs", help="folder of .deb files to use instead of `apt-get download`")
     ap.add_argument("--min-pages", type=int, default=50, help="keep pairs with at least this many pages in both languages")

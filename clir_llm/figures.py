@@ -4,6 +4,7 @@
 
 # %% ../nbs/13d_figures.ipynb #a06202c2
 from __future__ import annotations
+import io
 import numpy as np
 from pathlib import Path
 from .core import atomic_write
@@ -48,7 +49,7 @@ def _ylim(ax, values):
 def doc_length_figure(table, published: dict | None = None, title: str = "", ylabel: str = "average score"):
     """Panels stacked vertically, one per reranker, sharing x (passage tokens): one line per first stage × OG/DT
     documents (markers: OG filled circles, DT open squares); DT lines dashed; the published values dotted with crosses."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # heavy: only when a figure is drawn
     rerankers = list(dict.fromkeys(r.split(" / ")[0] for r in table.index))
     xs = [int(c) for c in table.columns]
     with plt.rc_context(FIGURE_STYLE):
@@ -84,7 +85,7 @@ def _row_style(row: str, bases: list, stages: list) -> dict:
 
 def cost_figure(cost, measure: str, title: str = ""):
     "Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in one legend."
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt   # heavy: only when a figure is drawn
     s = cost_summary(cost)
     parts = [(r.partition(" » ")[0], r.partition(" » ")[2]) for r in s.index]
     stages = list(dict.fromkeys(fs for fs, _ in parts))
@@ -106,7 +107,6 @@ def cost_figure(cost, measure: str, title: str = ""):
 # %% ../nbs/13d_figures.ipynb #8fb10d56
 def save_figure(fig, figures_dir, name: str) -> list[Path]:
     "Save PNG and PDF atomically, without timestamps (so a re-run gives identical files)."
-    import io
     out = []
     for ext, meta in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None, "Creator": None})):
         buf = io.BytesIO()

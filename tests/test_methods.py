@@ -1,11 +1,11 @@
 "`clir-llm methods`: every registry, printed as the exact strings the command line and configurations accept; each works."
 import subprocess, sys
 import pytest
-from clir_llm.cli import registries
+from clir_llm.methods import registries
 
 
 def _concrete(kind):
-    return [s for k, rows in registries().items() if k.startswith(kind) for s, _ in rows if "<" not in s]
+    return [s for k, rows in registries().items() if k.startswith(kind) for s, *_ in rows if "<" not in s]
 
 
 def test_methods_lists_every_registry_from_the_cli():

