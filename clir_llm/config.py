@@ -307,7 +307,7 @@ class Config(_Strict):
     rerankers: list[RerankerConfig] = []
     doc_length: Optional[DocLengthConfig] = None
     references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
-    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME)]] = Field(min_length=1)   # notebooks of nbs/experiments, in dependency order
+    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME)]]   # notebooks of nbs/experiments, in dependency order
     regression: Optional[Annotated[str, AfterValidator(_beside)]] = None   # regression file, in the config's folder or below it
     recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None     # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models

@@ -321,8 +321,9 @@ def quirks(self: BackendSpec) -> dict:
 
 @patch
 def with_paper_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
-    "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on."
-    return self.with_options(**self.options.authors_quirks(upstream=upstream))
+    "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on, but for those the spec gives itself."
+    given = self.given()
+    return self.with_options(**{k: v for k, v in self.options.authors_quirks(upstream=upstream).items() if k not in given})
 
 # %% ../nbs/10_llm.ipynb #e6f6bd48
 @patch

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from fastcore.basics import patch
 from .cache import Cache
+from .executor import LOCAL, Executor
 from .specs import opt
 from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, local_revision,
                           plain_text)
@@ -31,7 +32,7 @@ class LlamaCppBackend(CachedBackend):
     local_model, throughput_engine = True, "hf"   # one process runs the model, batch by batch (not a serving engine)
 
     def __init__(self, model: str, options: GGUFOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None):
+                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):   # one native handle: batches run here
         try: import llama_cpp   # optional: the [gguf] extra
         except ImportError:
             raise LLMError("the gguf: backend needs llama-cpp-python, which is not installed: pip install 'clir-llm[gguf]' "
@@ -39,7 +40,8 @@ class LlamaCppBackend(CachedBackend):
         o = options if options is not None else GGUFOptions()
         path = Path(model).expanduser().resolve()
         if not path.is_file(): raise LLMError(f"gguf: no such file {path}")
-        super().__init__(str(path), o, cache=cache, revision=revision or local_revision(path.parent, path.name), label=label)
+        super().__init__(str(path), o, cache=cache, revision=revision or local_revision(path.parent, path.name), label=label,
+                         executor=executor)
         self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=o.max_model_len, n_gpu_layers=o.n_gpu_layers, verbose=False)
         tmpl = self._llm.metadata.get("tokenizer.chat_template")
         self.is_chat = tmpl is not None

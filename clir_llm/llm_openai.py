@@ -11,6 +11,7 @@ from typing import Literal, Optional, Union
 from fastcore.basics import patch
 from pydantic import field_validator
 from .cache import Cache, redact
+from .executor import LOCAL, Executor
 from .specs import opt
 from .prices import PRICES, load_prices, price_of
 from .llm import BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, plain_text
@@ -134,9 +135,10 @@ class OpenAIBackend(CachedBackend):
     _threaded = True
 
     def __init__(self, model: str, options: OpenAIOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None, api_key: str | None = None, prices=None):
+                 revision: str | None = None, label: str | None = None, api_key: str | None = None, prices=None,
+                 executor: Executor = LOCAL):   # the contract's executor: a server's calls run in this process's threads
         o = options if options is not None else OpenAIOptions()
-        super().__init__(model, o, cache=cache, revision=revision, label=label)
+        super().__init__(model, o, cache=cache, revision=revision, label=label, executor=executor)
         urls = list(o.base_url) if isinstance(o.base_url, (list, tuple)) else [o.base_url or os.environ.get("OPENAI_BASE_URL") or None]
         self.base_urls = [u for u in urls if u] or [None]
         self.base_url = self.base_urls[0]   # names the server in cache keys (replicas serve the same model)

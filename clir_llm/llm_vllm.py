@@ -9,6 +9,7 @@ from typing import Literal, Optional
 from fastcore.basics import patch
 from .core import ClirError
 from .cache import Cache
+from .executor import LOCAL, Executor
 from .specs import opt
 from .llm import BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError
 from .llm_hf import HFRenderMixin, is_hub_id, load_tokenizer
@@ -37,13 +38,13 @@ class VLLMBackend(HFRenderMixin, CachedBackend):
     is_encoder_decoder = False
 
     def __init__(self, model: str, options: VLLMOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None):
+                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):   # vLLM spreads over its GPUs itself
         try: import vllm  # noqa: F401  (optional: the [gpu] extra)
         except ImportError:
             raise LLMError("the vllm: backend needs vLLM, which is not installed: pip install 'clir-llm[gpu]' "
                            "(a CUDA GPU machine; on a CPU use hf:<model> or openai:<model> with base_url=)") from None
         o = options if options is not None else VLLMOptions()
-        super().__init__(model, o, cache=cache, revision=revision, label=label)
+        super().__init__(model, o, cache=cache, revision=revision, label=label, executor=executor)
         from transformers import AutoTokenizer   # heavy: the tokenizer renders the prompts here
         self.tokenizer = AutoTokenizer.from_pretrained(o.tokenizer or model, revision=None if o.tokenizer else revision)
         self.is_chat = self.tokenizer.chat_template is not None

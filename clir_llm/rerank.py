@@ -301,7 +301,12 @@ def describe(self: RerankerSpec) -> str:
 @patch
 def build(self: RerankerSpec, backend=None, progress: bool = True) -> Reranker:
     "The reranker of this spec on `backend` (None for a reranker without a model)."
-    return self.reranker(self.options, backend, method=self.method, progress=progress)
+    cls = self.reranker
+    try: sig = inspect.signature(cls.__init__).bind(None, self.options, backend, method=self.method, progress=progress)
+    except TypeError as e:   # a plugin's class written against another contract: say so in one line
+        raise ClirError(f"reranker {self.method!r}: {cls.__name__}.__init__ must take (options, backend, method, progress), "
+                        f"as Reranker's: {e}") from None
+    return cls(self.options, backend, method=self.method, progress=progress)
 
 def get_reranker(spec: RerankerSpec | str, backend=None, progress: bool = True, **options) -> Reranker:
     "The reranker of `spec` (a `RerankerSpec`, or a method string) on `backend`; flat `options` of its family override the spec's."

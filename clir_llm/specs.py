@@ -168,7 +168,8 @@ def pydantic_messages(e: ValidationError) -> list[str]:
     out = []
     for err in e.errors():
         loc, msg = ".".join(map(str, err["loc"])), " ".join(err["msg"].removeprefix("Value error, ").split())
-        out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if err["type"] != "missing" else "") if loc else msg)
+        shown = err["type"] != "missing" and not isinstance(err["input"], dict)   # a whole row or mapping is not echoed
+        out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if shown else "") if loc else msg)
     return out
 
 def validated(spec_cls: type[BaseModel], data: dict, where: str = "", strict: bool | None = None):

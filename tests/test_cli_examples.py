@@ -36,7 +36,6 @@ from clir_llm.rerank import RERANKERS, Reranker
 class ReverseReranker(Reranker):
     "The top k in reverse first-stage order (a test reranker without a model)."
     needs_backend = False
-    def __init__(self): self.name, self.params = "reverse", {}
     def rerank(self, collection, run, k=100):
         self._start(collection, run, k)
         return self._finish(run, {q: run.docids(q, k)[::-1] for q in self.diagnostics}, k)

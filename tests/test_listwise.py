@@ -216,14 +216,14 @@ def test_query_numbers_rewritten_as_rank_llm():
 
 
 def test_cl100k_budget_counts_like_rank_llm_and_sends_no_max_tokens(tmp_path):
-    from clir_llm.llm import OpenAIBackend
+    from clir_llm.llm_openai import OpenAIBackend
     from clir_llm.listwise import rank_llm_gpt_tokens, tiktoken_encoding
     from clir_llm.testing import FakeOpenAIServer
     coll, first = tiny_setup()
     one = Run({"q0": first["q0"]})
     with FakeOpenAIServer(responder=lambda m, b: "[2] > [1]") as s:
         for on in (False, True):
-            api = OpenAIBackend("gpt-3.5-turbo", base_url=s.url, api_key="x")
+            api = OpenAIBackend.create("gpt-3.5-turbo", base_url=s.url, api_key="x")
             rr = get_reranker("listwise-rankgpt", api, cl100k_budget=on, context=900, progress=False)
             rr.rerank(coll, one, k=10)
         capped, uncapped = s.requests[0]["body"], s.requests[-1]["body"]

@@ -442,7 +442,7 @@ def test_a_spec_is_a_value(tmp_path):
 
 def test_config_llm_with_options_keeps_the_demo_run_names(tmp_path):
     from clir_llm.config import load_config
-    from clir_llm.pipeline import rerank_params
+    rerank_params = lambda r: r.run_identity()
     data = yaml.safe_load((ROOT / "configs/demo.yaml").read_text())
     before = [rerank_params(r) for r in load_config(ROOT / "configs/demo.yaml").rerankers]
     for r in data["rerankers"]: r["llm"] = {"spec": r["llm"], "batch_size": 2, "device": "cpu"}

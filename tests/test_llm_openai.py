@@ -251,7 +251,7 @@ def _served(srv) -> dict:
 def test_openai_sends_the_prompts_hf_renders(qpath, tmp_path, method, opts):
     from clir_llm.rerank import RerankerSpec, get_reranker
     coll, first = tiny_setup(n_queries=2, n_docs=6)
-    spec = RerankerSpec(method=method, **opts)
+    spec = RerankerSpec.parse(method, **opts)
     hf = get_backend(f"hf:{qpath}", cache=Cache(tmp_path / "hf"))
     log = {"text": [], "gen": [], "score": []}
     _spy_hf(hf, log)

@@ -6,7 +6,8 @@ import pytest, yaml
 from clir_llm.collections import load_collection
 from clir_llm.config import load_config
 from clir_llm.core import ClirError
-from clir_llm.plan import plan, plan_counts, plan_data, llm_seconds, worst_comparisons, gpu_plan
+from clir_llm.plan import plan, plan_counts, plan_data, llm_seconds, gpu_plan
+from clir_llm.pairwise import max_comparisons as worst_comparisons
 
 ROOT = Path(__file__).parents[1]
 

@@ -14,9 +14,10 @@ def test_demo_needs_exactly_the_dictionaries_its_runs_read():
     n = needs(load_config(ROOT / "configs" / "demo.yaml"))
     # QT: query->document language where bm25-qt runs; DT: document->query language where bm25-dt / the hybrid run
     # and where rerankers read DT documents; en-it and en-ru have neither, so their dictionaries are not fetched
-    assert n["freedict"] == ["de-en", "de-fi", "de-it", "de-ru", "en-de", "en-fi", "fi-de", "fi-en", "it-de"]
+    assert n["directions"] == ["de-en", "de-fi", "de-it", "de-ru", "en-de", "en-fi", "fi-de", "fi-en", "it-de"]
     assert "dense:e5-small" in n["models"]
-    assert needs(load_config(ROOT / "configs" / "paper-ciral.yaml"))["freedict"] == []   # NLLB, shipped translations
+    # CIRAL: NLLB translates the queries (QT); its documents' translations ship with the corpus (no DT direction)
+    assert needs(load_config(ROOT / "configs" / "paper-ciral.yaml"))["directions"] == ["en-ha", "en-so", "en-sw", "en-yo"]
 
 
 def test_prepare_fetches_what_is_missing_and_says_so(monkeypatch, tmp_path):

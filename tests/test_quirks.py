@@ -23,15 +23,15 @@ def _passages(b): return [line for p in b.seen for line in p.splitlines() if re.
 
 def test_switches_stay_out_of_identities_at_their_default():
     from clir_llm.config import RerankerConfig
-    from clir_llm.pipeline import rerank_params
     base = dict(name="x", llm="openai:x", first_stages=["bm25-qt"])
     for method, switch, value in (("pairwise-heapsort", "heapsort_ties", "llm-rankers"), ("listwise", "last_window", "short"),
                                   ("listwise", "cut", "tokens")):
         plain = RerankerConfig(method=method, **base)
         on = validated(RerankerConfig, {"method": method, switch: value, **base})
-        assert switch not in rerank_params(plain) and rerank_params(on)[switch] == value
-        assert rerank_params(on) != rerank_params(plain) and RerankerConfig(**on.model_dump()) == on
-        assert f"{switch} {value}" in on.describe() and switch not in plain.describe()
+        assert switch not in plain.run_identity() and on.run_identity()[switch] == value
+        assert on.run_identity() != plain.run_identity() and RerankerConfig(**on.model_dump()) == on
+        assert f"{switch} {value}" in on.spec.describe() and f"{switch} {value}" not in plain.spec.describe()
+        assert on.switches() == {switch: value} and plain.switches() == {}
 
 
 def test_dense_quirks_by_name_and_revisions(tmp_path):
@@ -76,11 +76,7 @@ def test_dense_quirks_from_a_config_name_only_their_encoders_runs(tmp_path):
 def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
     import yaml
     from clir_llm.config import load_config
-    from clir_llm.pipeline import Pipeline, rerank_params
-    import clir_llm.llm as L
-    made = []
-    class Fake:
-        def __init__(self, **kw): made.append(kw)
+    from clir_llm.pipeline import Pipeline
     cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["3_pairwise"],
                first_stage=dict(methods=["bm25-og"]),
                rerankers=[dict(name="P", llm="hf:meta-llama/Llama-3.1-8B-Instruct", method="pairwise-heapsort", first_stages=["bm25-og"])])
@@ -89,19 +85,21 @@ def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "paper_quirks": True}))
     c = load_config(tmp_path / "q.yaml")
     rc = c.rerankers[0]
-    assert rc.non_default_switches() == {"heapsort_ties": "llm-rankers", "double_bos": True, "no_attention_mask": True}
-    assert rc.backend_options() == {"double_bos": True, "no_attention_mask": True} and plain.backend_options() == {}
+    assert rc.switches() == {"heapsort_ties": "llm-rankers", "double_bos": True, "no_attention_mask": True}
+    assert rc.llm.quirks() == {"double_bos": True, "no_attention_mask": True} and plain.llm.quirks() == {}
+    assert str(rc.llm) == str(plain.llm)   # the backend's quirks never rename its spec (identity v1)
     assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128"]
-    assert rerank_params(rc) != rerank_params(plain) and rerank_params(rc)["double_bos"] is True and "double_bos" not in rerank_params(plain)
-    (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "paper_quirks": True, "rerankers": [{**cfg["rerankers"][0], "double_bos": False}]}))
-    assert load_config(tmp_path / "q.yaml").rerankers[0].backend_options() == {"no_attention_mask": True}   # the file's own value wins
+    assert rc.run_identity() != plain.run_identity() and rc.run_identity()["double_bos"] is True and "double_bos" not in plain.run_identity()
+    cfg_off = {**cfg, "paper_quirks": True, "rerankers": [{**cfg["rerankers"][0], "llm": "hf:meta-llama/Llama-3.1-8B-Instruct[double_bos=false]"}]}
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump(cfg_off))
+    assert load_config(tmp_path / "q.yaml").rerankers[0].llm.quirks() == {"no_attention_mask": True}   # the file's own value wins
+    from clir_llm.llm import BackendSpec
+    from clir_llm.testing import make_tiny_hf_model
+    tiny = BackendSpec.parse(f"hf:{make_tiny_hf_model(tmp_path / 'tiny')}")   # the quirks reach the built backend and its cache identity
+    on, off = tiny.with_paper_quirks("llm-rankers").build(), tiny.build()
+    assert on.identity() == {**off.identity(), "double_bos": True, "no_attention_mask": True}
     p = Pipeline(c, tmp_path / "out", progress=False)
-    orig = L.get_backend
-    try:
-        L.get_backend = lambda spec, cache=None, **kw: Fake(**kw)
-        p.backend(rc.llm, **rc.backend_options()); p.backend(rc.llm)
-    finally: L.get_backend = orig
-    assert made == [{"double_bos": True, "no_attention_mask": True}, {}]
+    assert p.backend(tiny.with_paper_quirks("llm-rankers")) is p.backend(tiny.with_paper_quirks("llm-rankers")) is not p.backend(tiny)
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "paper_quirks": "yes"}))
     with pytest.raises(ClirError): load_config(tmp_path / "q.yaml")
 
@@ -111,14 +109,14 @@ def test_paper_quirks_variant_configs_set_every_switch():
     for name in ("paper-clef", "paper-ciral"):
         base, quirks = load_config(f"configs/{name}.yaml"), load_config(f"configs/{name}-quirks.yaml")
         assert not base.paper_quirks and quirks.paper_quirks and quirks.name == f"{name}-quirks"
-        assert all(r.non_default_switches() == {} for r in base.rerankers)
-        got = {r.name: r.non_default_switches() for r in quirks.rerankers}
+        assert all(r.switches() == {} for r in base.rerankers)
+        got = {r.name: r.switches() for r in quirks.rerankers}
         assert got["RankZephyr"] == {"last_window": "short", "query_numbers": "rewrite", "answer_budget": "rank_llm"}
         assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == {"last_window": "short", "cl100k_budget": True}
         assert got["Llama-3.1-8B"] == got["Aya-101"] == {"double_bos": True, "no_attention_mask": True}
         assert [str(m) for m in quirks.first_stage.methods] == [str(m) for m in base.first_stage.methods]
         assert (base.first_stage.nllb_output, quirks.first_stage.nllb_output) == ("256-new-tokens", "model-max-length")
-        assert quirks.first_stage.translator_options() == {"max_new_tokens": None} and base.first_stage.translator_options() == {}
+        assert quirks.first_stage.translator_spec.view_options() == {"max_new_tokens": None} and base.first_stage.translator_spec.view_options() == {}
 
 
 def test_nllb_output_cap_switch(tmp_path):
@@ -150,18 +148,18 @@ def test_nllb_output_cap_switch(tmp_path):
 
 def test_doc_length_cuts_listwise_passages_in_the_rerankers_tokens():
     from clir_llm.config import RerankerConfig
-    from clir_llm.pipeline import doc_length_options, rerank_params
+    from clir_llm.rerank import RerankerSpec
     lw = RerankerConfig(name="L", llm="hf:x", method="listwise", first_stages=["bm25-og"])
     prp = RerankerConfig(name="P", llm="hf:x", method="pairwise-bubblesort", first_stages=["bm25-og"])
-    assert doc_length_options(lw, 64) == {"passage_tokens": 64, "max_words": 64, "cut": "tokens"}
-    assert doc_length_options(prp, 64) == {"passage_tokens": 64, "max_words": 64}   # pairwise cuts in tokens already
-    assert rerank_params(prp, 64) == {**rerank_params(prp), "passage_tokens": 64, "max_words": 64}   # the demo's runs keep their names
+    assert lw.options_at(64).non_default() == {"passage_tokens": 64, "max_words": 64, "cut": "tokens"}
+    assert prp.options_at(64).non_default() == {"passage_tokens": 64}   # pairwise cuts in tokens already
+    assert prp.run_identity(64) == {**prp.run_identity(), "passage_tokens": 64, "max_words": 64}   # the demo's runs keep their names
     coll, first = tiny_setup()
     class TwoTokenWords(Recording):
         def count_tokens(self, text): return 2 * super().count_tokens(text)
         def truncate(self, text, max_tokens): return " ".join(text.split()[:max_tokens // 2])
     b = TwoTokenWords(coll)
-    get_reranker(lw, b, progress=False, **doc_length_options(lw, 16)).rerank(coll, first, k=20)
+    RerankerSpec(method=lw.method, options=lw.options_at(16)).build(b, progress=False).rerank(coll, first, k=20)
     assert {len(line.split()) - 1 for line in _passages(b)} <= {8}   # 16 tokens = 8 two-token words, not 16 words
 
 

@@ -121,7 +121,7 @@ def test_config_with_unknown_keys_or_wrong_types_fails_before_work(tmp_path):
     cfg["first_stage"]["depth"] = -3                       # out of range
     bad = tmp_path / "bad.yaml"; bad.write_text(yaml.safe_dump(cfg))
     err = _err("invalid configuration", "reproduce", bad, "--results", tmp_path / "results", "--figures", tmp_path / "figures")
-    assert f"{bad}: rerankers.1.windw: Extra inputs are not permitted (got 5)" in err
+    assert f"{bad}: rerankers.1: reranker 'pairwise-bubblesort' has no option 'windw'; its options: prompt, doc_title" in err
     assert f"{bad}: doc_length.tokens.1: Input should be a valid integer" in err and "'long'" in err
     assert f"{bad}: first_stage.depth: Input should be greater than 0 (got -3)" in err
     assert not (tmp_path / "results").exists() and not (tmp_path / "figures").exists()

@@ -37,7 +37,7 @@ if "nearties:" not in FIRST_STAGES.names():
         def __str__(self): return f"nearties:{self.seed}"
         def label(self): return str(self)
         def describe(self, translator=None, dense_title=None): return "near ties"
-        def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", **kw): return _NearTies(self.seed)
+        def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=None, **kw): return _NearTies(self.seed)
 
 
 def _near_config(tmp_path) -> Path:
@@ -174,8 +174,9 @@ def test_failed_notebook_is_redacted(tmp_path, monkeypatch):
 
 # ---------- findings 8/9: the dry run rejects, in one line naming the file and value, what would fail later
 def _demo(**top):
+    "The demo's configuration, to be written outside configs/: without its recorded responses and regression file (paths beside the config)."
     c = yaml.safe_load(DEMO.read_text())
-    c["regression"] = str((DEMO.parent / c["regression"]).resolve())
+    c.pop("regression"); c.pop("recorded")
     for k, v in top.items():
         if callable(v): v(c)
         else: c[k] = v
@@ -189,14 +190,16 @@ BAD_CONFIGS = [
     ("unknown measure", dict(measure="nosuch@3"), "unknown measure 'nosuch@3'"),
     ("zero cutoff in extra_measures", dict(extra_measures=["P@0"]), "'P@0': its cutoff must be an integer >= 1"),
     ("unknown prompt", dict(x=_rr(prompt="nosuch")), "unknown prompt template 'nosuch'"),
-    ("context 3", dict(x=_rr(context=3)), "rerankers.0.context"),
+    ("context 3", dict(x=_rr(context=3)), "context: Input should be greater than or equal to 64"),
     ("doc_length tokens -5, 0", dict(x=lambda c: c["doc_length"].update(tokens=[-5, 0])), "doc_length.tokens.0"),
     ("missing gguf file", dict(x=_rr(llm="gguf:/nonexistent/model.gguf")), "no such GGUF file '/nonexistent/model.gguf'"),
     ("root that does not exist", dict(root="../../nonexistent"), "root: no such folder '../../nonexistent'"),
-    ("missing regression file", dict(regression="/nonexistent/reg.yaml"), "/nonexistent/reg.yaml: regression file not found"),
+    ("missing regression file", dict(regression="nonexistent/reg.yaml"), "nonexistent/reg.yaml: regression file not found"),
+    ("regression file outside the config's folder", dict(regression="/nonexistent/reg.yaml"), "must be a file in the configuration's folder"),
+    ("recorded responses outside the config's folder", dict(recorded="../../elsewhere.jsonl"), "must be a file in the configuration's folder"),
     ("top_k: true", dict(x=_rr(top_k=True)), "rerankers.0.top_k: Input should be a valid integer (got True)"),
-    ("window: '5'", dict(x=_rr(window="5")), "rerankers.0.window: Input should be a valid integer"),
-    ("sort k 0", dict(x=_rr(1, k=0)), "rerankers.1.k: Input should be greater than 0"),
+    ("window: '5'", dict(x=_rr(window="5")), "window: Input should be a valid integer"),
+    ("sort k 0", dict(x=_rr(2, k=0)), "k: Input should be greater than 0"),
     ("name with ../", dict(name="../evil"), "name must be a plain file name"),
     ("absolute name", dict(name="/tmp/evil"), "name must be a plain file name"),
 ]
@@ -235,7 +238,7 @@ def test_dry_run_file_level_errors(tmp_path):
     for name, text, what in (("badyaml", b"a: [\n", "regression file is not valid YAML"), ("empty", b"", "got nothing"),
                              ("list", b"- 1\n- 2\n", "got list")):
         (tmp_path / f"{name}.reg.yaml").write_bytes(text)
-        p = tmp_path / f"{name}.yaml"; p.write_text(yaml.safe_dump(_demo(regression=str(tmp_path / f"{name}.reg.yaml"))))
+        p = tmp_path / f"{name}.yaml"; p.write_text(yaml.safe_dump(_demo(regression=f"{name}.reg.yaml")))
         rc, err = _dry_run(p); _expect_one_line(f"regression file: {name}", rc, err, what)
     (tmp_path / "bom.yaml").write_bytes(b"\xef\xbb\xbf" + good.replace("\n", "\r\n").encode())
     rc, err = _dry_run(tmp_path / "bom.yaml")

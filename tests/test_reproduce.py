@@ -40,16 +40,16 @@ def test_bad_config_is_rejected_before_any_work(tmp_path):
 def test_title_options_validated_and_set_for_ciral(tmp_path):
     from clir_llm.core import ClirError
     from clir_llm.config import load_config
-    from clir_llm.pipeline import rerank_params
+    rerank_params = lambda r: r.run_identity()
     ciral = load_config(ROOT / "configs" / "paper-ciral.yaml")
-    assert all(r.doc_title is False for r in ciral.rerankers)        # the authors' rerankers read passage text only
+    assert all(r.options.doc_title is False for r in ciral.rerankers)        # the authors' rerankers read passage text only
     assert ciral.first_stage.text_only("rrf:bm25-dt+dense:nv-embed-v2") == ("nv-embed-v2",)
     assert ciral.first_stage.text_only("dense:repllama") == () and ciral.first_stage.text_only("bm25-dt") == ()
     demo = load_config(ROOT / "configs" / "demo.yaml")   # the demo keeps title + text everywhere: its run names do not move
-    assert all(r.doc_title for r in demo.rerankers) and not any(demo.first_stage.text_only(m) for m in demo.first_stage.methods)
+    assert all(r.options.doc_title for r in demo.rerankers) and not any(demo.first_stage.text_only(m) for m in demo.first_stage.methods)
     assert all("doc_title" not in rerank_params(r) for r in demo.rerankers)
     cfg = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
-    for where, bad, msg in ((("rerankers", 0, "doc_title"), "no", "rerankers.0.doc_title"),
+    for where, bad, msg in ((("rerankers", 0, "doc_title"), "no", "rerankers.0: .*doc_title: Input should be a valid boolean"),
                             (("first_stage", "dense_title"), {"e6": False}, "unknown dense encoder 'e6'")):
         c = yaml.safe_load(yaml.safe_dump(cfg)); node = c
         for k in where[:-1]: node = node[k]

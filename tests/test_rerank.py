@@ -328,16 +328,16 @@ def test_registry_lists_the_shipped_methods_and_builds_each():
 
 
 def test_every_listed_reranker_builds():
-    from clir_llm.cli import registries
+    from clir_llm.methods import registries
     from clir_llm.collections import load_collection
     coll = load_collection("fixture", "en-de")
-    listed = [s for k, rows in registries().items() if k.startswith("rerankers") for s, _ in rows if "<" not in s]
+    listed = [s for k, rows in registries().items() if k.startswith("rerankers") for s, *_ in rows if "<" not in s]
     assert set(listed) >= set(ALL)
     for s in listed: assert RerankerSpec.parse(s).method == s and get_reranker(s, QrelsOracle(coll), progress=False)
 
 
 def test_every_method_is_registered_and_listed():
-    from clir_llm.cli import cli_methods
+    from clir_llm.methods import cli_methods
     new = ["setwise-heapsort", "setwise-bubblesort", "pointwise-yes-no", "pointwise-qlm", "listwise-first"]
     assert all(m in ALL for m in new)
     with contextlib.redirect_stdout(io.StringIO()) as out: cli_methods([])
@@ -415,8 +415,8 @@ def test_diagnostics_and_usage_saved(tmp_path):
 
 
 def test_backends_without_the_capability_are_refused_in_one_line():
-    from clir_llm.llm import OpenAIBackend
-    api = OpenAIBackend("gpt-4o-mini")             # top logprobs of the first token only, no prefill; no call is made
+    from clir_llm.llm_openai import OpenAIBackend
+    api = OpenAIBackend.create("gpt-4o-mini")             # top logprobs of the first token only, no prefill; no call is made
     for method, extra, msg in (("setwise-heapsort", dict(scoring="likelihood"), "cannot continue an assistant turn"),
                                ("pointwise-qlm", {}, "cannot score a continuation of several tokens"),
                                ("listwise-first", {}, "cannot continue an assistant turn")):
@@ -424,7 +424,7 @@ def test_backends_without_the_capability_are_refused_in_one_line():
             get_reranker(method, api, **extra)
     for method in ("setwise-heapsort", "setwise-bubblesort", "pointwise-yes-no"):   # generation, or Yes/No as the first token
         assert get_reranker(method, api).backend is api
-    no_lp = OpenAIBackend("gpt-4o-mini", logprobs=False)
+    no_lp = OpenAIBackend.create("gpt-4o-mini", logprobs=False)
     with pytest.raises(ClirError, match="returns no log-probabilities"): get_reranker("pointwise-yes-no", no_lp)
     assert api.supports_logprobs and not api.scores_sequences
     with pytest.raises(ClirError, match="needs must be one of first, prefixed, sequence"): check_scoring(api, "x", "all")
