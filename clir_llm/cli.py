@@ -33,6 +33,7 @@ def _usage() -> str:
         f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + ("\n\n'clir-llm <command> --help' for a command's options; "
         "-v shows logs and warnings, -q prints nothing but errors (before or after the command).")
 
+# %% ../nbs/14_cli.ipynb #08ea4338
 _LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet"}
 
 def _verbosity(argv: list[str]) -> list[str]:
@@ -44,6 +45,7 @@ def _verbosity(argv: list[str]) -> list[str]:
     if "verbose" not in flags: quiet_libraries()
     return [a for a in argv if a not in _LEVELS]
 
+# %% ../nbs/14_cli.ipynb #2b189241
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)

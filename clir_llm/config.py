@@ -32,6 +32,7 @@ __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MAX_DEPTH', 'MODULE
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)   # strict types: `top_k: true` or `depth: "5"` is an error, not 1 or 5
 
+# %% ../nbs/13a_config.ipynb #68337faf
 def _field(parse):
     "A pydantic validator from a spec parser: its ClirError becomes a ValueError that pydantic reports at the field."
     def check(v):
@@ -55,6 +56,7 @@ def plain_name(v: str) -> str:
         raise ValueError("name must be a plain file name (no '/', '\\', leading '.')")
     return v
 
+# %% ../nbs/13a_config.ipynb #bfaaa169
 def _beside(v: str) -> str:
     "A path relative to the configuration's folder that stays in it (no absolute path, no '..', no '~')."
     p = Path(v)
@@ -105,6 +107,7 @@ def translator_spec(self: FirstStageConfig) -> Optional[TranslatorSpec]:
     t = self.translator
     return t.with_options(nllb_output=self.nllb_output) if t is not None and self.nllb_output != "256-new-tokens" else t
 
+# %% ../nbs/13a_config.ipynb #e0d9a735
 @patch
 def dtypes_of(self: FirstStageConfig, method) -> tuple[str, ...]:
     """'encoder=dtype' for `method`'s encoders run in another GPU dtype than float16 (they name its runs; float16 runs keep
@@ -116,6 +119,7 @@ def dtypes_of(self: FirstStageConfig, method) -> tuple[str, ...]:
         if d != "float16": out.append(f"{e}={d}")
     return tuple(out)
 
+# %% ../nbs/13a_config.ipynb #7560372b
 @patch
 def quirks_of(self: FirstStageConfig, method) -> tuple[str, ...]:
     "The `dense_quirks` that apply to `method`'s encoders (they name its runs)."
@@ -130,11 +134,13 @@ def method(self: FirstStageConfig, m) -> FirstStage:
         if str(x) == key: return x
     raise ClirError(f"first stage {key!r} is not in first_stage.methods ({', '.join(map(str, self.methods))})")
 
+# %% ../nbs/13a_config.ipynb #29b55699
 @patch
 def text_only(self: FirstStageConfig, method) -> tuple[str, ...]:
     "The dense encoders of `method` that encode documents without their titles under this `dense_title`."
     return parse_method(method).text_only(self.dense_title)
 
+# %% ../nbs/13a_config.ipynb #f0148d16
 @patch
 def runs_on(self: FirstStageConfig, method: FirstStage, pair: str) -> bool:
     "Whether `method` is run on `pair` (cells it skips show '—' and the reason in the table note)."
@@ -188,17 +194,21 @@ def spec(self: RerankerConfig) -> RerankerSpec:
     "The reranker spec of this row: its method and options."
     return RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
 
+# %% ../nbs/13a_config.ipynb #4950433d
 @patch(as_prop=True)
 def reranker(self: RerankerConfig): return self.spec.reranker
 
+# %% ../nbs/13a_config.ipynb #87b6d05f
 @patch(as_prop=True)
 def family(self: RerankerConfig) -> str: return self.spec.family
 
+# %% ../nbs/13a_config.ipynb #8bcce76a
 @patch
 def options_at(self: RerankerConfig, passage_tokens: int | None = None) -> RerankerOptions:
     "The row's options, or those of its document-length run at `passage_tokens` (the family decides what the length cuts)."
     return self.options if passage_tokens is None else self.reranker.at_length(self.options, passage_tokens)
 
+# %% ../nbs/13a_config.ipynb #cb2c28e8
 @patch
 def run_identity(self: RerankerConfig, passage_tokens: int | None = None) -> dict:
     """What names this row's runs (at a document length): the reranker's identity (`rerank.run_identity`, with the
@@ -210,6 +220,7 @@ def run_identity(self: RerankerConfig, passage_tokens: int | None = None) -> dic
     if ident.get("doc_title") is True: del ident["doc_title"]
     return ident
 
+# %% ../nbs/13a_config.ipynb #bb94eb15
 @patch
 def switches(self: RerankerConfig) -> dict:
     "What this row sets beyond the first release's options (quirks, the backend's quirks, later options), name -> value: the dry run names them."
@@ -224,6 +235,7 @@ class DocLengthConfig(_Strict):
     first_stages: list[Method]
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
 
+# %% ../nbs/13a_config.ipynb #6952179d
 class ReferenceRow(_Strict):
     """Published numbers shown as a row of a result table, copied as the paper copied them (never computed here):
     CIRAL's BM25-QT with Google MT, Adeyemi et al. 2024. The row label must say it is copied."""
@@ -239,8 +251,6 @@ class ReferenceRow(_Strict):
     def _labelled(cls, v):
         if "copied" not in v.lower(): raise ValueError(f"a reference row's label must say it is copied (e.g. '{v} (copied)'), got {v!r}")
         return v
-
-
 
 # %% ../nbs/13a_config.ipynb #51b9e4af
 def with_paper_quirks(row: dict) -> dict:
@@ -268,6 +278,7 @@ def _expand_paper_quirks(data):
         data["rerankers"] = [with_paper_quirks(r) if isinstance(r, dict) else r for r in data["rerankers"]]
     return data
 
+# %% ../nbs/13a_config.ipynb #e195bda6
 def _check_consistent(cfg: "Config"):
     "Every name used in one place is defined in another: pairs, first stages, reranker names."
     fs, methods = cfg.first_stage, set(map(str, cfg.first_stage.methods))
@@ -364,6 +375,7 @@ def reranker(self: Config, name: str) -> RerankerConfig:
         if r.name == name: return r
     raise ClirError(f"config {self.name!r}: no reranker named {name!r} ({', '.join(r.name for r in self.rerankers)})")
 
+# %% ../nbs/13a_config.ipynb #af95662f
 @patch
 def reranker_pairs(self: Config, rc: "RerankerConfig") -> list[str]:
     "The pairs reranker `rc` runs on."
@@ -378,6 +390,7 @@ def resolve_config(name_or_path) -> Path:
         if (c := root / "configs" / f"{p.name}.yaml").exists(): return c
     raise ClirError(f"no configuration {name_or_path!r} (neither a file nor configs/{p.name}.yaml above {Path.cwd()})")
 
+# %% ../nbs/13a_config.ipynb #a643f8ad
 def _read(path) -> tuple[Path, dict]:
     "The configuration file `path` (or a name under configs/) read strictly (`core.load_yaml`): its path and its mapping."
     path = resolve_config(path)
@@ -387,6 +400,7 @@ def _read(path) -> tuple[Path, dict]:
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     return path, data
 
+# %% ../nbs/13a_config.ipynb #bfe8f335
 def load_config(path, plugins: bool = True) -> Config:
     """Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key.
     Its `plugins:` modules are imported first (they register methods it names); `plugins=False` imports none and
@@ -420,6 +434,7 @@ class ConfigHead(BaseModel):
         self._path = (info.context or {}).get("path")
         return self
 
+# %% ../nbs/13a_config.ipynb #b6e93148
 def load_config_head(path) -> ConfigHead:
     "The name and regression file of the configuration at `path`, validated as `load_config` would, without importing its plugins."
     path, data = _read(path)
@@ -435,6 +450,7 @@ def repo_root() -> Path:
     raise ClirError("cannot find nbs/experiments: run clir-llm reproduce from a clone of the repository "
                     "(installed with `pip install -e .`)")
 
+# %% ../nbs/13a_config.ipynb #dfb392da
 def experiment_notebook(name: str) -> Path:
     "Path of the experiment notebook `name` (with or without `.ipynb`)."
     p = repo_root() / "nbs" / "experiments" / (name if name.endswith(".ipynb") else f"{name}.ipynb")
@@ -443,6 +459,7 @@ def experiment_notebook(name: str) -> Path:
         raise ClirError(f"no experiment notebook {p.name!r} in {p.parent} (known: {', '.join(known)})")
     return p
 
+# %% ../nbs/13a_config.ipynb #bb2263ff
 def results_dir(cfg: Config, root="results") -> Path:
     "Where a configuration's executed notebooks, runs and tables go: `results/<name>/`."
     return Path(root) / cfg.name

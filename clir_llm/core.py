@@ -22,6 +22,7 @@ __all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE
 class ClirError(Exception):
     "Base class for every error clir-llm raises on bad input or configuration."
 
+# %% ../nbs/00_core.ipynb #8f8962cf
 class FormatError(ClirError, ValueError):
     "A line of an input file is malformed: the message is `file:line: what is wrong`."
     def __init__(self, path, line: int | None, msg: str):
@@ -71,6 +72,7 @@ def _expanded(node, memo: dict) -> int:
     memo[id(node)] = n = 1 + sum(_expanded(k, memo) for k in kids)
     return n
 
+# %% ../nbs/00_core.ipynb #1452b5f5
 def load_yaml(path, what: str = "not valid YAML"):
     "The YAML file at `path` (UTF-8, a byte-order mark accepted) read strictly and within `YAML_LIMITS`; errors are `file:line:` lines."
     path = Path(path)
@@ -97,6 +99,7 @@ def _kind(st) -> str:
     return ("a link" if stat.S_ISLNK(m) else "a folder" if stat.S_ISDIR(m) else "a named pipe (FIFO)" if stat.S_ISFIFO(m)
             else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m) else "a socket" if stat.S_ISSOCK(m) else "not a regular file")
 
+# %% ../nbs/00_core.ipynb #a132aa6f
 def writable_target(path) -> Path:
     "`path` if a file may be written there: nothing there yet, or a regular file (never a link, FIFO, device or folder)."
     path = Path(path)
@@ -129,6 +132,7 @@ def atomic_write(path, data: str | bytes, encoding: str = "utf-8", private: bool
         raise
     return path
 
+# %% ../nbs/00_core.ipynb #b3d85ecb
 def write_json(path, obj, private: bool = False, **kw) -> Path:
     "Write `obj` as indented, key-sorted JSON, atomically (`private`: owner-only)."
     return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False, default=str, **kw) + "\n", private=private)
@@ -164,6 +168,7 @@ def secret_env(name: str) -> str:
     "Remember that environment variable `name` holds a credential (its value is redacted wherever text leaves); returns `name`."
     _NAMED.add(str(name)); return name
 
+# %% ../nbs/00_core.ipynb #572bd010
 class SecretError(ClirError):
     "A value to be stored holds a credential."
 
@@ -182,6 +187,7 @@ def _secrets() -> list[str]:
         vals += [v for v in (u.password, urllib.parse.unquote(u.password or "")) if v and len(v) >= 8]
     return sorted(set(vals), key=len, reverse=True)
 
+# %% ../nbs/00_core.ipynb #25f60f6d
 def redact(text) -> str:
     "`text` with every credential replaced by `***` (values the process holds, URL user info and query keys, bearer tokens, sk- keys)."
     text = _USERINFO.sub(r"\1***@", str(text))
@@ -191,6 +197,7 @@ def redact(text) -> str:
     for v in _secrets(): text = text.replace(v, "***")
     return text
 
+# %% ../nbs/00_core.ipynb #3e73ee90
 def check_no_secret(text: str, what: str = "value"):
     "A `SecretError` if `text` holds a credential value this process holds (the credential itself is never printed)."
     for s in _secrets():
@@ -204,6 +211,7 @@ class Query:
     text: str
     lang: str = ""
 
+# %% ../nbs/00_core.ipynb #2c72d700
 @dataclass(frozen=True)
 class Document:
     "A document (or passage): id, text, optional title, ISO 639-1 language code."
@@ -221,12 +229,14 @@ def cut(text: str, n: int = 80) -> str:
     "`repr(text)`, cut after `n` characters (a long offending line in an error message shows its start and its length)."
     return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
 
+# %% ../nbs/00_core.ipynb #f5e7b86b
 def check_id(s, what: str = "id") -> str:
     "`s` if a TREC line can hold it as a query or document id: a non-empty string without whitespace; else a ClirError."
     if not isinstance(s, str) or not s: raise ClirError(f"{what} is empty" if s == "" else f"{what} must be a string, got {s!r}")
     if any(c.isspace() for c in s): raise ClirError(f"{what} {cut(s, 40)} contains whitespace (a TREC line would break on it)")
     return s
 
+# %% ../nbs/00_core.ipynb #8429ba33
 def _lines(path) -> Iterator[tuple[int, str]]:
     """Yield `(line number, stripped line)` for the non-blank lines of a UTF-8 text file; bad bytes are a `FormatError`.
     A byte-order mark at the start is skipped, and LF, CRLF and CR-only line ends are all line ends."""
@@ -293,9 +303,11 @@ def canonical_score(s: float) -> float:
     "`s` as a run file holds it: rounded to `SCORE_DECIMALS` (the same value `f'{s:.6f}'` writes and `float` reads back)."
     return round(float(s), SCORE_DECIMALS)
 
+# %% ../nbs/00_core.ipynb #2be7f4cf
 def _rank_key(item):  # canonical score desc, then docid desc (trec_eval's order on the file)
     return (-canonical_score(item[1]), _Desc(item[0]))
 
+# %% ../nbs/00_core.ipynb #3f5638f2
 class _Desc(str):
     "A string that sorts in reverse order (used for trec_eval's docid-descending tie break)."
     def __lt__(self, other): return str.__gt__(self, other)
@@ -369,6 +381,7 @@ def write(self: Run, path, tag: str | None = None) -> Path:
     lines = [f"{q} Q0 {d} {r} {s:.{SCORE_DECIMALS}f} {tag}" for q in sorted(self) for r, (d, s) in enumerate(self.ranking(q), 1)]
     return atomic_write(path, "\n".join(lines) + "\n")
 
+# %% ../nbs/00_core.ipynb #7e28268e
 @patch
 def top(self: Run, k: int, name: str | None = None) -> "Run":
     "A new run keeping the first `k` documents of every query."
@@ -408,6 +421,7 @@ class Usage:
     @classmethod
     def load(cls, path) -> "Usage": return cls(**json.loads(Path(path).read_text()))
 
+# %% ../nbs/00_core.ipynb #78dab814
 def usage_path(run_path) -> Path:
     "Where the usage of the run at `run_path` is saved: `<run file>.usage.json`."
     return Path(str(run_path) + ".usage.json")

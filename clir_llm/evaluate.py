@@ -34,12 +34,14 @@ def _cutoff_error(m) -> str | None:
 
 _PROBED: dict[str, str | None] = {}
 
+# %% ../nbs/12_evaluate.ipynb #abd9224e
 def _first_line(e: Exception) -> str:
     "A provider's error in one line (an external command's failure by its name and status, not its temporary files)."
     if isinstance(e, subprocess.CalledProcessError):
         return f"its provider's command {Path(str(e.cmd[0])).name!r} failed with status {e.returncode}"
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
+# %% ../nbs/12_evaluate.ipynb #b117962f
 def _probe(m) -> str | None:
     "None if ir-measures computes `m` on a tiny run, else the first line of its error (memoised per measure)."
     key = str(m)
@@ -52,6 +54,7 @@ def _probe(m) -> str | None:
             _PROBED[key] = _first_line(e)
     return _PROBED[key]
 
+# %% ../nbs/12_evaluate.ipynb #00c609ae
 @contextlib.contextmanager
 def _quiet_stderr():
     "Silence file descriptor 2 (ir-measures' external providers, e.g. gdeval's perl, print their own errors there)."
@@ -61,6 +64,7 @@ def _quiet_stderr():
     try: yield
     finally: os.dup2(saved, 2); os.close(saved); os.close(devnull)
 
+# %% ../nbs/12_evaluate.ipynb #5bb4fc11
 def split_measures(s: str) -> list[str]:
     "Split a measure list on commas and whitespace outside parentheses and quotes (`nDCG(dcg='exp-log2')@10` stays one)."
     out, cur, depth, quote = [], "", 0, None
@@ -87,6 +91,7 @@ def _parse_one(given: str):
     if len(found) > 1: raise ClirError(f"measure {given!r} names {len(found)} measures in trec_eval; give one cutoff (e.g. {given}_20)")
     raise ClirError(f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20, ndcg_cut_20, nDCG(dcg='exp-log2')@10)")
 
+# %% ../nbs/12_evaluate.ipynb #97e10545
 def parse_measures(measures: str | Iterable) -> list:
     """Parse `'MAP nDCG@20'` (commas or spaces between measures; ir-measures syntax including parameters, or trec_eval
     names such as `ndcg_cut_20`) or a list of names/measure objects into ir-measures measures (in the given order), and
@@ -103,6 +108,7 @@ def parse_measures(measures: str | Iterable) -> list:
     if not out: raise ClirError("no measures given")
     return out
 
+# %% ../nbs/12_evaluate.ipynb #87e46856
 def measure_name(m) -> str:
     "The display name of a measure (`AP` → `MAP`, `RR@10` → `MRR@10`)."
     s = str(m)
@@ -131,6 +137,7 @@ def per_query(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str
     df.attrs["unjudged_queries"] = len([q for q in run if q not in qrels])
     return df.sort_index()
 
+# %% ../nbs/12_evaluate.ipynb #08f00af6
 def evaluate(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str = "zero") -> dict[str, float]:
     "Aggregate (mean over topics) scores, `{measure name: value}`."
     df = per_query(run, qrels, measures, missing)
@@ -152,6 +159,7 @@ def paired_ttest(scores, baseline) -> tuple[float, float]:
     if np.allclose(d, d[0]): return delta, float("nan")
     return delta, float(stats.ttest_rel(a[common], b[common]).pvalue)
 
+# %% ../nbs/12_evaluate.ipynb #f069d79d
 def holm(pvalues: Sequence[float]) -> list[float]:
     "Holm-adjusted p-values (step-down, monotone, capped at 1), in input order; NaN (untested) stays NaN and is not counted."
     p = np.asarray(pvalues, float); adj = np.full(len(p), np.nan)
@@ -232,6 +240,7 @@ def to_markdown(self: ResultTable) -> str:
     legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
     return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
 
+# %% ../nbs/12_evaluate.ipynb #ecf83279
 @patch
 def to_latex(self: ResultTable) -> str:
     "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."

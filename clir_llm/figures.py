@@ -31,11 +31,13 @@ def _docs_marker(series: str) -> dict:
     if series.rstrip().endswith("DT docs") or series.endswith("DT"): return dict(marker="s", markersize=9, markerfacecolor="none", markeredgewidth=1.6)
     return dict(marker="o", markersize=5.5)
 
+# %% ../nbs/13d_figures.ipynb #d76e6e62
 def _freeze(fig):
     "Lay out once and keep it (constrained layout can move by a pixel on a second draw; saved files must not change)."
     fig.draw_without_rendering(); fig.set_layout_engine("none")
     return fig
 
+# %% ../nbs/13d_figures.ipynb #d84a5aba
 def _ylim(ax, values):
     "A y range of at least 0.1 around the values (a flat series is not drawn on a 0.48-0.52 axis), inside [0, 1] for scores."
     v = np.asarray([x for x in values if x == x], float)
@@ -83,6 +85,7 @@ def _row_style(row: str, bases: list, stages: list) -> dict:
     style = dict(marker=shape, color=f"C{bases.index((fs, base)) % 10}", linestyle="none")
     return style | (dict(markersize=10, markerfacecolor="none", markeredgewidth=1.6) if rest.endswith(" DT") else dict(markersize=6))
 
+# %% ../nbs/13d_figures.ipynb #ba0b8028
 def cost_figure(cost, measure: str, title: str = ""):
     "Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in one legend."
     import matplotlib.pyplot as plt   # heavy: only when a figure is drawn

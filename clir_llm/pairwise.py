@@ -79,6 +79,7 @@ def _keep_rest(top: list, docids: list) -> list:
     "`top` followed by the other documents in their first-stage order."
     s = set(top); return list(top) + [d for d in docids if d not in s]
 
+# %% ../nbs/11c_pairwise.ipynb #d25f9fbd
 def allpair(docids: list, k: int | None = None) -> Sort:
     "Compare every pair (all at once); score = wins + ½ ties; the best `k` by score (first-stage order breaks ties), then the rest."
     pairs = list(combinations(docids, 2))
@@ -153,16 +154,16 @@ def drive_sorts(sorts: Mapping[str, Sort], judge: Callable[[dict], dict], groups
             pending = nxt
     return heads
 
+# %% ../nbs/11c_pairwise.ipynb #d4651f92
 def run_sort(sort: Sort, judge: Callable[[list], list]) -> list:
     "Drive one sort generator to the end with `judge(pairs) -> values` answering its comparisons."
     return drive_sorts({None: sort}, lambda pending: {None: judge(pending[None])})[None]
 
+# %% ../nbs/11c_pairwise.ipynb #a3557c7e
 def sort_with(sort: str, docids: Sequence, compare: Callable[[object, object, object], str | None], k: int = 10, query=None) -> list:
     "`docids` reranked by the sort named `sort`, `compare(query, a, b) -> 'A' | 'B' | None` judging each ordered pair (both orders asked)."
     if sort not in SORTS: raise ClirError(f"unknown sort {sort!r} (one of {', '.join(SORTS)})")
     return run_sort(SORTS[sort](list(docids), k=k), PairJudge(lambda pairs: [compare(query, a, b) for a, b in pairs]))
-
-
 
 # %% ../nbs/11c_pairwise.ipynb #a69f9e6d
 def _heap_sift_worst(i: int, size: int) -> int:
@@ -171,6 +172,7 @@ def _heap_sift_worst(i: int, size: int) -> int:
     while 2 * i + 1 < size: n += 1 + (2 * i + 2 < size); i = 2 * i + 1
     return n
 
+# %% ../nbs/11c_pairwise.ipynb #17278316
 def max_comparisons(method: str, n: int, k: int | None = None) -> int:
     "The most comparisons sort `method` asks to put the best `k` (all: None) of `n` documents first (each asked in both orders)."
     k = n if k is None else min(k, n)
@@ -203,11 +205,13 @@ class PairwiseOptions(RerankerOptions):
     cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
     batch_orders: bool = opt(True, "both orders of a comparison in one call", identity=False)
 
+# %% ../nbs/11c_pairwise.ipynb #b81a5fbc
 class HeapsortQuirks(Quirks):
     "llm-rankers 0.0.2's heapsort where it differs from the method: its tie rule."
     heapsort_ties: Literal["first-stage", "llm-rankers"] = opt("first-stage", "a tied comparison counts as 'greater' for the "
                                                                "document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
 
+# %% ../nbs/11c_pairwise.ipynb #2cf7321a
 class HeapsortOptions(PairwiseOptions):
     "PRP heapsort's options: PRP's, and llm-rankers' tie rule."
     quirks: HeapsortQuirks = HeapsortQuirks()
@@ -256,10 +260,12 @@ class PairwiseReranker(Reranker):
 @patch(cls_method=True)
 def default_prompt(cls: PairwiseReranker, method: str) -> str: return "prp"
 
+# %% ../nbs/11c_pairwise.ipynb #3f87aee3
 @patch(cls_method=True)
 def options_for(cls: PairwiseReranker, method: str) -> type[PairwiseOptions]:
     return HeapsortOptions if cls.variants.get(method) == "heapsort" else PairwiseOptions
 
+# %% ../nbs/11c_pairwise.ipynb #57820eb0
 @patch(cls_method=True)
 def paper(cls: PairwiseReranker, method: str, options: dict, backend_class=None) -> dict:
     "llm-rankers 0.0.2's behaviour for a row of `method`: heapsort's tie rule."
@@ -298,6 +304,7 @@ def _prompt(self: PairwiseReranker, query: str, a: str, b: str):
         return [{"role": "user", "content": text}, {"role": "assistant", "content": pre}], True
     return ([{"role": "user", "content": text}] if chat else text), False
 
+# %% ../nbs/11c_pairwise.ipynb #b76924e1
 @patch
 def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | None]:
     "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None."

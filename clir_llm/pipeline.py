@@ -60,6 +60,7 @@ def translator(self: Pipeline):
         self._translator = get_translator(self.cfg.first_stage.translator_spec, cache=self.cache, executor=self.executor)
     return self._translator
 
+# %% ../nbs/13b_pipeline.ipynb #11837b2f
 @patch
 def collection(self: Pipeline, pair: str, docs: str = "og"):
     "The collection of `pair` with original (`og`) or translated (`dt`) documents."
@@ -74,6 +75,7 @@ def collection(self: Pipeline, pair: str, docs: str = "og"):
 def _path(self: Pipeline, pair: str, label: str, ident) -> Path:
     return self.out / "runs" / pair / f"{_slug(label)}.{stable_hash(ident, n=10)}.trec"
 
+# %% ../nbs/13b_pipeline.ipynb #7a1e12a4
 @patch
 def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Path:
     "The file of the first-stage run of `method` on `pair` (named by everything that determines the run)."
@@ -85,6 +87,7 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
                       + ((view_identity(fs.translator_spec),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
                       + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
 
+# %% ../nbs/13b_pipeline.ipynb #1f350a52
 @patch
 def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional[Run]:
     "The first-stage run of `method` on `pair` (None, with the reason in `skipped`, where the config excludes the pair)."
@@ -114,12 +117,14 @@ def backend(self: Pipeline, spec):
     if key not in self._backends: self._backends[key] = spec.build(cache=self.cache, executor=self.executor)
     return self._backends[key]
 
+# %% ../nbs/13b_pipeline.ipynb #07e71335
 @patch
 def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[str]:
     "The queries a reranker row is evaluated on (all judged queries, or the first `max_queries`)."
     qids = sorted(self.collection(pair).qrels)
     return qids[:rc.max_queries] if rc is not None and rc.max_queries else qids
 
+# %% ../nbs/13b_pipeline.ipynb #f1055cef
 @patch
 def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStage | str, docs: str,
            passage_tokens: int | None = None) -> Optional[Run]:
@@ -150,6 +155,7 @@ def usage(self: Pipeline, pair: str, label_run: Run) -> Usage:
     p = usage_path(path)
     return Usage.load(p) if p.exists() else Usage()
 
+# %% ../nbs/13b_pipeline.ipynb #14357bb7
 @patch
 def scores(self: Pipeline, pair: str, run: Run, measure: str | None = None, qids: list[str] | None = None):
     "Per-query scores of `run` (one measure: a Series) on all judged queries or on `qids`."
@@ -158,6 +164,7 @@ def scores(self: Pipeline, pair: str, run: Run, measure: str | None = None, qids
     df = per_query(run, qrels, measure or self.cfg.measure)
     return df.iloc[:, 0]
 
+# %% ../nbs/13b_pipeline.ipynb #c200dcc2
 @patch
 def oracle(self: Pipeline, pair: str, first_stage: FirstStage | str, top_k: int, qids: list[str] | None = None) -> Optional[Run]:
     "The best possible reranking of the first stage's top `top_k` (by qrels grade): the ceiling of any reranker."

@@ -42,6 +42,7 @@ def plan_data(name: str) -> dict:
     try: return _read_yaml(str(p), p.stat().st_mtime_ns)
     except (OSError, yaml.YAMLError) as e: raise ClirError(f"{p}: cannot read the plan's {name} table: {' '.join(str(e).split())}") from None
 
+# %% ../nbs/13f_plan.ipynb #919ed2ab
 @lru_cache(maxsize=8)
 def _read_yaml(path: str, mtime: int) -> dict:
     "A YAML file, parsed once per modification (the plan asks for its tables often)."
@@ -59,12 +60,14 @@ class PairText:
     measured: bool                 # True: counted on the collection; False: assumed (plan_lengths.yaml)
     note: str = ""
 
+# %% ../nbs/13f_plan.ipynb #d1ad025b
 def _available(cfg: Config) -> tuple[bool, str]:
     "Whether the collection's data is on this machine without a download, and if not, why."
     src = COLLECTIONS.lookup(cfg.collection)[0].obj
     if src.shipped or cfg.root or (src.env and os.environ.get(src.env)) or not (src.env or src.remote): return True, ""   # files: is here
     return False, f"${src.env} is unset" if src.env else "its data may need a download"   # ir_datasets and plugins: not read by a dry run
 
+# %% ../nbs/13f_plan.ipynb #45753443
 def _assumed(cfg: Config, pair: str) -> PairText:
     ql, dl = parse_pair(pair)
     a = plan_data("lengths")["collections"].get(cfg.collection)
@@ -74,6 +77,7 @@ def _assumed(cfg: Config, pair: str) -> PairText:
     og = [a["doc_words"][dl.code]]
     return PairText(n, docs, a["query_words"], og, [a.get("dt_doc_words", {}).get(dl.code, og[0])], False, "assumed: data/plan_lengths.yaml")
 
+# %% ../nbs/13f_plan.ipynb #46ee575a
 def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
     "The text lengths of `pair`: measured on the collection when it is here (no download), else assumed."
     ok, why = _available(cfg)
@@ -92,12 +96,15 @@ def _tpw(lang: str) -> float:
     t = plan_data("lengths")["tokens_per_word"]
     return t.get(lang, t["default"])
 
+# %% ../nbs/13f_plan.ipynb #a4861404
 def _template_tokens(text: str) -> float: return len(text) / plan_data("lengths")["chars_per_token"]
 
+# %% ../nbs/13f_plan.ipynb #573ee6c2
 def text_stats(words: list, lang: str, docs: int = 0, query_tokens: float = 0.0) -> TextStats:
     "What the plan knows of a text (document lengths in words, in language `lang`) as the rerankers' `TextStats`."
     return TextStats(docs, query_tokens, list(words), _tpw(lang), _template_tokens, plan_data("lengths")["listwise_answer_tokens_per_passage"])
 
+# %% ../nbs/13f_plan.ipynb #e4de5fb6
 def mean_cut(words: list, lang: str, max_words: int | None = None, max_tokens: int | None = None) -> float:
     "Mean tokens of documents of `words` words in `lang`, each cut at `max_words` words and/or `max_tokens` tokens."
     return text_stats(words, lang).passage_tokens(max_words, max_tokens)
@@ -134,6 +141,7 @@ def _rerank_row(cfg: Config, rc, fs: str, docs: str, pair: str, text: PairText, 
     row["dollars"] = (row["prompt_tokens"] * price["input"] + row["output_tokens"] * price["output"]) / 1e6 if price else 0.0
     return row
 
+# %% ../nbs/13f_plan.ipynb #82dea7ee
 def plan_counts(cfg: Config, texts: dict | None = None) -> dict:
     "The counts of the plan: the grid, the text of each pair, and one load row per reranked and document-length run."
     texts = texts or {p: pair_text(cfg, p) for p in cfg.pairs}
@@ -148,6 +156,7 @@ def _dt(cfg: Config, pair: str):
     fs = cfg.first_stage
     return dt_plan(cfg.collection, pair, fs.dt_source, fs.translator_spec, cfg.root)
 
+# %% ../nbs/13f_plan.ipynb #ca240735
 def reads(cfg: Config) -> list[str]:
     "One line per first stage and per reranker's OG/DT: the query text, the translator and the document text it reads."
     fs, tr = cfg.first_stage, cfg.first_stage.translator
@@ -180,6 +189,7 @@ def _hub_models(cfg: Config) -> list[tuple[str, str]]:
     out += [(f"reranker {r.name}", m) for r in cfg.rerankers if r.llm for m in r.llm.backend_class.hub_models(r.llm)]
     return [(w, m) for w, m in out if "/" in m and not m.startswith(("assets:", "/", ".", "~")) and not Path(m).exists()]
 
+# %% ../nbs/13f_plan.ipynb #7831d5a3
 def missing(cfg: Config) -> list[str]:
     "What a real run of `cfg` lacks on this machine: data, credentials, models not cached (one line each)."
     src, out = COLLECTIONS.lookup(cfg.collection)[0].obj, []
@@ -195,6 +205,7 @@ def missing(cfg: Config) -> list[str]:
         out.append(f"model: {what} {m} is not in the local Hugging Face cache: {why}")
     return out
 
+# %% ../nbs/13f_plan.ipynb #d0459f2c
 def _lacks(cfg: Config) -> dict:
     "What each backend of `cfg`'s rerankers lacks here (its kind's `missing`, credentials): line -> (kind's name, reranker names)."
     out: dict = {}
@@ -209,10 +220,12 @@ def _lacks(cfg: Config) -> dict:
 # %% ../nbs/13f_plan.ipynb #07e5c72d
 def gpu_names() -> list[str]: return list(plan_data("throughput")["gpus"])
 
+# %% ../nbs/13f_plan.ipynb #1ff47fa1
 def _check_gpu(gpu: str) -> str:
     if gpu not in (known := gpu_names()): raise ClirError(f"unknown GPU {gpu!r} for the plan; known: {', '.join(known)} (data/throughput.yaml)")
     return gpu
 
+# %% ../nbs/13f_plan.ipynb #14d88179
 def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: float, gpu: str = "H200", engine: str = "serving") -> float | None:
     "GPU seconds of `calls` LLM calls of `model` with these prompt and answer tokens (None: the model has no size class)."
     T = plan_data("throughput")
@@ -225,6 +238,7 @@ def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: f
         pre, dec = pre * e["prefill_fraction"], e["batch"] / (2 * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
     return prompt_tokens / pre + max(output_tokens - calls, 0) / dec
 
+# %% ../nbs/13f_plan.ipynb #fac62bcd
 def encode_seconds(model: str, passages: float, tokens: float, gpu: str = "H200") -> float | None:
     "GPU seconds to encode `passages` passages of `tokens` tokens each with encoder `model`."
     T = plan_data("throughput")
@@ -233,6 +247,7 @@ def encode_seconds(model: str, passages: float, tokens: float, gpu: str = "H200"
     tp = T["throughput"][_check_gpu(gpu)][cls]   # a decoder used as an encoder (RepLlama, NV-Embed-v2): its prefill rate
     return passages * tokens / (tp["passages_per_s_512"] * 512 if "passages_per_s_512" in tp else tp["prefill"])
 
+# %% ../nbs/13f_plan.ipynb #2dfebb87
 def translate_seconds(sentences: float, gpu: str = "H200", engine: str = "serving") -> float:
     "GPU seconds for NLLB-200 1.3B to translate `sentences` sentences."
     T = plan_data("throughput")
@@ -266,6 +281,7 @@ def _row_seconds(row: dict, gpu: str, engine: str, prefix_cache: bool = False, s
     return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["prefix_tokens"] if prefix_cache else 0)),
                        scale * row["output_tokens"], gpu, engine)
 
+# %% ../nbs/13f_plan.ipynb #13493c50
 def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
     "GPU-hours per stage under the paper's settings (`paper`) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."
     work, unknown = first_stage_work(cfg, counts["texts"]), set()
@@ -297,14 +313,17 @@ def _n(x: float) -> str:
     "A count for the plan: 1,234 / 12.3k / 4.56M / 7.89G."
     return f"{x / 1e9:.2f}G" if x >= 1e9 else f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e4 else f"{x:,.0f}"
 
+# %% ../nbs/13f_plan.ipynb #53ccaac3
 def _count(x: float, word: str) -> str:
     "`x` (rounded) and `word`, plural unless it is 1: '1 comparison', '3 comparisons'."
     return f"{x:.0f} {word}" + ("" if f"{x:.0f}" == "1" else "s")
 
+# %% ../nbs/13f_plan.ipynb #16f46f13
 def _h(hours: float) -> str:
     "GPU time for the plan: hours, or seconds when under a tenth of an hour."
     return f"{hours:,.1f} h" if abs(hours) >= 0.1 else f"{hours * 3600:.0f} s"
 
+# %% ../nbs/13f_plan.ipynb #17f0ae04
 def _reranker_line(cfg: Config, name: str, rows: dict) -> str:
     rc = cfg.reranker(name)
     parts = []
@@ -325,6 +344,7 @@ def _reranker_line(cfg: Config, name: str, rows: dict) -> str:
         return f"calls: reranker {name} ({rc.method}): the plan cannot count a {rc.method} reranker's calls"
     return f"calls: reranker {name} ({rc.method}, {rc.llm}): " + "; ".join(parts)
 
+# %% ../nbs/13f_plan.ipynb #905327c4
 def count_lines(cfg: Config, counts: dict) -> list[str]:
     "The plan's count lines: runs per stage, queries per pair, text lengths, calls and dollars per reranker, totals."
     g, t, rows = counts["grid"], counts["texts"], counts["rows"]
@@ -385,11 +405,13 @@ def _dt_text(cfg: Config) -> str:
     own = f"documents translated by {fs.translator}" if fs.translator else "none (no translator configured: DT runs fail)"
     return own if not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
 
+# %% ../nbs/13f_plan.ipynb #55d7d391
 def _near(cfg: Config, p) -> bool:
     "Whether path `p` exists as given (from the working folder) or relative to the configuration file."
     p = Path(p).expanduser()
     return p.exists() or (not p.is_absolute() and cfg.path is not None and (cfg.path.parent / p).exists())
 
+# %% ../nbs/13f_plan.ipynb #4496e2d5
 def check_files(cfg: Config):
     "The files a run will read exist and load: the data `root`, `gguf:` model files, the regression file (one ClirError line each)."
     where = f"{cfg.path}: " if cfg.path else ""
@@ -400,6 +422,7 @@ def check_files(cfg: Config):
             raise ClirError(f"{where}reranker {r.name!r}: llm {r.llm}: {files[0].removeprefix('files: ')}")
     if cfg.regression: load_regression(regression_path(cfg))
 
+# %% ../nbs/13f_plan.ipynb #9424e2bb
 def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str]:
     """Resolve every name in `cfg` without loading a model; return the plan as lines (ClirError on the first unknown name):
     what runs, what each run reads, the counts (runs, queries, calls, tokens, dollars), what is missing, GPU-hours on `gpu`."""

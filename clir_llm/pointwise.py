@@ -22,6 +22,7 @@ def pointwise_order(docids: Sequence, score: Callable[[object], float]) -> list:
     scores = {d: score(d) for d in docids}
     return sorted(docids, key=lambda d: -scores[d])
 
+# %% ../nbs/11e_pointwise.ipynb #f933162d
 def yes_probability(log_yes: float, log_no: float) -> float:
     "softmax([yes, no])[0] from the two answers' log-likelihoods (or logits: the normaliser cancels)."
     return 1.0 / (1.0 + math.exp(max(-700.0, min(700.0, log_no - log_yes))))
@@ -72,6 +73,7 @@ class PointwiseReranker(Reranker):
 @patch(cls_method=True)
 def default_prompt(cls: PointwiseReranker, method: str) -> str: return cls.variants.get(method, "relevance")
 
+# %% ../nbs/11e_pointwise.ipynb #ff4c2e79
 @patch(cls_method=True)
 def estimate(cls: PointwiseReranker, options: PointwiseOptions, method: str, stats) -> CallLoad:
     "Prompts and tokens per query of pointwise `method` on text of `stats`."
@@ -90,6 +92,7 @@ def _prompt(self: PointwiseReranker, query: str, passage: str):
     if self.backend.is_chat: return [{"role": "user", "content": text}]
     return text if self.backend.is_encoder_decoder else text + (self.template.get("answer_prefix") or "")
 
+# %% ../nbs/11e_pointwise.ipynb #d5bbf018
 @patch
 def _candidates(self: PointwiseReranker, query: str) -> list[str]:
     "What is scored after each prompt: the yes and no answers, or the query (`target`)."

@@ -30,6 +30,7 @@ class _Null:
     def write(self, s): pass
     def flush(self): pass
 
+# %% ../nbs/00b_progress.ipynb #dda751bf
 class ChannelBar(std_tqdm):
     "A tqdm bar that draws nothing and appends its state (desc, n, total, elapsed, labels) as a JSON line to `channel`."
     def __init__(self, *args, channel: str, **kw):
@@ -63,6 +64,7 @@ def _widgets() -> bool:
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
     except Exception: return False
 
+# %% ../nbs/00b_progress.ipynb #909831a4
 def progress_bar(*args, **kw):
     "A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set, tqdm's widget in Jupyter with ipywidgets, else text."
     if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
@@ -125,6 +127,7 @@ def _step(self: ProgressTail, final: bool = False):
         else: self._write(f"{self.prefix}: running {std_tqdm.format_interval(time.time() - self._t0)}"[:width - 1])
         if final: self.stream.write("\r" + " " * self._width + "\r"); self.stream.flush()
 
+# %% ../nbs/00b_progress.ipynb #9f3b017a
 @patch
 def __enter__(self: ProgressTail):
     "Start following the channel in a daemon thread."
@@ -132,6 +135,7 @@ def __enter__(self: ProgressTail):
         while not self._stop.wait(self.poll): self._step()
     self._thread = threading.Thread(target=run, daemon=True); self._thread.start(); return self
 
+# %% ../nbs/00b_progress.ipynb #a324d1e6
 @patch
 def __exit__(self: ProgressTail, *exc):
     "Stop, draw what is left (and clear the terminal line)."
@@ -144,15 +148,18 @@ def quiet_libraries():
     "Ask transformers and the Hub for errors only and no bars of their own (load reports, 'Loading weights'), unless the user set otherwise."
     for k, v in QUIET_ENV.items(): os.environ.setdefault(k, v)
 
+# %% ../nbs/00b_progress.ipynb #553b2bd3
 def add_verbosity_arguments(ap: argparse.ArgumentParser):
     "Add `-v/--verbose` and `-q/--quiet` to a command's parser."
     g = ap.add_mutually_exclusive_group()
     g.add_argument("-v", "--verbose", action="store_true", help="show logs, warnings and the notebook kernels' output")
     g.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no progress)")
 
+# %% ../nbs/00b_progress.ipynb #1ccf2ccc
 class _CommandLineHandler(logging.StreamHandler):
     "The handler `setup_logging` adds (a second call replaces it)."
 
+# %% ../nbs/00b_progress.ipynb #06608e0e
 def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
     "Send the `clir_llm` logger to stderr at DEBUG (`verbose`), ERROR (`quiet`) or INFO; return the level."
     level = logging.DEBUG if verbose else logging.ERROR if quiet else logging.INFO
@@ -164,6 +171,7 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
     if verbose: logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return level
 
+# %% ../nbs/00b_progress.ipynb #d6184e52
 def verbosity() -> int:
     "The level the command line set (INFO when none was set)."
     lvl = logging.getLogger("clir_llm").level

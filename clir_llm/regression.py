@@ -27,6 +27,7 @@ class RegressionCell(_Strict):
     tol: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
     source: str = ""
 
+# %% ../nbs/13e_regression.ipynb #47189de7
 class Regression(_Strict):
     "A regression file: a tolerance (finite, not negative) and at least one cell."
     tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
@@ -38,6 +39,7 @@ def regression_path(cfg: Config | ConfigHead) -> Path:
     if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
     return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
 
+# %% ../nbs/13e_regression.ipynb #ba975cee
 def load_regression(path) -> Regression:
     "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
     path = Path(path)
@@ -51,6 +53,7 @@ def load_regression(path) -> Regression:
         raise ClirError(f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
                         + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")) from None
 
+# %% ../nbs/13e_regression.ipynb #451b01ea
 def _table(out: Path, name: str):
     "Table `name` under `out`, None when missing; ClirError naming the file when it cannot be read as a table."
     p = out / "tables" / f"{name}.csv"

@@ -33,6 +33,7 @@ def code_fingerprint() -> str:
     here = Path(__file__).resolve().parent if "__file__" in globals() else repo_root() / "clir_llm"
     return stable_hash(*[(p.name, p.read_bytes().decode("utf-8", "replace")) for p in sorted(here.rglob("*.py")) if p.name != "_modidx.py"])
 
+# %% ../nbs/13_reproduce.ipynb #81dd2201
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
     return stable_hash(nb.read_bytes().decode("utf-8"), cfg.path.read_text() if cfg.path else cfg.model_dump(),
                        {k: v for k, v in params.items()}, __version__, code_fingerprint())
@@ -44,6 +45,7 @@ def _alive(pid: int) -> bool:
     except PermissionError: return True      # someone else's process
     return True
 
+# %% ../nbs/13_reproduce.ipynb #064dae1b
 def clean_stale(out: Path) -> list[Path]:
     "Remove `.<nb>.<pid>.running.ipynb` files under `out` whose process is gone; return them."
     gone = []
@@ -53,6 +55,7 @@ def clean_stale(out: Path) -> list[Path]:
             p.unlink(missing_ok=True); gone.append(p)
     return gone
 
+# %% ../nbs/13_reproduce.ipynb #074798ad
 def _scrub(nb: Path):
     "Redact credentials from an executed notebook in place (atomically)."
     if not nb.exists(): return
@@ -67,6 +70,7 @@ def _directions(cfg: Config, m, pair: str) -> set[str]:
     dt_own = dt_plan(cfg.collection, pair, fs.dt_source, fs.translator_spec, cfg.root).source == "translator"
     return ({f"{q}-{d}"} if "qt" in reads else set()) | ({f"{d}-{q}"} if "dt" in reads and dt_own else set())
 
+# %% ../nbs/13_reproduce.ipynb #e0689db8
 def needs(cfg: Config) -> dict[str, list[str]]:
     "What running `cfg` fetches or builds beyond the package: translation `directions` and offline `models` (their spec strings)."
     fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")   # reranked DT documents: the view BM25-DT reads
@@ -175,6 +179,7 @@ def recorded_path(cfg: Config) -> Path | None:
     if not cfg.recorded: return None
     return (cfg.path.parent / cfg.recorded) if cfg.path else Path(cfg.recorded)
 
+# %% ../nbs/13_reproduce.ipynb #6770bffe
 @contextmanager
 def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, log=print):
     """Around a run of `cfg`: with `use`, seed the cache from its recorded LLM responses and make a call missing
@@ -198,6 +203,7 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
+# %% ../nbs/13_reproduce.ipynb #d2019e54
 def record_responses(cfg: Config, out: Path, log=print) -> dict:
     "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
     keylog = Path(out) / ".llm-keys.log"
@@ -212,6 +218,7 @@ def record_responses(cfg: Config, out: Path, log=print) -> dict:
 def _skip(name, target, stamp_file, stamp, force) -> bool:
     return not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp
 
+# %% ../nbs/13_reproduce.ipynb #5f2abeae
 def reproduce(config, only: list[str] | None = None, replay: bool = False, results_root="results",
               figures_dir="figures", force: bool = False, progress: bool = True, log=None, recorded: bool = True) -> list[dict]:
     """Execute the configuration's experiment notebooks with papermill; return one status dict per notebook.

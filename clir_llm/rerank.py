@@ -76,11 +76,13 @@ def options_for(cls: Reranker, method: str) -> type[RerankerOptions]:
     "The options class of registered `method` (a family may give one method more options, e.g. heapsort's tie rule)."
     return cls.Options
 
+# %% ../nbs/11_rerank.ipynb #4f6234cb
 @patch(cls_method=True)
 def default_prompt(cls: Reranker, method: str) -> str | None:
     "The prompt template a registered `method` uses when its options name none."
     return None
 
+# %% ../nbs/11_rerank.ipynb #7d5c25d1
 @patch(cls_method=True)
 def load_prompt(cls: Reranker, name: str) -> PromptTemplate:
     "The prompt template `name` (or a YAML path), refused unless it is of this family's `prompt_kind`."
@@ -95,6 +97,7 @@ def paper(cls: Reranker, method: str, options: dict, backend_class=None) -> dict
     the quirks of the reference code the paper's scripts called, as flat options. Default: none."""
     return {}
 
+# %% ../nbs/11_rerank.ipynb #4c6ff253
 @patch(cls_method=True)
 def at_length(cls: Reranker, options: RerankerOptions, tokens: int) -> RerankerOptions:
     "`options` for the document-length study: passages cut to `tokens` tokens of the reranker's own tokenizer."
@@ -104,6 +107,7 @@ def at_length(cls: Reranker, options: RerankerOptions, tokens: int) -> RerankerO
 # %% ../nbs/11_rerank.ipynb #afb7b60c
 def _backend_usage(r: Reranker) -> Usage: return r.backend.usage if r.backend is not None else Usage()
 
+# %% ../nbs/11_rerank.ipynb #0eda2b72
 @patch
 def _start(self: Reranker, collection, run, k):
     "Check `run` against `collection`, open the per-query diagnostics, remember the backend's usage."
@@ -141,6 +145,7 @@ def _truncated(self: Reranker, q, lang, n_tokens):
     d["truncated_docs"][lang] = d["truncated_docs"].get(lang, 0) + 1
     d["truncated_tokens"][lang] = d["truncated_tokens"].get(lang, 0) + n_tokens
 
+# %% ../nbs/11_rerank.ipynb #6e09114f
 @patch
 def save(self: Reranker, run_path) -> Path:
     "Save the per-query diagnostics as `<run>.rerank.json` and the usage as `<run>.usage.json`."
@@ -154,6 +159,7 @@ def save(self: Reranker, run_path) -> Path:
 # %% ../nbs/11_rerank.ipynb #ced34532
 def _lang(doc, collection) -> str: return doc.lang or collection.doc_lang or "?"
 
+# %% ../nbs/11_rerank.ipynb #01b44eb7
 def doc_text(doc, title: bool = True) -> str:
     "The passage a reranker shows: title and text (`Document.full_text`), or the text alone (`title=False`)."
     return doc.full_text if title else doc.text
@@ -217,6 +223,7 @@ class CallLoad:
     prefix_tokens: float
     comparisons: dict = field(default_factory=dict)   # sorting rerankers: sort -> worst-case comparisons per query
 
+# %% ../nbs/11_rerank.ipynb #a41f355a
 @patch(cls_method=True)
 def estimate(cls: Reranker, options: RerankerOptions, method: str, stats: TextStats) -> CallLoad | None:
     "The work per query of `method` with `options` on text of `stats` (None: this family cannot estimate itself)."
@@ -263,6 +270,7 @@ def _unknown_options(cls, method: str, given: dict) -> None:
     if bad := [k for k in given if k not in known]:
         raise ClirError(f"reranker {method!r} has no option {', '.join(map(repr, bad))}; its options: {', '.join(known)}")
 
+# %% ../nbs/11_rerank.ipynb #02f4a2fa
 @patch(cls_method=True)
 def parse(cls: RerankerSpec, method, **options) -> "RerankerSpec":
     "The spec of `method` (a string, or a spec whose options `options` override) with flat `options` of its family."
@@ -290,6 +298,7 @@ def key(self: RerankerSpec) -> str:
     ident = run_identity(self.method, self.options)
     return self.method + "[" + ",".join(f"{f}={v}" for f, v in sorted(ident.items()) if f != "method") + "]"
 
+# %% ../nbs/11_rerank.ipynb #4038893f
 @patch
 def describe(self: RerankerSpec) -> str:
     "One line for the dry run: the method, its options (the prompt it will use) and any option off its default."
@@ -308,6 +317,7 @@ def build(self: RerankerSpec, backend=None, progress: bool = True) -> Reranker:
                         f"as Reranker's: {e}") from None
     return cls(self.options, backend, method=self.method, progress=progress)
 
+# %% ../nbs/11_rerank.ipynb #27a8304f
 def get_reranker(spec: RerankerSpec | str, backend=None, progress: bool = True, **options) -> Reranker:
     "The reranker of `spec` (a `RerankerSpec`, or a method string) on `backend`; flat `options` of its family override the spec's."
     return RerankerSpec.parse(spec, **options).build(backend, progress)
@@ -361,6 +371,7 @@ def _first_parse(argv) -> argparse.Namespace:
     pre.add_argument("--plugin", action="append", default=[]); pre.add_argument("--method"); pre.add_argument("--llm")
     return pre.parse_known_args(argv)[0]
 
+# %% ../nbs/11_rerank.ipynb #42f4d5a6
 def cli_rerank(argv=None) -> int:
     "`clir-llm rerank`: rerank a first-stage run with an LLM (or any registered reranker)."
     first = _first_parse(argv)

@@ -142,12 +142,14 @@ class SetwiseReranker(Reranker):
 @patch(cls_method=True)
 def default_prompt(cls: SetwiseReranker, method: str) -> str: return "setwise"
 
+# %% ../nbs/11d_setwise.ipynb #b5c91995
 def _asked(sort, truth) -> list:
     "The sets a setwise sort asks under a judge that knows `truth` (docid -> value)."
     asked = []
     run_setwise(sort, lambda ids: asked.append(ids) or (max(range(len(ids)), key=lambda i: truth[ids[i]]) if ids else None))
     return asked
 
+# %% ../nbs/11d_setwise.ipynb #4e3e3dd7
 @patch(cls_method=True)
 def simulate(cls: SetwiseReranker, method: str, n: int, k: int, c: int, trials: int = 10, seed: int = 0) -> tuple[float, float]:
     "(prompts, passages per prompt) per query of setwise `method` over `n` documents, the mean over `trials` random true orders."

@@ -43,14 +43,17 @@ class Entry:
     @property
     def is_prefix(self) -> bool: return self.name.endswith(":")
 
+# %% ../nbs/00a_specs.ipynb #914b2996
 def _origin(obj) -> str:
     "The qualified name of `obj` (a class or function; an instance: its class), the same in a notebook and its module."
     return (obj if hasattr(obj, "__qualname__") else type(obj)).__qualname__
 
+# %% ../nbs/00a_specs.ipynb #d92c0236
 def _summary(obj) -> str:
     doc = inspect.getdoc(obj) or ""
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
+# %% ../nbs/00a_specs.ipynb #031df55a
 def check_contract(obj, contract, kind: str, name: str):
     "Refuse a class that does not implement `contract` (an ABC): the message names the missing methods."
     if contract is None or not inspect.isclass(obj): return
@@ -138,13 +141,12 @@ def find(self: Registry, s: str) -> tuple[Entry, str] | None:
         if key.lower().startswith(e.name): return e, key[len(e.name):].strip()
     return None
 
+# %% ../nbs/00a_specs.ipynb #52c9c114
 @patch
 def lookup(self: Registry, s: str) -> tuple[Entry, str]:
     "Like `find`, but an unknown string is a `ClirError` that lists the accepted strings."
     if (hit := self.find(s)) is None: raise self._unknown(s)
     return hit
-
-
 
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
@@ -162,6 +164,7 @@ def _cut(v, n: int = 80) -> str:
     r = repr(v)
     return r if len(r) <= n else r[:n] + "…"
 
+# %% ../nbs/00a_specs.ipynb #1906c9de
 def pydantic_messages(e: ValidationError) -> list[str]:
     """One line per error of `e`: the field, pydantic's message and the value given. A check of the whole spec (no
     field) is its own message alone: pydantic's 'Value error, ' prefix and the whole input are left out."""
@@ -172,6 +175,7 @@ def pydantic_messages(e: ValidationError) -> list[str]:
         out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if shown else "") if loc else msg)
     return out
 
+# %% ../nbs/00a_specs.ipynb #57fb8640
 def validated(spec_cls: type[BaseModel], data: dict, where: str = "", strict: bool | None = None):
     "Build `spec_cls` from `data` (`strict`: no type coercion, as in a configuration); pydantic errors become one `ClirError` naming each bad field and value."
     try: return spec_cls.model_validate(data, strict=strict)
@@ -189,6 +193,7 @@ def _is_options(ann) -> bool:
     "Whether a field annotation is an `Options` model (a nested sub-model such as a family's quirks)."
     return inspect.isclass(ann) and issubclass(ann, Options)
 
+# %% ../nbs/00a_specs.ipynb #d1a3a748
 def _extra(f) -> dict: return f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
 
 # %% ../nbs/00a_specs.ipynb #945446e7
@@ -231,6 +236,7 @@ def flat_fields(cls: Options) -> dict:
         else: out[name] = f
     return out
 
+# %% ../nbs/00a_specs.ipynb #44ea523b
 @patch(cls_method=True)
 def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = None) -> "Options":
     "These options from flat `data` (a config row's keys, parsed flags): each nested option goes to its sub-model."
@@ -242,18 +248,21 @@ def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = N
             nested[name] = f.annotation.from_flat({**dict(data.pop(name, None) or {}), **sub}, where, strict)
     return validated(cls, {**data, **nested}, where=where, strict=strict)
 
+# %% ../nbs/00a_specs.ipynb #17fad58f
 @patch
 def quirks_on(self: Options) -> dict:
     "The quirks switched on, flat, from every `Quirks` sub-model of these options (what a run names)."
     return {k: v for name, f in type(self).model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
             for k, v in getattr(self, name).non_default().items()}
 
+# %% ../nbs/00a_specs.ipynb #9004d740
 @patch(cls_method=True)
 def authors_quirks(cls: Options, **context) -> dict:
     "The quirks of the authors' code (`Quirks.paper(**context)` of every `Quirks` sub-model), flat, those switched on."
     return {k: v for name, f in cls.model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
             for k, v in f.annotation.paper(**context).non_default().items()}
 
+# %% ../nbs/00a_specs.ipynb #1fbc4a8c
 @patch
 def flat(self: Options, defaults: bool = True) -> dict:
     "These options as flat name -> value (nested options flattened); `defaults=False`: only those off their default."
@@ -282,6 +291,7 @@ def _arg_type(ann):
     if ann in (int, float, str): return ann, None, False
     return str, None, False
 
+# %% ../nbs/00a_specs.ipynb #7cbf658e
 def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (),
                        group: str | None = None):
     "Add one `--option` per field of `spec_cls` (not in `skip`); defaults and help come from the fields."
@@ -298,6 +308,7 @@ def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], s
         else: target.add_argument(flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_)
     return ap
 
+# %% ../nbs/00a_specs.ipynb #834236af
 def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
     "Build `spec_cls` from parsed arguments (fields that were added by `add_spec_arguments`) plus `extra`."
     if issubclass(spec_cls, Options):
@@ -305,8 +316,6 @@ def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
         return spec_cls.from_flat({**values, **extra}, where="command line")
     values = {k: getattr(ns, k) for k in spec_cls.model_fields if hasattr(ns, k)}
     return validated(spec_cls, {**values, **extra}, where="command line")
-
-
 
 # %% ../nbs/00a_specs.ipynb #7278f9ba
 class ArgumentParser(argparse.ArgumentParser):

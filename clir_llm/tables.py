@@ -19,10 +19,12 @@ def references(cfg, table: str, measure: str | None = None) -> list:
     "The configuration's reference rows (`references:`) for `table` in `measure` (default: the configuration's)."
     return [r for r in cfg.references if r.table == table and r.measure == (measure or cfg.measure)]
 
+# %% ../nbs/13c_tables.ipynb #3f846f79
 def reference_cells(ref, pairs) -> list:
     "Table cells of reference row `ref` (one published value per pair, in `pairs` order)."
     return [Cell(ref.row, p, pd.Series([ref.values[p]], index=["published"])) for p in pairs if p in ref.values]
 
+# %% ../nbs/13c_tables.ipynb #82659abf
 def reference_notes(cfg, table: str, measure: str | None = None) -> list[str]:
     "One note line per reference row of `table`: where its numbers come from, and that clir-llm did not compute them."
     return [f"{r.row}: published numbers copied from {r.source}, as the paper did; not computed by clir-llm, not tested."
@@ -48,6 +50,7 @@ def _rerank_rows(pipe: Pipeline, kind: str):
             for fs in rc.first_stages:
                 yield rc, fs
 
+# %% ../nbs/13c_tables.ipynb #edb129ac
 def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: bool = True):
     """Tables 3/4 of the paper: for each reranker of `kind` ('listwise' or 'pairwise') and each of its first stages,
     the first stage row, an oracle row (best possible reordering of the same top-k) and one row per OG/DT,
@@ -130,6 +133,7 @@ def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:
     paths["tex"] = atomic_write(d / f"{name}.tex", tex)
     return paths
 
+# %% ../nbs/13c_tables.ipynb #c5520bc6
 def load_table(out_dir, name: str):
     "Read back the raw means of table `name`."
     p = Path(out_dir) / "tables" / f"{name}.csv"

@@ -51,6 +51,7 @@ def prompts_dir() -> Path:
     "The folder of the shipped prompt templates (`clir_llm/prompts`)."
     return Path(str(resources.files("clir_llm") / "prompts"))
 
+# %% ../nbs/11a_prompts.ipynb #63f4ba53
 def _placeholders(s: str) -> set[str]:
     "The `{name}` placeholders of template text `s`; a conversion (`{a!r}`), a format spec (`{a:>9}`) or an index is a ValueError."
     out = set()
@@ -142,10 +143,12 @@ def prompt_text(prompt) -> str:
     "A prompt as plain text: a string as is, chat messages as their contents joined by newlines."
     return prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt)
 
+# %% ../nbs/11a_prompts.ipynb #0f363b4a
 def squash(s: str) -> str:
     "`s` with every run of whitespace replaced by one space, stripped."
     return " ".join(s.split())
 
+# %% ../nbs/11a_prompts.ipynb #a92188cd
 def cut_words(text: str, n: int) -> str:
     "The first `n` whitespace-separated words of `text`, joined by single spaces."
     return " ".join(text.split()[:n])
@@ -172,6 +175,7 @@ def listwise_messages(t: PromptTemplate, query: str, passages: Sequence[str]) ->
         msgs.append({"role": "user", "content": user})
     return msgs
 
+# %% ../nbs/11a_prompts.ipynb #e5b540e5
 def render_text(t: PromptTemplate, messages: list[dict]) -> str:
     "Messages as one string in the template's `chat_format` (for backends without a chat template)."
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""

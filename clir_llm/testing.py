@@ -73,6 +73,7 @@ def _tiny_spm(path: Path) -> list[str]:
     sp = spm.SentencePieceProcessor(model_file=str(path))
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
+# %% ../nbs/15_testing.ipynb #42623c3b
 def make_tiny_mt_model(path, arch: str = "marian", seed: int = 0, d_model: int = 16) -> Path:
     "Save a tiny random `marian` (one direction, `source.spm`/`target.spm`) or `m2m100` (language codes) model and tokenizer under `path`."
     import torch, transformers as T   # heavy: only when a tiny translation model is built
@@ -218,6 +219,7 @@ def _toy_logprobs(seq: list[int]) -> list:
     "Deterministic per-token log-probabilities of a token sequence (the first token has none), for tests without a model."
     return [None] + [-(1 + (t * 7 + j) % 13) / 10 for j, t in enumerate(seq) if j > 0]
 
+# %% ../nbs/15_testing.ipynb #0b828b16
 class FakeOpenAIServer:
     """A real HTTP server on 127.0.0.1 speaking the chat-completions and completions protocols, with scripted faults,
     a fixed per-request `latency` and `capacity` (requests answered at a time), for tests, demos and benchmarks.
@@ -270,6 +272,7 @@ class TinyCollection(Collection):
     def get_docs(self, docids): return [self._docs[d] for d in docids]
     def get_doc(self, docid): return self._docs[docid]
 
+# %% ../nbs/15_testing.ipynb #15b8686e
 def tiny_setup(n_queries=2, n_docs=30, seed=0):
     "A `TinyCollection` of random passages with random grades (0-3) and a shuffled first-stage run of them."
     rng = random.Random(seed)
@@ -343,6 +346,7 @@ def _query(self: QrelsOracle, prompt: str) -> str:
     if not hits: raise ClirError(f"{self.name}: no known query in prompt {prompt[:120]!r}")
     return max(hits, key=lambda q: len(self.queries[q]))
 
+# %% ../nbs/15_testing.ipynb #85cd9ac4
 @patch
 def _grade(self: QrelsOracle, qid: str, passage: str) -> int:
     "The grade of the judged document of `qid` whose text (title or not) starts with `passage`'s first words."
@@ -365,6 +369,7 @@ def _match(self: QrelsOracle, kind: str, text: str, field: str = "prompt"):
         if t.get(field) and (m := template_pattern(t[field]).search(text)): return t, m
     return None
 
+# %% ../nbs/15_testing.ipynb #59ea080e
 @patch
 def _pointwise(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
     "A pointwise answer: query likelihood (the query is the candidate) or Yes/No by grade."
@@ -382,6 +387,7 @@ def _pairwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
     ga, gb = self._grade(qid, hit[1]["a"]), self._grade(qid, hit[1]["b"])
     return ("Passage B" if gb > ga else "Passage A"), [0.0 if ga >= gb else -1.0, 0.0 if gb > ga else -1.0]
 
+# %% ../nbs/15_testing.ipynb #d634159a
 @patch
 def _setwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] | None:
     "The setwise answer: the label of the first passage of the highest grade."
@@ -406,6 +412,7 @@ def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
     order = sorted(range(len(passages)), key=lambda i: -grades[i])  # stable: ties in input order
     return " > ".join(f"[{passages[i][0]}]" for i in order), [float(x) for x in grades]
 
+# %% ../nbs/15_testing.ipynb #bd89f59e
 @patch
 def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
     "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt."
