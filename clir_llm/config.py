@@ -336,11 +336,6 @@ class Config(_Strict):
         return self
 
 
-    @field_validator("pairs")
-    @classmethod
-    def _distinct(cls, v):
-        if dup := sorted({p for p in v if v.count(p) > 1}): raise ValueError(f"pair {', '.join(dup)} given twice")
-        return v
 
     @field_validator("name")
     @classmethod
@@ -361,7 +356,9 @@ class Config(_Strict):
     @field_validator("pairs")
     @classmethod
     def _pairs(cls, v):
+        "Known language pairs, none given twice."
         for p in v: parse_pair(p)
+        if dup := sorted({p for p in v if v.count(p) > 1}): raise ValueError(f"pair {', '.join(dup)} given twice")
         return v
 
     @model_validator(mode="after")

@@ -237,7 +237,7 @@ RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwis
 class RerankerSpec(Spec):
     "A registered reranker `method` and its family's `options`."
     method: str
-    options: SerializeAsAny[RerankerOptions]
+    options: SerializeAsAny[Options]   # the family's own options class (checked below: `options_for(method)`)
 
     @field_validator("method")
     @classmethod

@@ -116,10 +116,6 @@ class Registry:
         e = self._items.get(str(name).strip().lower())
         return default if e is None else e.obj
     def values(self) -> list: return [e.obj for e in self.entries()]
-    def options_of(self, name: str):
-        "The options class of member `name` (its class's `options_for(name)` or `Options`); None for a member without options."
-        e = self.lookup(name)[0]
-        return e.obj.options_for(e.name) if hasattr(e.obj, "options_for") else getattr(e.obj, "Options", None)
     def __getitem__(self, name: str):
         "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
         if (obj := self.get(name)) is None: raise self._unknown(name)
@@ -147,6 +143,15 @@ def lookup(self: Registry, s: str) -> tuple[Entry, str]:
     "Like `find`, but an unknown string is a `ClirError` that lists the accepted strings."
     if (hit := self.find(s)) is None: raise self._unknown(s)
     return hit
+
+
+
+# %% ../nbs/00a_specs.ipynb #88591d86
+@patch
+def options_of(self: Registry, name: str):
+    "The options class of member `name` (its class's `options_for(name)` or `Options`); None for a member without options."
+    e = self.lookup(name)[0]
+    return e.obj.options_for(e.name) if hasattr(e.obj, "options_for") else getattr(e.obj, "Options", None)
 
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:

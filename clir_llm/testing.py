@@ -25,35 +25,46 @@ _TINY_TEXT = ["Given a query, which of the following two passages is more releva
               "Rank the passages based on their relevance to the search query. Die Katze schläft.",
               "kissa nukkuu sohvalla; il gatto dorme; кошка спит на диване."]
 
-def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
-                       num_layers: int = 2) -> Path:
-    "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
-    import torch, transformers   # heavy: only when a tiny model is built
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders, processors   # heavy: as above
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+def _tiny_bpe(arch: str, vocab_size: int):
+    "A byte-level BPE tokenizer (`tokenizers`) trained on `_TINY_TEXT`, with the special tokens of `arch`."
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders   # heavy: only when a tiny model is built
     specials = ["<pad>", "</s>", "<unk>"] if arch == "mt5" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tk = Tokenizer(models.BPE(unk_token="<unk>" if arch == "mt5" else None))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     tk.train_from_iterator(_TINY_TEXT * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    return tk
+
+# %% ../nbs/15_testing.ipynb #a783a857
+def _tiny_arch(arch: str, tk, seed: int, hidden_size: int, num_layers: int):
+    "(tokenizer, model) of a tiny randomly initialised `arch` around the trained BPE `tk`."
+    import torch, transformers   # heavy: only when a tiny model is built
+    from tokenizers import processors   # heavy: as above
     if arch == "mt5":
         tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
         tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
         cfg = transformers.MT5Config(vocab_size=tk.get_vocab_size(), d_model=hidden_size, d_kv=hidden_size // 4,
                                      d_ff=2 * hidden_size, num_layers=num_layers, num_decoder_layers=num_layers, num_heads=4, pad_token_id=0, eos_token_id=1,
                                      decoder_start_token_id=0, tie_word_embeddings=False)
-        torch.manual_seed(seed); model = transformers.MT5ForConditionalGeneration(cfg)
-    elif arch == "qwen2":
+        torch.manual_seed(seed); return tok, transformers.MT5ForConditionalGeneration(cfg)
+    if arch == "qwen2":
         tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
         tok.chat_template = _CHATML
         cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                                        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
                                        max_position_embeddings=512, eos_token_id=tok.eos_token_id,
                                        pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
-        torch.manual_seed(seed); model = transformers.Qwen2ForCausalLM(cfg)
-    else: raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2' or 'mt5', got {arch!r}")
-    model.generation_config.eos_token_id = cfg.eos_token_id
+        torch.manual_seed(seed); return tok, transformers.Qwen2ForCausalLM(cfg)
+    raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2' or 'mt5', got {arch!r}")
+
+# %% ../nbs/15_testing.ipynb #4e1769a1
+def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
+                       num_layers: int = 2) -> Path:
+    "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
+    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    tok, model = _tiny_arch(arch, _tiny_bpe(arch, vocab_size), seed, hidden_size, num_layers)
+    model.generation_config.eos_token_id = model.config.eos_token_id
     model.save_pretrained(path); tok.save_pretrained(path)
     return path
 
