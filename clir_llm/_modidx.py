@@ -1364,6 +1364,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                   'clir_llm/testing.py'),
                                   'clir_llm.testing._completions': ('testing.html#_completions', 'clir_llm/testing.py'),
                                   'clir_llm.testing._fake_handler': ('testing.html#_fake_handler', 'clir_llm/testing.py'),
+                                  'clir_llm.testing._scripted_fault': ('testing.html#_scripted_fault', 'clir_llm/testing.py'),
                                   'clir_llm.testing._shipped_templates': ('testing.html#_shipped_templates', 'clir_llm/testing.py'),
                                   'clir_llm.testing._tiny_arch': ('testing.html#_tiny_arch', 'clir_llm/testing.py'),
                                   'clir_llm.testing._tiny_bpe': ('testing.html#_tiny_bpe', 'clir_llm/testing.py'),

@@ -115,6 +115,24 @@ def make_tiny_mt_model(path, arch: str = "marian", seed: int = 0, d_model: int =
     return path
 
 # %% ../nbs/15_testing.ipynb #745898dc
+def _scripted_fault(h, outer: "FakeOpenAIServer", body: dict, fault) -> bool:
+    "Answer the scripted `fault` on handler `h` (True), or go on (False): HTTP errors, a dropped or malformed answer, a slow one."
+    err = lambda m: json.dumps({"error": {"message": m, "type": "test"}}).encode()
+    if fault == "429": h._send(429, err("rate limited"))
+    elif fault and fault.startswith("429:"): h._send(429, err("rate limited"), [("Retry-After", fault[4:])])
+    elif fault == "500": h._send(500, err("server error"))
+    elif fault == "401": h._send(401, err(f"Incorrect API key provided: {h.headers.get('Authorization')}"))
+    elif fault == "drop": h.close_connection = True; h.connection.shutdown(2)
+    elif fault == "malformed": h._send(200, b'{"id": "x", "choices": [{"message": ')
+    elif fault == "empty": h._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
+                                                    "model": body.get("model"), "choices": []}).encode())
+    else:
+        if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
+        if fault == "hold": outer.holding.set(); outer.release.wait(60)
+        return False
+    return True
+
+# %% ../nbs/15_testing.ipynb #955f7811
 def _fake_handler(outer: "FakeOpenAIServer") -> type:
     "The request handler of `outer`: answers `/chat/completions` and `/completions`, consuming one scripted fault per request."
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -143,22 +161,7 @@ def _fake_handler(outer: "FakeOpenAIServer") -> type:
                     self._answer(body, msgs, fault) if chat else _completions(self, outer, body, fault)
             finally:
                 with outer._lock: outer.inflight -= 1
-        def _fault(self, body, fault) -> bool:
-            "Answer a scripted fault (True), or go on (False)."
-            err = lambda m: json.dumps({"error": {"message": m, "type": "test"}}).encode()
-            if fault == "429": self._send(429, err("rate limited"))
-            elif fault and fault.startswith("429:"): self._send(429, err("rate limited"), [("Retry-After", fault[4:])])
-            elif fault == "500": self._send(500, err("server error"))
-            elif fault == "401": self._send(401, err(f"Incorrect API key provided: {self.headers.get('Authorization')}"))
-            elif fault == "drop": self.close_connection = True; self.connection.shutdown(2)
-            elif fault == "malformed": self._send(200, b'{"id": "x", "choices": [{"message": ')
-            elif fault == "empty": self._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
-                                                               "model": body.get("model"), "choices": []}).encode())
-            else:
-                if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
-                if fault == "hold": outer.holding.set(); outer.release.wait(60)
-                return False
-            return True
+        def _fault(self, body, fault) -> bool: return _scripted_fault(self, outer, body, fault)
         def _answer(self, body, msgs, fault):
             if self._fault(body, fault): return
             text = outer.responder(msgs, body)
