@@ -280,3 +280,40 @@ def test_a_new_family_backend_kind_and_collection_touch_no_other_module(tmp_path
     assert set(ranked[:2]) <= {"d1", "d3", "d5"} and set(ranked[:3]) == {"d1", "d3", "d5"}, ranked
     assert json.loads((tmp_path / "grade.trec.rerank.json").read_text())
     assert _package_digest() == before
+
+
+# ---------- no repeated blocks
+
+def _code_lines(p: Path) -> list[tuple[int, str]]:
+    "(line number, text with white space folded) of the lines of `p` that carry code: no blanks, comments, lone punctuation, imports or nbdev cell markers."
+    out = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        s = " ".join(line.split())
+        if not s or s.startswith(("#", "import ", "from ")) or not re.search(r"\w", s): continue
+        out.append((i, s))
+    return out
+
+
+def repeated_blocks(files, n: int = 6) -> list[str]:
+    "Places where `n` consecutive code lines of one file stand again, identical, elsewhere (in the same file or another)."
+    seen, out = {}, []
+    for p in files:
+        lines = _code_lines(p)
+        for k in range(len(lines) - n + 1):
+            block = tuple(s for _, s in lines[k:k + n])
+            here = (p.name, lines[k][0])
+            if block in seen and seen[block][0] != here[0] or block in seen and lines[k][0] - seen[block][1] >= n:
+                out.append(f"{here[0]}:{here[1]} repeats {seen[block][0]}:{seen[block][1]}")
+            seen.setdefault(block, here)
+    return out
+
+
+def test_the_repeat_finder_finds_a_repeat(tmp_path):
+    body = "".join(f"x{i} = f({i})\n" for i in range(6))
+    (tmp_path / "a.py").write_text("def a():\n    pass\n" + body); (tmp_path / "b.py").write_text(body)
+    assert repeated_blocks([tmp_path / "a.py", tmp_path / "b.py"]) == ["b.py:1 repeats a.py:3"]
+
+
+def test_no_block_of_six_lines_repeats_in_the_package():
+    "Issue 25: no block of six or more code lines stands twice in the package (the generated `_modidx.py` aside)."
+    assert not repeated_blocks(MODULES), repeated_blocks(MODULES)[:20]
