@@ -224,6 +224,12 @@ class Options(Spec):
         "The options off their default, for the dry run: 'window 10, step 5' ('defaults' when none)."
         return ", ".join(f"{k} {v}" for k, v in self.non_default().items()) or "defaults"
 
+# %% ../nbs/00a_specs.ipynb #96171d25
+class Quirks(Options):
+    """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
+    what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
+    def identity(self) -> dict: return self.non_default()
+
 # %% ../nbs/00a_specs.ipynb #08bed8fc
 @patch(cls_method=True)
 def flat_fields(cls: Options) -> dict:
@@ -270,12 +276,6 @@ def flat(self: Options, defaults: bool = True) -> dict:
         if _is_options(f.annotation): out |= v.flat(defaults)
         elif defaults or v != f.default: out[name] = v
     return out
-
-# %% ../nbs/00a_specs.ipynb #96171d25
-class Quirks(Options):
-    """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
-    what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
-    def identity(self) -> dict: return self.non_default()
 
 # %% ../nbs/00a_specs.ipynb #88591d86
 @patch
