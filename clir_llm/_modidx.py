@@ -967,6 +967,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'clir_llm.pipeline.Pipeline.scores': ('pipeline.html#pipeline.scores', 'clir_llm/pipeline.py'),
                                    'clir_llm.pipeline.Pipeline.translator': ('pipeline.html#pipeline.translator', 'clir_llm/pipeline.py'),
                                    'clir_llm.pipeline.Pipeline.usage': ('pipeline.html#pipeline.usage', 'clir_llm/pipeline.py'),
+                                   'clir_llm.pipeline._read_own': ('pipeline.html#_read_own', 'clir_llm/pipeline.py'),
                                    'clir_llm.pipeline._slug': ('pipeline.html#_slug', 'clir_llm/pipeline.py')},
             'clir_llm.plan': { 'clir_llm.plan.PairText': ('plan.html#pairtext', 'clir_llm/plan.py'),
                                'clir_llm.plan._assumed': ('plan.html#_assumed', 'clir_llm/plan.py'),
