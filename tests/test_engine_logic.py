@@ -252,8 +252,6 @@ def test_a_dictionary_translator_takes_the_executor_and_never_calls_it(fake_ray,
     assert not d.uses_gpu and not hasattr(d, "worker") and fake_ray.created == [] and not fake_ray.inits
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="OpenAIBackend (and VLLMBackend, GGUFBackend) take no `executor`, "
-                   "which Pipeline.backend passes to every kind: a configuration with an openai: row fails (fix proposed)")
 def test_an_api_backend_takes_the_pipelines_executor_and_never_calls_it(fake_ray, tmp_path):
     "An openai: backend spreads its calls over its servers itself: built as Pipeline.backend builds it, nothing reaches Ray."
     from clir_llm.llm import BackendSpec
