@@ -91,7 +91,7 @@ def _agent_ports_in_advance():
     try:
         # optional: the ray extra (its internals, Ray 2.60)
         import ray._private.node as node, ray._private.parameter as parameter
-        from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port
+        from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port   # optional: the ray extra (Ray 2.60 internals)
         init, start = parameter.RayParams.__init__, node.Node.start_raylet
     except (ImportError, AttributeError): yield; return   # another Ray: start as it does
     def params(self, *a, **kw):
@@ -135,7 +135,7 @@ class RayExecutor(Executor):
         """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call
         sent to the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
         import ray   # optional: the ray extra, imported when a Ray executor is used
-        from ray.util import ActorPool
+        from ray.util import ActorPool   # optional: the ray extra
         actors = self.pool(owner)
         try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
         except ray.exceptions.RayTaskError as e:
@@ -169,7 +169,7 @@ def reachable(address: str, timeout: float = 10.0) -> str:
 @patch
 def start(self: RayExecutor):
     "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
-    try: import ray
+    try: import ray   # optional: the ray extra
     except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
     address = self.spec.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
