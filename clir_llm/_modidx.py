@@ -1429,6 +1429,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                   'clir_llm.testing.QrelsOracle._pairwise': ('testing.html#qrelsoracle._pairwise', 'clir_llm/testing.py'),
                                   'clir_llm.testing.QrelsOracle._pointwise': ('testing.html#qrelsoracle._pointwise', 'clir_llm/testing.py'),
                                   'clir_llm.testing.QrelsOracle._query': ('testing.html#qrelsoracle._query', 'clir_llm/testing.py'),
+                                  'clir_llm.testing.QrelsOracle._reasoning': ('testing.html#qrelsoracle._reasoning', 'clir_llm/testing.py'),
                                   'clir_llm.testing.QrelsOracle._setwise': ('testing.html#qrelsoracle._setwise', 'clir_llm/testing.py'),
                                   'clir_llm.testing.QrelsOracle.count_tokens': ( 'testing.html#qrelsoracle.count_tokens',
                                                                                  'clir_llm/testing.py'),

@@ -355,7 +355,7 @@ def _shipped_templates() -> dict[str, list[PromptTemplate]]:
 
 # %% ../nbs/15_testing.ipynb #1ae57e3d
 class QrelsOracle(Backend):
-    "A backend that answers listwise, PRP, setwise and pointwise prompts from the qrels of `collection` (whitespace tokens)."
+    "A backend that answers listwise, PRP, setwise, pointwise and reasoning prompts from the qrels of `collection` (whitespace tokens)."
     supports_logprobs = supports_batching = is_chat = supports_prefill = scores_sequences = True
     scores_pairs = True   # a cross-encoder too (`rank_pairs`)
     def __init__(self, collection, qrels=None, name: str = "oracle:qrels", templates=()):
@@ -456,10 +456,20 @@ def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
 
 # %% ../nbs/15_testing.ipynb #bd89f59e
 @patch
+def _reasoning(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
+    "A reasoning answer: a one-sentence trace closed by the template's `think_end`, then its yes or no label by grade."
+    if (hit := self._match("reasoning", text)) is None: return None
+    t, m = hit
+    g = self._grade(self._query(squash(m["query"])), m["passage"])
+    return f"The passage has grade {g}.{t['think_end']}{t['choices']['yes' if g > 0 else 'no']}", [float(g), 0.0]
+
+# %% ../nbs/15_testing.ipynb #5015c1e5
+@patch
 def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
     "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt."
     text = prompt_text(prompt)
     if (out := self._pointwise(text, candidates)) is not None: return out
+    if (out := self._reasoning(text, candidates)) is not None: return out
     qid = self._query(squash(text))
     return self._pairwise(text, qid) or self._setwise(text, qid) or self._listwise(text, qid)
 
