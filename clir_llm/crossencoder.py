@@ -84,7 +84,8 @@ def _tiny_pair_tokenizer(folder: Path, arch: str):
     else:
         t.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1",
                                                          special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-        tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]")
+        tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                                      model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     tok.save_pretrained(folder)
     return tok
 
