@@ -84,12 +84,17 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
     for s in range(0, len(items), bs):
         part = items[s:s + bs]
         prompts = [self._as_prompt(p) for *_, p in part]
-        raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
+        if hasattr(b, "complete"):   # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
+            recs = [r or {} for r in b.complete(prompts, max_new_tokens=o.think_tokens, **_quiet(b.complete))]
+            raw, counts = [r.get("text", "") for r in recs], [int(r.get("tokens_out", 0)) for r in recs]
+        else:
+            raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
+            counts = [b.count_tokens(x) for x in raw]
         read = [read_trace(x, t["think_end"]) for x in raw]
         follow = [self._as_prompt(p, t["closed" if closed else "forced"].format(trace=tr)) for (*_, p), (tr, closed) in zip(part, read)]
         scores = b.score(follow, [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score))
-        for (q, d, _), x, (tr, closed), pr, fo, sc in zip(part, raw, read, prompts, follow, scores):
-            n, dq = b.count_tokens(x), self.diagnostics[q]
+        for (q, d, _), n, (tr, closed), pr, fo, sc in zip(part, counts, read, prompts, follow, scores):
+            dq = self.diagnostics[q]
             self.traces[q, d] = {"query": q, "docid": d, "trace": tr, "closed": closed, "trace_tokens": n, "p_true": yes_probability(*sc)}
             dq["prompts"] += 2; dq["tokens_in"] += prompt_tokens(b, pr) + prompt_tokens(b, fo); dq["tokens_out"] += n
             dq["traces_closed" if closed else "traces_forced"] = dq.get("traces_closed" if closed else "traces_forced", 0) + 1
