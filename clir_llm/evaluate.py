@@ -202,9 +202,10 @@ class ResultTable:
             tests.append(((c.row, c.col), d, p, len(c.scores.index.intersection(b.scores.index))))
         adj = holm([t[2] for t in tests])
         self.tests = pd.DataFrame([{"row": k[0], "col": k[1], "n": n, "delta": d, "p": p, "p_holm": a,
-                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha)}
+                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha),
+                                    "worse": bool(d < 0 and p < alpha), "worse_holm": bool(d < 0 and a < alpha)}
                                    for (k, d, p, n), a in zip(tests, adj)],
-                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm"])
+                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm", "worse", "worse_holm"])
 
     @property
     def means(self) -> pd.DataFrame:
@@ -216,10 +217,10 @@ class ResultTable:
         return df
 
     def marks(self) -> pd.DataFrame:
-        "`†`/`‡` marks per cell ('' when not significant)."
+        "`†`/`‡` per cell significantly better than its baseline, `↓`/`⇓` significantly worse ('' when neither)."
         m = pd.DataFrame("", index=self.rows, columns=list(self.means.columns))
         for t in self.tests.itertuples():
-            m.loc[t.row, t.col] = ("‡" if t.sig_holm else "†") if t.sig else ""
+            m.loc[t.row, t.col] = ("‡" if t.sig_holm else "†") if t.sig else ("⇓" if t.worse_holm else "↓") if t.worse else ""
         return m
 
     def formatted(self) -> pd.DataFrame:
@@ -237,14 +238,15 @@ def to_markdown(self: ResultTable) -> str:
     df = self.formatted(); head = [self.measure or ""] + list(df.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
     lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
-    legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
+    legend = (f"† better than the first stage, p < {self.alpha} (paired t-test, uncorrected); ‡ also after Holm correction across "
+              f"the table; ↓ worse, p < {self.alpha} (uncorrected); ⇓ worse also after Holm correction.")
     return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
 
 # %% ../nbs/12_evaluate.ipynb #ecf83279
 @patch
 def to_latex(self: ResultTable) -> str:
     "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
-    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("—", "--"))
+    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("⇓", r"$^\Downarrow$").str.replace("↓", r"$^\downarrow$").str.replace("—", "--"))
     esc = lambda s: str(s).replace("_", r"\_").replace("&", r"\&").replace("%", r"\%")
     out = [r"\begin{tabular}{l" + "r" * len(df.columns) + "}", r"\toprule",
            " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\", r"\midrule"]
