@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_evaluate.ipynb #d70698fd
 from __future__ import annotations
-import contextlib, math, os, subprocess, sys
+import contextlib, logging, math, os, subprocess, sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -16,6 +16,8 @@ from fastcore.basics import patch
 from .core import ClirError, Qrels, Run, cut
 from .collections import load_collection
 from .specs import ArgumentParser
+
+_log = logging.getLogger(__name__)   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
@@ -289,8 +291,8 @@ def cli_evaluate(argv=None) -> int:
     df = per_query(run, qrels, a.measures, a.missing)
     if not any(q in qrels for q in run):
         qs = lambda n: f"{n} quer{'y' if n == 1 else 'ies'}"
-        print(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
-              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0", file=sys.stderr)
+        _log.warning(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
+              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0")
     try:
         if a.per_query:
             for q, row in df.iterrows():
