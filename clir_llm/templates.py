@@ -44,6 +44,14 @@ PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placehol
         "prompt":         ({"query", "passage"}, {"passage"}, True),
         "target":         ({"query"}, set(), False),   # qlm: the continuation scored (the query)
         "answer_prefix":  (set(), set(), False),       # a plain-text (not chat) prompt ends with it
+        "system":         (set(), set(), False),       # a chat model's system turn (Qwen3-Reranker)
+        "prefill":        (set(), set(), False),       # the assistant turn's start, the label after it (Qwen3: an empty think block)
+    },
+    "reasoning": {   # a reasoning trace, then the judgement (clir_llm.reasoning)
+        "prompt":         ({"query", "passage"}, {"query", "passage"}, True),
+        "think_end":      (set(), set(), True),        # what closes the trace
+        "closed":         ({"trace"}, {"trace"}, True),   # the continuation scored when the model closed its trace
+        "forced":         ({"trace"}, {"trace"}, True),   # ... when its thinking budget ran out first
     },
 }
 
