@@ -10,7 +10,7 @@ notebook, opens it in headless Chromium (Debian's `chromium` package: `apt-get i
 
 Prints one line per check and exits 1 when one fails.
 
-    python benchmarks/screenshot.py results/demo/1_first_stage.ipynb --out /tmp/first_stage.png
+    python benchmarks/screenshot.py results/demo/1_first_stage.ipynb --out first_stage.png
 """
 from __future__ import annotations
 import argparse, json, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
