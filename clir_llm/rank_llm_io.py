@@ -122,6 +122,19 @@ class RecordingBackend(Backend):
                     for p, t in zip(prompts, texts)]
         return [self._note(k, p, r) for k, p, r in zip(keys, prompts, recs)]
 
+    def score(self, prompts, candidates, on_error: str = "raise", progress: bool = True) -> list[list[float]]:
+        "The backend's log-likelihoods of `candidates` after `prompts` (or the recorded ones); the response of a call is its candidates' scores as JSON."
+        cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
+        keys = [json.dumps(["score", p, c], sort_keys=True, ensure_ascii=False, default=str) for p, c in zip(prompts, cands)]
+        if self.replay: recs = [self._replayed(k) for k in keys]
+        else:
+            kw = {"progress": progress} if isinstance(self.inner, CachedBackend) else {}
+            scores = self.inner.score(prompts, candidates, on_error=on_error, **kw)
+            recs = [{"text": json.dumps(dict(zip(c, s)), ensure_ascii=False), "tokens_in": self.inner.count_tokens(plain_text(p)),
+                     "tokens_out": 0, "scores": list(s)} for p, c, s in zip(prompts, cands, scores)]
+        for k, p, r in zip(keys, prompts, recs): self._note(k, p, r)
+        return [r["scores"] for r in recs]
+
 # %% ../nbs/16a_rank_llm_io.ipynb #38534a74
 @patch
 def _note(self: RecordingBackend, key: str, prompt, rec: dict) -> str:
@@ -137,21 +150,6 @@ def _replayed(self: RecordingBackend, key: str) -> dict:
     "The recorded answer to `key` (a ClirError when the replayed run asks what the recorded run did not)."
     if key not in self.answers: raise ClirError(f"{self.name}: a replayed call was not made in the recorded run ({key[:120]}...)")
     return self.answers[key]
-
-# %% ../nbs/16a_rank_llm_io.ipynb #9a45937a
-@patch
-def score(self: RecordingBackend, prompts, candidates, on_error: str = "raise", progress: bool = True) -> list[list[float]]:
-    "The backend's log-likelihoods of `candidates` after `prompts` (or the recorded ones); the response of a call is its candidates' scores as JSON."
-    cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
-    keys = [json.dumps(["score", p, c], sort_keys=True, ensure_ascii=False, default=str) for p, c in zip(prompts, cands)]
-    if self.replay: recs = [self._replayed(k) for k in keys]
-    else:
-        kw = {"progress": progress} if isinstance(self.inner, CachedBackend) else {}
-        scores = self.inner.score(prompts, candidates, on_error=on_error, **kw)
-        recs = [{"text": json.dumps(dict(zip(c, s)), ensure_ascii=False), "tokens_in": self.inner.count_tokens(plain_text(p)),
-                 "tokens_out": 0, "scores": list(s)} for p, c, s in zip(prompts, cands, scores)]
-    for k, p, r in zip(keys, prompts, recs): self._note(k, p, r)
-    return [r["scores"] for r in recs]
 
 # %% ../nbs/16a_rank_llm_io.ipynb #965c60db
 def invocations(build: Callable[[Backend], object], recorder: RecordingBackend, collection, run: Run, k: int) -> dict[str, list[dict]]:

@@ -117,7 +117,7 @@ def rerank_texts(reranker: Reranker, requests: list[tuple[str, list[str]]], pair
 class Unavailable(ClirError):
     "The model's backend cannot be built or does not answer (HTTP 503)."
 
-# %% ../nbs/16b_serve.ipynb #f8c52d2f
+# %% ../nbs/16b_serve.ipynb #c15db757
 class RerankService:
     "The models of a server and the one worker thread that reranks their batches (see above); `token`: the bearer token asked, if any."
     def __init__(self, models: list[ServedModel], options: ServeOptions | None = None):
@@ -152,23 +152,25 @@ class RerankService:
         try: return rerank_texts(rr, requests, m.pair, m.docs, self.translators.get(m.translator), m.dt_source)
         except (LLMError, OSError, ConnectionError) as e: raise Unavailable(f"model {name!r}: the backend failed: {_line(e)}") from None
 
+    async def submit(self, name: str, query: str, texts: list[str]):
+        "Queue one request of model `name` and wait for its batch: (order of the texts, diagnostics)."
+        loop = asyncio.get_running_loop()
+        if name not in self.queues:
+            self.queues[name] = asyncio.Queue()
+            self.tasks[name] = loop.create_task(self._batches(name))
+        fut = loop.create_future()
+        await self.queues[name].put(((query, texts), fut))
+        return await fut
+
+    def usage(self) -> dict:
+        "What every backend built so far has spent (calls, cache hits, tokens, seconds, dollars), by backend name."
+        return {b.name: {k: v for k, v in b.usage.to_dict().items() if k != "counters"} for b in self.backends.values()}
+
 # %% ../nbs/16b_serve.ipynb #baaa3b16
 def _line(e) -> str:
     "An exception as one line of at most 300 characters, credentials redacted."
     s = " ".join(redact(str(e) or type(e).__name__).split())
     return s if len(s) <= 300 else s[:300] + "..."
-
-# %% ../nbs/16b_serve.ipynb #e9f42793
-@patch
-async def submit(self: RerankService, name: str, query: str, texts: list[str]):
-    "Queue one request of model `name` and wait for its batch: (order of the texts, diagnostics)."
-    loop = asyncio.get_running_loop()
-    if name not in self.queues:
-        self.queues[name] = asyncio.Queue()
-        self.tasks[name] = loop.create_task(self._batches(name))
-    fut = loop.create_future()
-    await self.queues[name].put(((query, texts), fut))
-    return await fut
 
 # %% ../nbs/16b_serve.ipynb #226158ad
 @patch
@@ -189,12 +191,6 @@ async def _batches(self: RerankService, name: str):
             continue
         for (_, f), o, d in zip(batch, orders, diags):
             if not f.done(): f.set_result((o, d))
-
-# %% ../nbs/16b_serve.ipynb #293a2408
-@patch
-def usage(self: RerankService) -> dict:
-    "What every backend built so far has spent (calls, cache hits, tokens, seconds, dollars), by backend name."
-    return {b.name: {k: v for k, v in b.usage.to_dict().items() if k != "counters"} for b in self.backends.values()}
 
 # %% ../nbs/16b_serve.ipynb #4b24e94d
 class RerankDocument(BaseModel):
@@ -294,7 +290,7 @@ def make_app(service: RerankService):
     from fastapi import FastAPI   # optional: the `serve` extra
     from fastapi.exceptions import RequestValidationError   # optional: as above
     from fastapi.responses import JSONResponse   # optional: as above
-    from starlette.exceptions import HTTPException   # optional: FastAPI's own server layer
+    from fastapi.exceptions import StarletteHTTPException as HTTPException   # optional: as above (the router's 404 and 405)
     app = FastAPI(title="clir-llm rerank", docs_url=None, redoc_url=None, openapi_url=None)
 
     async def http_error(request, e):   # an unknown path (404), another method (405)
