@@ -75,7 +75,9 @@ def test_every_registered_reranker_is_a_transformer(method):
     out = rr(frame)
     assert sorted(out.docno) == sorted(frame.docno) and list(out["rank"]) == [0, 1, 2, 3] * 2 and set(out.columns) == {"qid", "query", "docno", "score", "rank"}
     assert set(rr.reranker.diagnostics) == {"q1", "q2"}    # both queries in one rerank call
-    if method not in ("pointwise-qlm",):    # query likelihood scores the query, not a grade: no order promised
+    # query likelihood scores the query, not a grade; Qwen3-Reranker's template (arch, issue 31's rerankers) is not one the
+    # oracle grades: no order promised for either
+    if method not in ("pointwise-qlm", "pointwise-qwen3-reranker"):
         assert out.groupby("qid").docno.first().to_dict() == {"q1": "a", "q2": "b"}, out
 
 
