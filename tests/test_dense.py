@@ -319,7 +319,7 @@ def test_identities_v1(tmp_path):
     from clir_llm.retrieve import get_retriever
     cache, got = Cache(tmp_path), {}
     encs = {}
-    for n in D.ENCODERS.names():
+    for n in ["mgte", "m3", "e5", "nv-embed-v2", "repllama", "e5-small"]:   # the encoders the pristine code had
         for dev in ("cpu", "cuda"):
             encs[f"{n} {dev}"] = D.Encoder.create(n, device=dev, cache=cache)
             encs[f"{n} {dev} paper"] = D.Encoder.create(n, device=dev, cache=cache, paper_quirks=True)
