@@ -64,8 +64,10 @@ def test_shared_prefixes_of_a_batch():
 
 def test_segment_reuse_of_prp_prompts():
     prp = lambda a, b: [("head", 50), (("A", a), 305), (("B", b), 320)]
-    total, reused, held = segment_reuse([prp("x", "y"), prp("y", "x"), prp("x", "z"), prp("x", "y")])
+    total, reused, held, reach = segment_reuse([prp("x", "y"), prp("y", "x"), prp("x", "z"), prp("x", "y")])
     assert (total, reused, held) == (4 * 675, 50 + 355 + 355, 355)   # a repeated prompt still computes its last part
+    assert reach == 675                    # x's parts are reused one prompt after their last use; the head right after
+    assert segment_reuse([prp("x", "y"), prp("y", "x"), prp("x", "z")], share=0.1)[3] == 0
 
 
 def test_reuse_layout_left_pads_the_held_states_and_the_rest():
