@@ -132,20 +132,24 @@ def shared_prefixes(seqs: Sequence[Sequence[int]], held: Sequence[int], block: i
     return [c for c, nxt in zip(out, out[1:] + [()]) if nxt[:len(c)] != c]
 
 # %% ../nbs/10h_prefix_cache.ipynb #f64e8078
-def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[float, float, float]:
-    """(prompt tokens, tokens a cache that keeps every earlier prompt would give, tokens it must hold for that) of a
-    stream of prompts, each a sequence of (part, tokens): a prompt reuses its longest run of parts from the start that
-    an earlier prompt began with (never its last part); a reused part is held once."""
-    seen, held, total, reused = set(), {}, 0.0, 0.0
+def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[float, float, float, float]:
+    """(prompt tokens, tokens a cache that keeps every earlier prompt would give, tokens it must hold for that, its
+    reach) of a stream of prompts, each a sequence of (part, tokens): a prompt reuses its longest run of parts from the
+    start that an earlier prompt began with (never its last part); a reused part is held once. The reach is the most
+    prompt tokens submitted between a reused part's previous use and its reuse: a least-recently-used cache that holds
+    the states of that many tokens (and the reused parts) gives all of the reuse."""
+    seen, held, total, reused, reach = {}, {}, 0.0, 0.0, 0.0
     for parts in prompts:
-        h, run, n = None, True, len(parts)
+        h, run, n, start = None, True, len(parts), total
         for i, (part, tok) in enumerate(parts):
             total += tok
             h = hash((h, part))
-            if run and i < n - 1 and h in seen: reused += tok; held[h] = tok
+            if run and i < n - 1 and h in seen:
+                reused += tok; held[h] = tok; reach = max(reach, start - seen[h])
             else: run = False
-            seen.add(h)
-    return total, reused, sum(held.values())
+        h = None
+        for part, _ in parts: h = hash((h, part)); seen[h] = total   # every part of this prompt last used at its end
+    return total, reused, sum(held.values()), reach
 
 # %% ../nbs/10h_prefix_cache.ipynb #d1c5a56e
 def kv_arg(model) -> str:

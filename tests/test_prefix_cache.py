@@ -67,7 +67,7 @@ def test_segment_reuse_of_prp_prompts():
     total, reused, held, reach = segment_reuse([prp("x", "y"), prp("y", "x"), prp("x", "z"), prp("x", "y")])
     assert (total, reused, held) == (4 * 675, 50 + 355 + 355, 355)   # a repeated prompt still computes its last part
     assert reach == 675                    # x's parts are reused one prompt after their last use; the head right after
-    assert segment_reuse([prp("x", "y"), prp("y", "x"), prp("x", "z")], share=0.1)[3] == 0
+    assert segment_reuse([prp("x", "y"), prp("y", "x")])[3] == 0 and segment_reuse([])[3] == 0
 
 
 def test_reuse_layout_left_pads_the_held_states_and_the_rest():

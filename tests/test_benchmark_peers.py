@@ -1,4 +1,4 @@
-"benchmarks/peers.py without the peers installed: argument parsing, target lines, and the 'peer missing' path."
+"benchmarks/peers.py (a benchmark script, not a module; fast: the peers are not needed) without the peers installed: argument parsing, target lines, and the 'peer missing' path."
 import importlib.util
 from pathlib import Path
 import pytest
