@@ -4,6 +4,7 @@
 
 # %% ../nbs/10h_prefix_cache.ipynb #a45a251c
 from __future__ import annotations
+import copy, inspect
 from collections import OrderedDict
 from typing import Callable, Iterable, Sequence
 from fastcore.basics import patch
@@ -154,7 +155,6 @@ def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[fl
 # %% ../nbs/10h_prefix_cache.ipynb #d1c5a56e
 def kv_arg(model) -> str:
     "The name a transformers model's forward gives its key/value cache (`cache` from transformers 5.x, `past_key_values` before)."
-    import inspect
     try: return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     except (TypeError, ValueError): return "past_key_values"
 
@@ -274,7 +274,6 @@ def _share_first(self: KVPrefixMixin, seqs: list, limits: list):
 def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto: list | None = None, shared: bool = False):
     """The logits of the last `keep` positions of each of `seqs` (batch × keep × vocabulary), computing only what the
     store does not hold of each (at most `limits[i]` tokens held); the new blocks kept (the first `upto[i]` tokens)."""
-    import inspect
     self._share_first(seqs, limits)
     held, past = self._held_past(seqs, limits)
     ids, mask, P = self._batch_over(seqs, held)
@@ -290,7 +289,6 @@ def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto:
 @patch
 def _generate_reusing(self: KVPrefixMixin, seqs: list, gc) -> list[list[int]]:
     "The generated token ids of each prompt of `seqs` (`generate` with `gc`), its held prefix reused and its states kept."
-    import copy
     self._share_first(seqs, [len(s) - 1 for s in seqs])
     held, past = self._held_past(seqs, [len(s) - 1 for s in seqs])
     ids, mask, P = self._batch_over(seqs, held)
