@@ -43,7 +43,8 @@ def test_families_take_options_and_collaborators_only(method):
     rr = cls(None, QrelsOracle(coll), method=method, progress=False)
     assert rr.method == method and rr.options == cls.options_for(method)() and type(rr.options) is cls.options_for(method)
     used = {"max_new_tokens": rr.max_new_tokens} if rr.family == "listwise" else {}   # listwise records the answer budget it used
-    assert rr.params.items() >= ({"method": method, "template": rr.template.name, **rr.options.identity()} | used).items()
+    template = {"template": rr.template.name} if rr.template else {}   # a family without a prompt (cross-encoder) names none
+    assert rr.params.items() >= ({"method": method, **template, **rr.options.identity()} | used).items()
 
 
 def test_reranker_options_every_family_reads():
@@ -278,7 +279,7 @@ def test_run_identity_of_shipped_rows_hashes_as_the_first_release(method, option
     assert stable_hash(ident, n=10) == hashed
 
 
-# ---------- (a) names and runs on the oracle: the first release's (captured at 7ce5228 by /work/tools/capture_rerank_ids.py)
+# ---------- (a) names and runs on the oracle: the first release's (captured at 7ce5228 by running the same calls on that commit)
 
 _R0 = {"q0": {"q0d00": 1.0, "q0d01": 5.0, "q0d02": 7.0, "q0d03": 8.0, "q0d04": 6.0, "q0d05": 2.0, "q0d06": 4.0, "q0d07": 3.0},
        "q1": {"q1d00": 4.0, "q1d01": 6.0, "q1d02": 3.0, "q1d03": 8.0, "q1d04": 7.0, "q1d05": 5.0, "q1d06": 1.0, "q1d07": 2.0}}
