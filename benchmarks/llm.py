@@ -23,6 +23,13 @@ shows), `int8` (`hf:...[quantize=int8]`, torch dynamic int8) and `ort` (`ort:qwe
 GenAI with int4 weights, one prompt at a time; its export is built once into the models dir, minutes, on first use).
 The ratio is the fastest variant over `before`; `now` must agree with `before` (same text, same PRP choice); the
 quantised variants print how many answers agree with fp32.
+
+Then prefix reuse (issue 30, `target prefix-reuse-prefill-tokens`, also in `--quick`): PRP bubblesort (generation, the
+paper's method) on the demo collection (en-de, the package's BM25 run; the first 2 queries in --quick, 5 otherwise;
+top 10 in --quick, else 20; k 3 / 5; passages cut to 128 / 300 tokens, the paper's cut) run twice on the same model object, prefix reuse
+on and off (`hf:...[prefix_cache=false]`); the ratio is the prompt tokens computed with reuse over those without (the
+backend's usage counters, goal <= 0.6: lower is better), and the agreement is the number of queries whose rankings are
+identical (goal: all).
 """
 import argparse, json, sys, tempfile, time
 from pathlib import Path
@@ -160,6 +167,37 @@ def stand_in_speed(quick: bool, recorded=None) -> float:
     return ratio
 
 
+def prefix_reuse(base, quick: bool, tmp: Path) -> bool:
+    "PRP bubblesort on the demo's BM25 run with prefix reuse on and off (same model object): prompt tokens computed, rankings."
+    from clir_llm.bm25 import BM25
+    from clir_llm.collections import load_collection
+    from clir_llm.core import Run
+    from clir_llm.rerank import get_reranker
+    nq, depth, k, ptok = (2, 10, 3, 128) if quick else (5, 20, 5, 300)
+    coll = load_collection("demo", "en-de")
+    full = BM25(cache=Cache(tmp / "bm25"), progress=False).retrieve(coll, k=depth)
+    qids = [q for q in sorted(full) if len(full.docids(q)) >= depth][:nq]
+    run = Run.from_ranked({q: full.docids(q, depth) for q in qids}, name="bm25")
+    out = {}
+    for reuse in (True, False):
+        b = HFBackend.create(base._source, None, revision=base.revision, gguf_file=base.gguf_file, prefix_cache=reuse,
+                             hf_tokenizer=base.tokenizer, hf_model=base.hf_model)
+        rr = get_reranker("pairwise-bubblesort", b, progress=False, k=k, scoring="generation", passage_tokens=ptok)
+        t0 = time.process_time()
+        ranked = rr.rerank(coll, run, k=depth)
+        out[reuse] = ({q: ranked.docids(q) for q in qids}, dict(rr.usage.counters), time.process_time() - t0)
+    (on, c, t_on), (off, c_off, t_off) = out[True], out[False]
+    same = sum(on[q] == off[q] for q in qids)
+    ratio = c["prefill_tokens"] / c["prefill_tokens_without_reuse"] if c.get("prefill_tokens_without_reuse") else float("nan")
+    print(f"prefix reuse: PRP bubblesort k={k}, {nq} demo queries x top {depth}, passages <= {ptok} tokens: prompt tokens computed "
+          f"{c.get('prefill_tokens', 0):,} with reuse ({c.get('prefix_cache_hits', 0)} prompts reused a prefix) / "
+          f"{c_off.get('prefill_tokens', c.get('prefill_tokens_without_reuse', 0)):,} without; CPU {t_on:.1f} s / {t_off:.1f} s; "
+          f"rankings identical in {same} of {nq} queries")
+    print(f"target prefix-reuse-prefill-tokens: {ratio:.2f} (goal <= 0.60) {'met' if ratio <= 0.6 else 'short'}; "
+          f"answer agreement: {same}/{nq} rankings identical ({'met' if same == nq else 'short'})")
+    return same == nq
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a small random model (< 1 minute on 2 cores)")
@@ -168,6 +206,7 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--no-stand-in", action="store_true", help="skip the stand-in speed comparison")
+    ap.add_argument("--only-prefix-reuse", action="store_true", help="only the prefix-reuse comparison (issue 30)")
     ap.add_argument("--recorded", help="recorded responses to take the demo prompts from (default: configs/recorded/demo-llm.jsonl)")
     args = ap.parse_args(argv)
     import torch
@@ -182,6 +221,7 @@ def main(argv=None):
     mk = lambda bs, cache=None: HFBackend.create(base._source, cache, revision=base.revision, gguf_file=base.gguf_file,
                                                  batch_size=bs, hf_tokenizer=tok, hf_model=model)
     print(f"model: {label}; device {model.device}, dtype {model.dtype}, torch threads {torch.get_num_threads()}")
+    if args.only_prefix_reuse: return 0 if prefix_reuse(base, args.quick, tmp) else 1
     print(f"{len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}")
     mk(args.batch_size).generate(prompts[:2], max_new_tokens=2, progress=False)          # warm-up (allocations, kernels)
 
@@ -212,10 +252,12 @@ def main(argv=None):
     if warm_calls or warm_b.usage.calls: print("WARM RE-RUN CALLED THE MODEL")
     target("hf-batched-generation", (n / t_batched) / (n / t_single) if same else 0.0, 2.0)
     target("warm-rerun", t_batched / t_warm if same and not warm_calls and not warm_b.usage.calls else 0.0, 100.0)
+    model.forward = fwd
+    reuse_same = prefix_reuse(base, args.quick, tmp)
     if not args.no_stand_in:
         try: stand_in_speed(args.quick, args.recorded)
         except ClirError as e: print(f"stand-in speed: not measured ({e})")
-    return 0 if same and not warm_calls else 1
+    return 0 if same and not warm_calls and reuse_same else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from .specs import Quirks, opt
 from .assets import build_folder, offline_model, save_hf_folder
 from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, given_names,
                           lay_over, local_revision, plain_text)
+from .prefix_cache import KVPrefixMixin
 
 # %% auto #0
 __all__ = ['HF_MODELS', 'STAND_IN_DTYPE', 'STAND_IN_BATCH', 'ModelCard', 'model_card', 'load_tokenizer', 'truncate_with',
@@ -210,37 +211,60 @@ class _HFGenerateMixin:
 
 # %% ../nbs/10a_llm_hf.ipynb #48dfefdf
 @patch
-def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> list[dict]:
-    "One record per rendered item: the text after the prompt (or the decoder prefix), tokens in and out, seconds."
+def _in_groups(self: _HFGenerateMixin, items: list, key, fn) -> list:
+    "`fn` (a batch method) on the items of each `key` apart, the results put back in the items' order."
+    groups: dict = {}
+    for i, it in enumerate(items): groups.setdefault(key(it), []).append(i)
+    out = [None] * len(items)
+    for idx in groups.values():
+        for i, r in zip(idx, fn([items[i] for i in idx])): out[i] = r
+    return out
+
+# %% ../nbs/10a_llm_hf.ipynb #8be85d1f
+@patch
+def _call_key(self: _HFGenerateMixin, masked: bool = False):
+    """What prompts of one model call must share: an encoder-decoder's decoder prefix, and without an attention mask
+    (`no_attention_mask`, unless the call is `masked`) the length: a padded row unmasked would see its padding."""
+    return lambda it: (tuple(it["dec"]) if self.is_encoder_decoder else None,
+                       len(it["ids"]) if self.no_attention_mask and not masked else None)
+
+# %% ../nbs/10a_llm_hf.ipynb #051e358a
+@patch
+def _generate_plain(self: _HFGenerateMixin, items: list[dict], gc) -> list[list[int]]:
+    "The generated token ids of each item, the whole prompts computed (left padding; an encoder-decoder's decoder prefix)."
     import torch   # heavy: the model is loaded by now
-    gc = self._generation_config(params)
-    if gc.do_sample and "seed" in params: torch.manual_seed(params["seed"])
-    if self.is_encoder_decoder and len({tuple(it["dec"]) for it in items}) > 1:   # one decoder prefix per generate call
-        groups: dict = {}
-        for i, it in enumerate(items): groups.setdefault(tuple(it["dec"]), []).append(i)
-        out = [None] * len(items)
-        for idx in groups.values():
-            for i, r in zip(idx, self._generate_batch([items[i] for i in idx], params)): out[i] = r
-        return out
     ids, mask = self._batch([it["ids"] for it in items], left=not self.is_encoder_decoder)
-    kw = {}
+    kw = {} if self.no_attention_mask else {"attention_mask": mask}   # llm-rankers passed none
     if self.is_encoder_decoder:
         kw["decoder_input_ids"] = torch.tensor([items[0]["dec"]] * len(items), dtype=torch.long, device=self.device)
         skip = len(items[0]["dec"])
     else: skip = ids.shape[1]
+    return self.hf_model.generate(input_ids=ids, generation_config=gc, **kw)[:, skip:].tolist()
+
+# %% ../nbs/10a_llm_hf.ipynb #c0a433a0
+@patch
+def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> list[dict]:
+    """One record per rendered item: the text after the prompt (or the decoder prefix), tokens in and out, seconds.
+    Greedy answers of a decoder-only model reuse the prefixes held (`KVPrefixMixin`); items that cannot share a call
+    (`_call_key`) go in calls of their own."""
+    import torch   # heavy: the model is loaded by now
+    gc = self._generation_config(params)
+    if gc.do_sample and "seed" in params: torch.manual_seed(params["seed"])
+    reuse = not gc.do_sample and self._reuses()
+    if len({self._call_key(reuse)(it) for it in items}) > 1:
+        return self._in_groups(items, self._call_key(reuse), lambda part: self._generate_batch(part, params))
     t0 = time.perf_counter()
     with torch.inference_mode():
-        if not self.no_attention_mask: kw["attention_mask"] = mask   # llm-rankers passed none
-        out = self.hf_model.generate(input_ids=ids, generation_config=gc, **kw)
+        rows = self._generate_reusing([it["ids"] for it in items], gc) if reuse else self._generate_plain(items, gc)
     dt = (time.perf_counter() - t0) / len(items)
     eos, recs = set(self._eos_ids()), []
-    for it, row in zip(items, out[:, skip:].tolist()):
+    for it, row in zip(items, rows):
         n = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
         recs.append({"text": self.tokenizer.decode(row[:n], skip_special_tokens=True), "tokens_in": len(it["ids"]),
                      "tokens_out": n, "seconds": dt, "time": time.time()})
     return recs
 
-# %% ../nbs/10a_llm_hf.ipynb #8be85d1f
+# %% ../nbs/10a_llm_hf.ipynb #1a829852
 class _HFScoreMixin:
     "Log-likelihoods of candidate continuations: one forward pass for single-token candidates, one per prompt otherwise."
     last_logits_only = True      # False: the vocabulary projection of every position, as before (benchmarks/llm.py)
@@ -249,11 +273,12 @@ class _HFScoreMixin:
         import torch   # heavy: the model is loaded by now
         t0, out = time.perf_counter(), [None] * len(items)
         single = [i for i, it in enumerate(items) if all(len(c) == 1 for c in it["cands"])]
+        key = self._call_key(masked=not self.is_encoder_decoder)   # decoder-only scoring always masks its padding
         with torch.inference_mode():
-            groups: dict = {}      # one forward pass per decoder prefix for all single-token prompts
-            for i in single: groups.setdefault(tuple(items[i].get("dec", ())), []).append(i)
-            for dec, idx in groups.items():
-                lp = self._next_logprobs([items[i]["ids"] for i in idx], list(dec))
+            groups: dict = {}      # one forward pass per decoder prefix (and length, unmasked) for all single-token prompts
+            for i in single: groups.setdefault(key(items[i]), []).append(i)
+            for (dec, _), idx in groups.items():
+                lp = self._next_logprobs([items[i]["ids"] for i in idx], list(dec or ()))
                 for r, i in enumerate(idx): out[i] = [float(lp[r, c[0]]) for c in items[i]["cands"]]
             for i, it in enumerate(items):
                 if out[i] is None: out[i] = self._seq_logprobs(it["ids"], it["cands"], it.get("dec"))
@@ -267,7 +292,7 @@ class _HFScoreMixin:
         try: return "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters
         except (TypeError, ValueError): return False
 
-# %% ../nbs/10a_llm_hf.ipynb #051e358a
+# %% ../nbs/10a_llm_hf.ipynb #320ec84b
 @patch
 def _next_logprobs(self: _HFScoreMixin, seqs, dec=None):
     "Log-probabilities of the next token after each sequence (encoder-decoder: after the decoder input `dec`)."
@@ -277,6 +302,7 @@ def _next_logprobs(self: _HFScoreMixin, seqs, dec=None):
         pre = torch.tensor([dec] * len(seqs), dtype=torch.long, device=self.device)
         logits = self.hf_model(input_ids=ids, attention_mask=None if self.no_attention_mask else mask,
                                decoder_input_ids=pre).logits[:, -1]
+    elif self._reuses(): logits = self._prefill(list(seqs), [len(s) - 1 for s in seqs], 1)[:, -1]   # held prefixes reused
     else:
         ids, mask = self._batch(seqs, left=True)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -284,7 +310,7 @@ def _next_logprobs(self: _HFScoreMixin, seqs, dec=None):
         logits = self.hf_model(input_ids=ids, attention_mask=mask, position_ids=pos, **kw).logits[:, -1]
     return torch.log_softmax(logits.float(), -1)
 
-# %% ../nbs/10a_llm_hf.ipynb #c0a433a0
+# %% ../nbs/10a_llm_hf.ipynb #3ff6eaf1
 @patch
 def _seq_logprobs(self: _HFScoreMixin, ids: list[int], cands: list[list[int]], dec=None) -> list[float]:
     "Sum of log-probabilities of each multi-token candidate after `ids` (one forward pass over the candidates)."
@@ -294,6 +320,10 @@ def _seq_logprobs(self: _HFScoreMixin, ids: list[int], cands: list[list[int]], d
         seqs, dmask = self._batch([dec + c for c in cands], left=False)
         logits = self.hf_model(input_ids=enc, attention_mask=emask, decoder_input_ids=seqs, decoder_attention_mask=dmask).logits
         starts = [len(dec)] * len(cands)
+    elif self._reuses():   # the prompt's held prefix reused, the candidates right-aligned: logits of their last k + 1 positions
+        k = max(map(len, cands)) + 1
+        logits = self._prefill([ids + c for c in cands], [len(ids) - 1] * len(cands), k, upto=[len(ids)] * len(cands))
+        starts = [k - len(c) for c in cands]   # the logits index of the position before each candidate's first token
     else:
         seqs, dmask = self._batch([ids + c for c in cands], left=False)
         logits = self.hf_model(input_ids=seqs, attention_mask=dmask).logits
@@ -329,6 +359,10 @@ class HFOptions(BackendOptions):
     chat: Optional[bool] = opt(None, "render prompts with the chat template (none: when the tokenizer has one)")
     system_prompt: Optional[str] = opt(None, "a system message put before chat prompts that have none")
     trust_remote_code: bool = opt(False, "run the model repository's own code", identity=False)
+    prefix_cache: bool = opt(True, "reuse the key/value states of prompt prefixes computed before (decoder-only models whose "
+                                   "layers attend to every earlier token; answers as without it up to float rounding)", identity=False)
+    prefix_cache_gb: Optional[float] = opt(None, "memory for those states on the model's device (none: 2 GB on a CPU, half "
+                                                 "the free memory of a GPU)", identity=False, gt=0)
     prepare_gguf: bool = opt(True, "save a GGUF model once as a plain folder under the cache root (loads in seconds)", identity=False)
     quirks: HFQuirks = opt(HFQuirks(), "llm-rankers' calling convention (off: the method as described)")
 
@@ -339,7 +373,7 @@ class HFOptions(BackendOptions):
 
 # %% ../nbs/10a_llm_hf.ipynb #ab9287b7
 @BACKENDS.register("hf:", example="hf:<model>")
-class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
+class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, KVPrefixMixin, CachedBackend):
     "A transformers model in process: decoder-only (chat template) or encoder-decoder (decoder prefix)."
     kind, Options = "hf", HFOptions
     supports_logprobs = supports_batching = scores_sequences = True
@@ -366,6 +400,7 @@ class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, CachedBackend):
         if om is not None and "batch_size" not in given_names(o) and o.batch_size == HFOptions().batch_size: self.batch_size = STAND_IN_BATCH
         self.decoder_prefix, self.system_prompt = o.decoder_prefix, o.system_prompt
         self.double_bos, self.no_attention_mask = o.quirks.double_bos, o.quirks.no_attention_mask
+        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache, o.prefix_cache_gb
         self.max_model_len, self._device_map, self._quantize, self._trust = o.max_model_len, o.device_map, o.quantize, o.trust_remote_code
         self._device = o.device or executor.device     # None: cuda when available, when the model loads
         self._choose_dtype(o.dtype, stand_in=om is not None, card=None if local or om else model_card(model))
@@ -424,6 +459,13 @@ def identity(self: HFBackend) -> dict:
     if self._named_dtype: d["dtype"] = self._named_dtype
     elif self.dtype_name != "float32": d["dtype"] = self.dtype_name
     return d | self.options.quirks.identity()   # the decoder prefix is part of each rendered input (`dec`), not of the identity
+
+# %% ../nbs/10a_llm_hf.ipynb #1617e311
+@patch
+def _order(self: HFBackend, item) -> int:
+    "Misses are batched by the tokens still to compute: the prompt's length less what the prefix cache holds of it (a peek)."
+    n = len(item["ids"])
+    return n - self._kv_store.match(item["ids"], n - 1, touch=False)[0] if self._kv_store is not None and self._reuses() else n
 
 # %% ../nbs/10a_llm_hf.ipynb #7813443d
 @patch(as_prop=True)

@@ -6,10 +6,12 @@
 from __future__ import annotations
 import random
 from itertools import combinations
+from functools import lru_cache
 from typing import Callable, Generator, Mapping, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
+from .prefix_cache import segment_reuse
 from typing import Literal
 from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet
 from .specs import Quirks, opt
@@ -17,8 +19,8 @@ from .templates import parse_prp, prompt_tokens
 
 # %% auto #0
 __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts',
-           'run_sort', 'sort_with', 'max_comparisons', 'simulate_comparisons', 'PairwiseOptions', 'HeapsortQuirks',
-           'HeapsortOptions', 'PairwiseReranker']
+           'run_sort', 'sort_with', 'max_comparisons', 'simulate_comparisons', 'prp_schedule', 'prp_reuse',
+           'PairwiseOptions', 'HeapsortQuirks', 'HeapsortOptions', 'PairwiseReranker']
 
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
@@ -194,6 +196,36 @@ def simulate_comparisons(sort: str, n: int, k: int, trials: int = 20, seed: int 
         req += j.stats["comparisons"]; asked += j.stats["comparisons_asked"]
     return req / trials, asked / trials
 
+# %% ../nbs/11c_pairwise.ipynb #652439c5
+@lru_cache(maxsize=32)
+def prp_schedule(sort: str, n: int, k: int, seed: int = 0) -> tuple[tuple[int, int], ...]:
+    "The ordered pairs (prompts) PRP `sort` submits for one query of `n` documents, in its order, under a consistent judge (random, `seed`), the comparison cache on."
+    rng, out = random.Random(seed), []
+    truth = dict(zip(range(n), rng.sample(range(n), n)))
+    def ask(pairs):
+        out.extend(pairs)
+        return ["A" if truth[a] > truth[b] else "B" for a, b in pairs]
+    run_sort(SORTS[sort](list(range(n)), k=k), PairJudge(ask))
+    return tuple(out)
+
+# %% ../nbs/11c_pairwise.ipynb #96c49a3c
+@lru_cache(maxsize=64)
+def _reuse_counts(sort: str, n: int, k: int, seed: int) -> tuple[int, float, float, float]:
+    "(prompts, those that reuse the head, those that reuse passage A too, the reach in prompts) of one simulated schedule."
+    sched = prp_schedule(sort, n, k, seed)
+    run = lambda h, a, b: segment_reuse([(("head", h), (("A", x), a), (("B", y), b)) for x, y in sched])
+    return len(sched), run(1.0, 0.0, 0.0)[1], run(0.0, 1.0, 0.0)[1], run(1.0, 1.0, 1.0)[3] / 3
+
+# %% ../nbs/11c_pairwise.ipynb #31ac05da
+def prp_reuse(sort: str, n: int, k: int, head: float, a: float, b: float, trials: int = 3) -> tuple[float, float]:
+    """(the share of the prompt tokens a prefix cache does not compute, its reach in tokens) on `sort`'s simulated
+    schedules (`trials` judges): prompts of `head` tokens (instruction and query), then `a` (passage A), then `b` (the rest)."""
+    share, reach, per = 0.0, 0.0, head + a + b
+    for seed in range(trials):
+        m, heads, passages, r = _reuse_counts(sort, n, k, seed)
+        share += ((heads * head + passages * a) / (m * per) if m and per else 0.0) / trials; reach = max(reach, r * per)
+    return share, reach
+
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseOptions(RerankerOptions):
     "The options of PRP, each default written once (the paper: bubblesort, k 10, queries cut to 128 and passages to 300 tokens)."
@@ -279,9 +311,11 @@ def estimate(cls: PairwiseReranker, options: PairwiseOptions, method: str, stats
     comps = {s: max_comparisons(s, stats.docs, options.k) for s in SORTS}
     q, p = min(stats.query_tokens, options.query_tokens), stats.passage_tokens(max_tokens=options.passage_tokens)
     text = t["prompt"].format(query="", a="", b="") + str(t.get("answer_prefix") or "")
-    prefix = stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q
-    return CallLoad(2 * comps[cls.variants[method]], stats.template_tokens(text) + q + 2 * p,
-                    0.0 if options.scoring == "likelihood" else 1.0, prefix, comps)
+    prefix, per = stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q, stats.template_tokens(text) + q + 2 * p
+    a = stats.template_tokens(t["prompt"].split("{a}")[1].split("{b}")[0]) + p      # passage A and the text up to passage B
+    share, reach = prp_reuse(cls.variants[method], stats.docs, options.k, prefix, a, per - prefix - a)
+    return CallLoad(2 * comps[cls.variants[method]], per, 0.0 if options.scoring == "likelihood" else 1.0, prefix, comps,
+                    reused_tokens=share * per, cache_tokens=reach)
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7
 @patch

@@ -24,7 +24,8 @@ from .retrieve import dt_plan, parse_method
 # %% auto #0
 __all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairText', 'pair_text', 'text_stats', 'mean_cut',
            'plan_grid', 'plan_counts', 'reads', 'missing', 'gpu_names', 'llm_seconds', 'encode_seconds',
-           'translate_seconds', 'first_stage_work', 'gpu_plan', 'count_lines', 'gpu_lines', 'check_files', 'plan']
+           'translate_seconds', 'first_stage_work', 'floor_seconds', 'gpu_plan', 'count_lines', 'floor_lines',
+           'gpu_lines', 'check_files', 'plan']
 
 # %% ../nbs/13f_plan.ipynb #2740d0f8
 def describe_collection(name: str, pair: str | None = None) -> str:
@@ -133,10 +134,12 @@ def _rerank_row(cfg: Config, rc, fs: str, docs: str, pair: str, text: PairText, 
     row = dict(reranker=rc.name, first_stage=fs, docs=docs, pair=pair, tokens=tokens, queries=nq, family=rc.family,
                engine=b.throughput_engine if b else None, is_api=bool(b and b.is_api), model=rc.llm.model if rc.llm else None,
                sort=rc.reranker.variants.get(rc.method) if load and load.comparisons else None, known=load is not None)
-    if load is None: return row | dict(calls=0, prompt_tokens=0, output_tokens=0, prefix_tokens=0, comparisons={}, dollars=0.0)
+    if load is None: return row | dict(calls=0, prompt_tokens=0, output_tokens=0, prefix_tokens=0, reused_tokens=0, cache_tokens=0,
+                                       comparisons={}, dollars=0.0)
     c = nq * load.calls
     row |= dict(calls=c, prompt_tokens=c * load.prompt_tokens, output_tokens=c * load.output_tokens,
-                prefix_tokens=max(c - nq, 0) * load.prefix_tokens, comparisons={s: nq * v for s, v in load.comparisons.items()})
+                prefix_tokens=max(c - nq, 0) * load.prefix_tokens, reused_tokens=c * load.reused(), cache_tokens=load.cache_tokens,
+                comparisons={s: nq * v for s, v in load.comparisons.items()})
     price = b.price(rc.llm.model) if b else None
     row["dollars"] = (row["prompt_tokens"] * price["input"] + row["output_tokens"] * price["output"]) / 1e6 if price else 0.0
     return row
@@ -278,10 +281,20 @@ def first_stage_work(cfg: Config, texts: dict) -> dict:
 def _row_seconds(row: dict, gpu: str, engine: str, prefix_cache: bool = False, scale: float = 1.0) -> float | None:
     "GPU seconds of a reranked run's LLM calls on `engine` (0 for an API or a reranker without a model)."
     if row["engine"] is None or not row["calls"]: return 0.0
-    return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["prefix_tokens"] if prefix_cache else 0)),
+    return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["reused_tokens"] if prefix_cache else 0)),
                        scale * row["output_tokens"], gpu, engine)
 
 # %% ../nbs/13f_plan.ipynb #13493c50
+def floor_seconds(model: str, prefill_tokens: float, output_tokens: float = 0.0, gpu: str = "H200") -> float | None:
+    "The physical limit: GPU seconds of tokens × 2 × parameters at the GPU's peak dense BF16 FLOP/s (MFU 1; None: the model has no size class)."
+    T = plan_data("throughput")
+    cls = T["models"].get(model)
+    if cls is None: return None
+    c = T["classes"][cls]
+    flops = 2e9 * (prefill_tokens * c["prefill_params_b"] + output_tokens * c.get("decode_params_b", c["prefill_params_b"]))
+    return flops / (T["gpus"][_check_gpu(gpu)]["bf16_tflops"] * 1e12)
+
+# %% ../nbs/13f_plan.ipynb #253d8ca4
 def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
     "GPU-hours per stage under the paper's settings (`paper`) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."
     work, unknown = first_stage_work(cfg, counts["texts"]), set()
@@ -294,18 +307,23 @@ def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
     first = {"paper": (translate_seconds(sent, gpu, "hf") + sum(enc.values())) / 3600, "fast": (translate_seconds(sent, gpu, "serving") + sum(enc.values())) / 3600}
     hours, save = {"first stage": first}, dict.fromkeys(("serving engine", "prefix caching", "heapsort", "batched NLLB"), 0.0)
     save["batched NLLB"] = (translate_seconds(sent, gpu, "hf") - translate_seconds(sent, gpu, "serving")) / 3600
+    tokens = {"first stage": dict(prefill=0.0, reused=0.0, reach=0.0, floor=sum(floor_seconds(get_encoder_spec(e).model, n * t, 0.0, gpu) or 0.0
+                                                                          for (e, _), (n, t) in work["encode"].items()) / 3600)}
     for stage, rows in counts["rows"].items():
-        h = {"paper": 0.0, "fast": 0.0}
+        h, tk = {"paper": 0.0, "fast": 0.0}, tokens.setdefault(stage, dict(prefill=0.0, reused=0.0, reach=0.0, floor=0.0))
         for r in rows:
             paper, serving, fast = (_row_seconds(r, gpu, "hf"), _row_seconds(r, gpu, "serving"), _row_seconds(r, gpu, "serving", True))
             if paper is None: unknown.add(r["model"]); continue
+            if r["engine"] is not None and r["calls"]:   # on a GPU: prefill tokens without and with reuse, the FLOP floor with it
+                tk["prefill"] += r["prompt_tokens"]; tk["reused"] += r["reused_tokens"]; tk["reach"] = max(tk["reach"], r["cache_tokens"])
+                tk["floor"] += floor_seconds(r["model"], r["prompt_tokens"] - r["reused_tokens"], r["output_tokens"], gpu) / 3600
             h["paper"] += paper / 3600; h["fast"] += fast / 3600
             save["serving engine"] += (paper - serving) / 3600; save["prefix caching"] += (serving - fast) / 3600
             if (sort := r["sort"]) and "heapsort" in r["comparisons"] and sort != "heapsort":
                 save["heapsort"] += (fast - _row_seconds(r, gpu, "serving", True, r["comparisons"]["heapsort"] / max(r["comparisons"][sort], 1))) / 3600
         hours[stage] = h
     total = {k: sum(h[k] for h in hours.values()) for k in ("paper", "fast")}
-    return dict(gpu=gpu, hours=hours, total=total, encoders=enc, sentences=sent, savings=save, unknown=sorted(unknown),
+    return dict(gpu=gpu, hours=hours, total=total, encoders=enc, sentences=sent, savings=save, unknown=sorted(unknown), tokens=tokens,
                 gpus_under_8h={k: max(1, math.ceil(v / 8)) for k, v in total.items()})
 
 # %% ../nbs/13f_plan.ipynb #d8bcf40b
@@ -364,10 +382,25 @@ def count_lines(cfg: Config, counts: dict) -> list[str]:
                  f"{_n(sum(r['prompt_tokens'] for r in allr))} prompt tokens{dollars}")
     return lines
 
+# %% ../nbs/13f_plan.ipynb #b7dd6b78
+def floor_lines(gp: dict, counts: dict) -> list[str]:
+    "Per stage: the prefill tokens on a GPU without and with prefix reuse (the families' own schedules), the cache that takes, and the FLOP floor beside the fastest estimate."
+    T, out = plan_data("throughput"), []
+    for st, tk in gp["tokens"].items():
+        if st != "first stage" and not counts["grid"][st]: continue
+        s = f"floor {st}: {_h(tk['floor'])} at peak ({_h(gp['hours'][st]['fast'])} estimated"
+        if tk["prefill"]:
+            s += (f"; prefill tokens {_n(tk['prefill'])} without reuse, {_n(tk['prefill'] - tk['reused'])} with it "
+                  f"({tk['reused'] / tk['prefill']:.0%} reused; a cache of {_n(tk['reach'])} tokens per query in flight gives all of it)")
+        out.append(s + (")" if st != "first stage" else "; encoders only, NLLB not counted)"))
+    g = T["gpus"][gp["gpu"]]
+    return out + [f"floor = tokens × 2 × parameters / peak ({g['bf16_tflops']:,} TFLOP/s BF16 on {gp['gpu']}, MFU 1): no engine computes less"]
+
 # %% ../nbs/13f_plan.ipynb #4ffc5630
 SWITCH_NOTES = {
     "serving engine": "a serving engine (vllm: or an OpenAI-compatible server) instead of transformers at batch 8",
-    "prefix caching": "prefix caching (all prompts of a query, both PRP orders included, share the instruction and the query)",
+    "prefix caching": "prefix caching (all prompts of a query share the instruction and the query; PRP prompts also passage A, "
+                      "on the sort's own order of prompts, simulated)",
     "heapsort": "heapsort instead of bubblesort for PRP, worst cases (changes the method: other comparisons)",
     "batched NLLB": "token-budgeted NLLB batches instead of batch 32",
 }
@@ -384,6 +417,7 @@ def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
     t, n = gp["total"], gp["gpus_under_8h"]
     lines.append(f"GPU-hours total: {_h(t['paper'])} / {_h(t['fast'])} on one {gpu}; under 8 hours with {n['paper']} / {n['fast']} {gpu}s "
                  "(work split evenly: shards of documents and queries)")
+    lines += floor_lines(gp, counts)
     lines += [f"saves: {SWITCH_NOTES[k]}: " + (_h(v) if v >= 0 else f"nothing, costs {_h(-v)} more") for k, v in gp["savings"].items()
               if k != "batched NLLB" or gp["sentences"]]
     if any(r.family == "pairwise" for r in cfg.rerankers):

@@ -217,12 +217,22 @@ class TextStats:
 # %% ../nbs/11_rerank.ipynb #13178064
 @dataclass
 class CallLoad:
-    "One reranked run's work per query: LLM calls (prompts), prompt and answer tokens per call, the shared prefix, comparisons."
+    """One reranked run's work per query: LLM calls (prompts), prompt and answer tokens per call, the shared prefix,
+    comparisons; and what a prefix cache saves on the family's own schedule (`reused_tokens` per call; None: the shared
+    prefix of every call but a query's first) and the cache that takes (`cache_tokens`: the reach, prompt tokens of one
+    query submitted between a prefix's use and its reuse)."""
     calls: float
     prompt_tokens: float
     output_tokens: float
     prefix_tokens: float
     comparisons: dict = field(default_factory=dict)   # sorting rerankers: sort -> worst-case comparisons per query
+    reused_tokens: float | None = None
+    cache_tokens: float = 0.0
+
+    def reused(self) -> float:
+        "Prompt tokens per call a prefix cache would not compute (the family's simulated schedule, else the shared prefix)."
+        if self.reused_tokens is not None: return self.reused_tokens
+        return self.prefix_tokens * max(self.calls - 1, 0) / self.calls if self.calls else 0.0
 
 # %% ../nbs/11_rerank.ipynb #a41f355a
 @patch(cls_method=True)

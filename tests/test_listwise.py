@@ -282,3 +282,16 @@ def test_listwise_on_tiny_qwen2_fits_context_exactly(tiny):
     out = rr.rerank(coll, run, k=8)
     assert all(sorted(out.docids(q)) == sorted(run.docids(q)) for q in run)
     assert rr.diagnostics["q1"]["prompts"] == 3  # windows start at 4, 2, 0
+
+
+def test_listwise_prompt_stream_shares_the_instruction_and_query_in_a_prefix_cache():
+    "Issue 30 item 2: on the recorded window prompts a block-hash prefix cache skips the instruction and query of every window but a query's first (windows share nothing else)."
+    from clir_llm.prefix_cache import prefix_hit_share
+    coll, first = make(n_queries=2, n_docs=20, words=40)
+    b = Recording(coll)
+    get_reranker("listwise", b, window=6, step=3, progress=False).rerank(coll, first, k=20)
+    stream = [[ord(c) for c in p] for p in b.seen]                   # characters as tokens
+    head = len(b.seen[0].split("[1]")[0])                             # the text before the first passage
+    per_query = len(stream) / 2
+    share = prefix_hit_share(stream, 1e9, block=4)
+    assert 0.8 * head * (per_query - 1) / per_query < share * sum(map(len, stream)) / len(stream) < 2 * head

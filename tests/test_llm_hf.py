@@ -206,6 +206,8 @@ class FakeModel:
 
 
 def backend(name, **kw):
+    "A backend on the fixture's tokenizer and config whose model only records its calls (the plain path: no prefix reuse)."
+    kw.setdefault("prefix_cache", False)
     return HFBackend.create(str(FX / name), hf_model=FakeModel(AutoConfig.from_pretrained(FX / name)), **kw)
 
 
@@ -246,8 +248,9 @@ def test_aya101_plain_prompt_decoder_prefix_and_no_attention_mask():
     assert item["ids"] == ref_ids and ref_ids[-1] == 1 and item["dec"] == ref_dec and ref_dec[0] == 0
     for b, masked in ((plain, True), (quirk, False)):
         b.generate([USER, "Passage A: kurz"], max_new_tokens=2, progress=False)
-        call = b.hf_model.calls[0]
-        assert ("attention_mask" in call) == masked and call["decoder_input_ids"].tolist() == [ref_dec] * 2
+        calls = b.hf_model.calls      # without a mask, prompts of unequal length go in calls of their own (issue 27 A)
+        assert all(("attention_mask" in c) == masked for c in calls) and len(calls) == (1 if masked else 2)
+        assert sum(c["decoder_input_ids"].tolist() == [ref_dec] * len(c["input_ids"]) for c in calls) == len(calls)
     assert quirk.identity()["no_attention_mask"] is True and "no_attention_mask" not in plain.identity()
 
 
@@ -365,3 +368,108 @@ def test_offline_qwen_generates(tmp_path):
     assert again.generate(prompts, max_new_tokens=8, progress=False) == out and again.usage.calls == 0 and again._model is None
     fresh = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path, mode="off"), batch_size=1)
     assert fresh.batch_size == 1 and fresh.generate(prompts, max_new_tokens=8, progress=False) == out and fresh.usage.calls == 2
+
+
+# ---------------------------------------------------------------- no attention mask: equal lengths only (issue 27 A)
+def tiny_llama(path: Path) -> Path:
+    """A tiny Llama (causal LM) with a chat template whose tokenizer has no pad token, as Llama-3.1's: the pad id falls
+    back to the EOS id, so transformers cannot infer a mask from the padding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    tk = AutoTokenizer.from_pretrained(make_tiny_hf_model(path / "bpe", "qwen2"))
+    tk.pad_token = None
+    cfg = LlamaConfig(vocab_size=len(tk), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=512, eos_token_id=tk.eos_token_id, pad_token_id=None,
+                      bos_token_id=None, tie_word_embeddings=True, initializer_range=0.2)
+    torch.manual_seed(3)
+    m = LlamaForCausalLM(cfg)
+    m.generation_config.eos_token_id, m.generation_config.pad_token_id = tk.eos_token_id, None
+    m.save_pretrained(path / "llama"); tk.save_pretrained(path / "llama")
+    return path / "llama"
+
+
+def test_a_padded_row_without_the_mask_differs_an_equal_length_batch_does_not(tmp_path):
+    "Why issue 27 A matters (transformers' behaviour, on the tiny Llama): the pad id is an EOS id, so nothing masks the padding."
+    b = get_backend(f"hf:{tiny_llama(tmp_path)}", prefix_cache=False)
+    assert b._pad_id() in b._eos_ids() and b.tokenizer.pad_token_id is None
+    short, long_, long2 = (b._ids(p) for p in ("kissa nukkuu", PROMPTS[1], PROMPTS[4]))
+    assert len(long_) > len(short)
+    def last(seqs, masked):
+        ids, mask = b._batch(seqs, left=True)
+        with torch.inference_mode():
+            return b.hf_model(input_ids=ids, **({"attention_mask": mask} if masked else {})).logits[:, -1]
+    alone = last([short], False)[0]
+    assert (last([long_, short], False)[1] - alone).abs().max() > 1e-3             # padded, unmasked: another answer
+    assert (last([long_, short], True)[1] - alone).abs().max() < 1e-4              # padded, masked: the same
+    same = [s for s in (long2, b._ids(PROMPTS[0] + " x")) if len(s) == len(long_)] or [list(long_)]
+    assert (last([long_, same[0]], False)[0] - last([long_], False)[0]).abs().max() < 1e-4   # equal lengths, unmasked: the same
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_no_attention_mask_batches_only_prompts_of_equal_length(tmp_path, reuse):
+    "llm-rankers sent the two prompts of a comparison (equal length) without a mask; a padded batch must not change an answer."
+    path, kw = tiny_llama(tmp_path), dict(no_attention_mask=True, prefix_cache=reuse)
+    prompts = [p for p in PROMPTS if isinstance(p, str)] + ["kissa", "il gatto dorme " * 3]
+    b = get_backend(f"hf:{path}", batch_size=8, **kw)
+    assert len({len(b._ids(p)) for p in prompts}) > 3
+    batched = b.generate(prompts, max_new_tokens=6, progress=False)
+    alone = [get_backend(f"hf:{path}", batch_size=1, **kw).generate([p], max_new_tokens=6, progress=False)[0] for p in prompts]
+    assert batched == alone
+
+
+# ---------------------------------------------------------------- prefix reuse (issue 30)
+def prp_prompts(n_docs=5, queries=("where do cats sleep", "dogs in parks")):
+    "PRP prompts of two queries in both orders: every prompt shares the instruction and query, many the passage in position A."
+    docs = ["the cat sat on the mat and looked at the birds", "ein Hund lief durch den Park", "kissa nukkuu sohvalla",
+            "il gatto dorme sul divano tutto il giorno", "кошка спит на диване", "Rank the passages 0 1 2 3"][:n_docs]
+    text = ("Given a query \"{q}\", which of the following two passages is more relevant to the query?\n\nPassage A: \"{a}\""
+            "\n\nPassage B: \"{b}\"\n\nOutput Passage A or Passage B:")
+    return [[{"role": "user", "content": text.format(q=q, a=a, b=b)}, {"role": "assistant", "content": " Passage:"}]
+            for q in queries for a in docs for b in docs if a != b]
+
+
+def test_prefix_reuse_gives_the_answers_and_scores_of_the_plain_path(tiny):
+    "Greedy answers identical, scores within 1e-4 (fp32; measured: about 1e-6 on the tiny model, 1e-5 on the stand-in)."
+    prompts = prp_prompts()
+    plain = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=False, batch_size=4)
+    reuse = get_backend(f"hf:{tiny['qwen2']}", batch_size=4)
+    assert plain.generate(prompts, max_new_tokens=4, progress=False) == reuse.generate(prompts, max_new_tokens=4, progress=False)
+    c = reuse.usage.counters
+    assert c["prefix_cache_hits"] > len(prompts) // 2 and c["prefill_tokens"] < 0.6 * c["prefill_tokens_without_reuse"]
+    assert "prefix_cache_hits" not in plain.usage.counters
+    for cands in ([" A", " B"], [" Passage A", " Passage B C"]):          # single-token and multi-token candidates
+        a, b = plain.score(prompts, cands, progress=False), reuse.score(prompts, cands, progress=False)
+        assert max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) < 1e-4
+        assert [r[0] > r[1] for r in a] == [r[0] > r[1] for r in b]
+
+
+def test_prefix_reuse_within_a_small_memory_budget(tiny):
+    "A budget of a few blocks: blocks are dropped least recently used first, the answers do not change."
+    prompts = prp_prompts()
+    small = get_backend(f"hf:{tiny['qwen2']}", batch_size=3, prefix_cache_gb=2e-5)     # 20 kB: a few dozen blocks
+    plain = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=False, batch_size=3)
+    assert small.generate(prompts, max_new_tokens=3, progress=False) == plain.generate(prompts, max_new_tokens=3, progress=False)
+    st = small.kv_store
+    assert st.used <= st.capacity == 2e4 and st.stats["evicted"] > 0 and st.stats["hits"] > 0
+
+
+def test_prefix_reuse_is_a_speed_option_and_applies_where_states_are_a_prefix(tiny):
+    q = tiny["qwen2"]
+    assert get_backend(f"hf:{q}", prefix_cache=False).identity() == get_backend(f"hf:{q}").identity()
+    assert HFOptions().prefix_cache and not HFOptions.model_fields["prefix_cache"].json_schema_extra.get("identity", True)
+    assert get_backend(f"hf:{q}")._reuses() and not get_backend(f"hf:{q}", prefix_cache=False)._reuses()
+    mt5 = get_backend(f"hf:{tiny['mt5']}", decoder_prefix="Passage")
+    assert not mt5._reuses()                                  # a bidirectional encoder: no prefix has states of its own
+    mt5.generate(PROMPTS[:3], max_new_tokens=2, progress=False)
+    assert "prefix_cache_hits" not in mt5.usage.counters
+    zephyr = backend("zephyr", prefix_cache=True)             # Mistral's sliding window: states depend on the window
+    assert zephyr.config.sliding_window and not zephyr._reuses() and backend("llama31", prefix_cache=True)._reuses()
+
+
+def test_prefix_reuse_through_an_executor_counts_in_the_owners_usage(tiny, tmp_path):
+    class TwoAtATime(LocalExecutor):
+        def groups(self, batches): return [batches[i:i + 2] for i in range(0, len(batches), 2)]
+    prompts = prp_prompts(4)
+    b = get_backend(f"hf:{tiny['qwen2']}", Cache(tmp_path), batch_size=2, executor=TwoAtATime())
+    assert b.generate(prompts, max_new_tokens=3, progress=False) == get_backend(
+        f"hf:{tiny['qwen2']}", prefix_cache=False).generate(prompts, max_new_tokens=3, progress=False)
+    assert b.usage.counters["prefix_cache_hits"] > 0

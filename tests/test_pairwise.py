@@ -373,3 +373,31 @@ def test_prp_on_tiny_mt5_decoder_prefix(tiny):
     assert prefilled and prompt[-1] == {"role": "assistant", "content": "Passage"}
     out = rr.rerank(coll, run, k=5)
     assert all(sorted(out.docids(q)) == sorted(run.docids(q)) for q in run)
+
+
+def test_prp_prompts_reuse_passage_a_in_the_sorts_own_order():
+    "Issue 30 items 2-3: the prompt stream a PRP sort submits (recorded) lets a block-hash prefix cache skip about half of the prompt; the plan's simulation of it (prp_reuse) says as much."
+    from clir_llm.pairwise import prp_reuse, prp_schedule
+    from clir_llm.prefix_cache import prefix_hit_share
+    coll, first = make(n_queries=1, n_docs=20, words=120)
+    share = {}
+    for method in ("pairwise-bubblesort", "pairwise-heapsort"):
+        b = Recording(coll)
+        get_reranker(method, b, k=5, progress=False).rerank(coll, first, k=20)
+        stream = [[ord(c) for c in p] for p in b.seen]           # characters as tokens
+        share[method] = prefix_hit_share(stream, 1e9, block=4)
+        head = len(b.seen[0].split("Passage A")[0])
+        assert share[method] > 2 * head / (sum(map(len, stream)) / len(stream)), method   # more than the instruction and query
+        assert prefix_hit_share(stream, len(stream[0]), block=4) < share[method]          # a cache of one prompt holds less
+    assert share["pairwise-bubblesort"] > 0.4
+    sched = prp_schedule("bubblesort", 20, 5)
+    assert sched[1::2] == tuple((y, x) for x, y in sched[::2]) and len(sched) <= 2 * max_comparisons("bubblesort", 20, 5)   # both orders, adjacent
+    s, reach = prp_reuse("bubblesort", 100, 10, 50, 305, 320)
+    assert 0.45 < s < 0.55 and reach > 0                            # the paper's setting: about 2x fewer prefill tokens
+    assert prp_reuse("heapsort", 100, 10, 50, 305, 320)[0] > 50 / 675
+
+
+def test_estimate_counts_the_reuse_of_the_simulated_schedule():
+    st = TextStats(docs=100, query_tokens=30, doc_words=[250], tokens_per_word=1.4, template_tokens=lambda t: len(t) / 4)
+    est = PairwiseReranker.estimate(PairwiseOptions(), "pairwise-bubblesort", st)
+    assert est.reused() > 5 * est.prefix_tokens and 0.4 < est.reused() / est.prompt_tokens < 0.6 and est.cache_tokens > 0

@@ -142,3 +142,16 @@ def test_demo_plan_one_line_per_reranker_pairs_of_only_pairs_and_singulars():
     assert f"on {', '.join(cfg.first_stage.only_pairs[rrf.split()[3][:-1]])}]" in rrf and "en-it" not in rrf
     cache = next(l for l in lines if l.startswith("saves: the comparison cache"))
     assert "(1 comparison," in cache and "asks 1 comparison a query" in cache and "1 comparisons" not in cache
+
+
+def test_dry_run_counts_prefill_reuse_from_the_schedules_and_the_flop_floor(monkeypatch):
+    "Issue 30 item 3: per stage, prefill tokens with and without reuse (PRP: the sorts' simulated schedules, about half reused), and the FLOP floor beside the estimate."
+    for v in ("CLEF_HOME", "CIRAL_HOME", "OPENAI_API_KEY"): monkeypatch.delenv(v, raising=False)
+    cfg = load_config("paper-clef")
+    gp = gpu_plan(cfg, plan_counts(cfg))
+    tk = gp["tokens"]["reranked"]
+    assert 0.4 < tk["reused"] / tk["prefill"] < 0.7 and 0 < tk["floor"] < gp["hours"]["reranked"]["fast"]
+    text = "\n".join(plan(cfg))
+    line = next(l for l in text.splitlines() if l.startswith("floor reranked: "))
+    assert "without reuse" in line and "% reused" in line and "floor = tokens × 2 × parameters / peak (989 TFLOP/s" in text
+    assert "PRP prompts also passage A" in text

@@ -1,4 +1,4 @@
-"benchmarks/peers.py without the peers installed: argument parsing, target lines, and the 'peer missing' path."
+"benchmarks/peers.py (a benchmark script, not a module; fast: the peers are not needed) without the peers installed: argument parsing, target lines, and the 'peer missing' path."
 import importlib.util
 from pathlib import Path
 import pytest
@@ -24,10 +24,12 @@ def test_quick_and_full_defaults(peers):
 
 def test_target_lines(peers, capsys):
     assert peers.target("prp-heapsort", 2.5) is True
-    assert peers.target("dense-encode", 1.1, "max |diff| 1e-06") is False
+    assert peers.target("dense-encode", 0.9, "max |diff| 1e-06") is False
+    assert peers.target("prp-heapsort-no-reuse", 1.2, "same rankings") is True
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "target peer-prp-heapsort: 2.50x (goal 2.0x) met"
-    assert out[1] == "target peer-dense-encode: 1.10x (goal 1.2x) short  [max |diff| 1e-06]"
+    assert out[0] == "target peer-prp-heapsort: 2.50x (goal 1.6x) met"
+    assert out[1] == "target peer-dense-encode: 0.90x (goal 1.0x) short  [max |diff| 1e-06]"
+    assert out[2] == "target peer-prp-heapsort-no-reuse: 1.20x (prefix reuse off; the goal is prp-heapsort's)  [same rankings]"
 
 
 def test_missing_peer_is_one_skipped_line(peers, capsys):
@@ -44,8 +46,8 @@ def test_missing_llm_rankers_skips_every_prp_line(peers, capsys, monkeypatch):
     monkeypatch.setattr(peers.importlib, "import_module", fake)
     peers.compare_prp(inp=None)  # returns before touching the inputs
     lines = capsys.readouterr().out.splitlines()
-    assert [l.split(":")[0] for l in lines] == ["target peer-prp-bubblesort-generation", "target peer-prp-bubblesort-likelihood",
-                                                "target peer-prp-heapsort", "target peer-prp-allpair"]
+    assert [l.split(":")[0] for l in lines] == ["target peer-prp-bubblesort", "target peer-prp-heapsort",
+                                                "target peer-prp-bubblesort-likelihood", "target peer-prp-allpair"]
     assert all("skipped (" in l for l in lines)
 
 
