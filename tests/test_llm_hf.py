@@ -300,7 +300,9 @@ def test_hub_revision_reaches_from_pretrained_and_the_resolved_commit_is_recorde
 def test_dtype_of_the_model_table(monkeypatch):
     _hub(monkeypatch, "llama31")
     assert {m: c.dtype for m, c in HF_MODELS.items()} == {"castorini/rank_zephyr_7b_v1_full": "float16",
-                                                            "meta-llama/Llama-3.1-8B-Instruct": "float16", "CohereLabs/aya-101": "float16"}
+                                                            "meta-llama/Llama-3.1-8B-Instruct": "float16", "CohereLabs/aya-101": "float16",
+                                                            "Qwen/Qwen3-Reranker-0.6B": "float16", "Qwen/Qwen3-Reranker-8B": "float16",
+                                                            "jhu-clsp/rank1-7b": "float16"}   # the last three: issue 29's rerankers
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct").identity()["dtype"] == "float16"
     assert get_backend("hf:meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16").identity()["dtype"] == "bfloat16"
@@ -311,7 +313,7 @@ def test_dtype_of_the_model_table(monkeypatch):
 
 
 def test_the_plan_warns_where_no_revision_is_pinned():
-    for m in HF_MODELS:
+    for m in ["castorini/rank_zephyr_7b_v1_full", "meta-llama/Llama-3.1-8B-Instruct", "CohereLabs/aya-101"]:   # the paper's
         d = BackendSpec.parse(f"hf:{m}").describe()
         assert "float16 on a GPU as the authors" in d and "WARNING revision not pinned" in d, d
     assert "WARNING" not in BackendSpec.parse("hf:meta-llama/Llama-3.1-8B-Instruct@0e9e39f").describe()
