@@ -85,7 +85,8 @@ def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "paper_quirks": True}))
     c = load_config(tmp_path / "q.yaml")
     rc = c.rerankers[0]
-    assert rc.switches() == {"heapsort_ties": "llm-rankers", "double_bos": True, "no_attention_mask": True}
+    assert rc.switches() == {"heapsort_ties": "llm-rankers", "tsv_round_trip": True, "answers": "exact", "double_bos": True,
+                             "no_attention_mask": True}
     assert rc.llm.quirks() == {"double_bos": True, "no_attention_mask": True} and plain.llm.quirks() == {}
     assert str(rc.llm) == str(plain.llm)   # the backend's quirks never rename its spec (identity v1)
     assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128"]
@@ -111,9 +112,12 @@ def test_paper_quirks_variant_configs_set_every_switch():
         assert not base.paper_quirks and quirks.paper_quirks and quirks.name == f"{name}-quirks"
         assert all(r.switches() == {} for r in base.rerankers)
         got = {r.name: r.switches() for r in quirks.rerankers}
-        assert got["RankZephyr"] == {"last_window": "short", "query_numbers": "rewrite", "answer_budget": "rank_llm"}
-        assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == {"last_window": "short", "cl100k_budget": True}
-        assert got["Llama-3.1-8B"] == got["Aya-101"] == {"double_bos": True, "no_attention_mask": True}
+        every = {"last_window": "short", "shrink": "rank_llm", "position_scores": True}   # issue 27 C, F: rank_llm's inputs
+        assert got["RankZephyr"] == every | {"query_numbers": "rewrite", "answer_budget": "rank_llm", "ftfy": "prompt",
+                                             "rank_llm_prefix": True, "count_bos": True}
+        assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == every | {"ftfy": "passages", "cl100k_budget": True}
+        assert got["Llama-3.1-8B"] == got["Aya-101"] == {"tsv_round_trip": True, "answers": "exact", "double_bos": True,
+                                                         "no_attention_mask": True}   # issue 27 B, F: the authors' TSV, exact answers
         assert [str(m) for m in quirks.first_stage.methods] == [str(m) for m in base.first_stage.methods]
         assert (base.first_stage.nllb_output, quirks.first_stage.nllb_output) == ("256-new-tokens", "model-max-length")
         assert quirks.first_stage.translator_spec.view_options() == {"max_new_tokens": None} and base.first_stage.translator_spec.view_options() == {}
