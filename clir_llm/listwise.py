@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Literal, Optional, Sequence
 from fastcore.basics import patch
+from ftfy import fix_text
 from pydantic import model_validator
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
@@ -259,7 +260,6 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
 def shown_passage(text: str, fix: bool = False) -> str:
     "`text` with its whitespace squashed, after rank_llm's `fix_text(text.strip())` when `fix`."
     if not fix: return squash(text)
-    from ftfy import fix_text   # optional: only rank_llm's ftfy quirk needs it
     return squash(fix_text(text.strip()))
 
 # %% ../nbs/11b_listwise.ipynb #33905bd1
@@ -269,7 +269,6 @@ def _window_prompt(self: ListwiseReranker, query: str, passages: list[str]) -> t
     q = self.options.quirks
     msgs = listwise_messages(self.template, query, passages, prefix="rank_llm_prefix" if q.rank_llm_prefix else "prefix")
     if q.ftfy == "prompt":   # rank_llm's RankZephyr path: fix_text over the rendered prompt (line by line; its first line has '<')
-        from ftfy import fix_text   # optional: only rank_llm's ftfy quirk needs it
         msgs = [{**m, "content": fix_text(m["content"], unescape_html=False)} for m in msgs]
     prompt = msgs if self.as_messages else render_text(self.template, msgs)
     if q.cl100k_budget: return prompt, rank_llm_gpt_tokens(prompt, self.backend.model)

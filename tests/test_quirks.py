@@ -36,7 +36,7 @@ def test_switches_stay_out_of_identities_at_their_default():
 
 def test_dense_quirks_by_name_and_revisions(tmp_path):
     from clir_llm.cache import Cache
-    assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128"}
+    assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128", "repllama-tevatron"}
     e5 = D.get_encoder_spec("e5", quirks=["e5-no-prefix"])
     assert (e5.query_prefix, e5.doc_prefix) == ("", "") and D.get_encoder_spec("e5").query_prefix == "query: "
     assert D.Dense.create("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
@@ -89,7 +89,7 @@ def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
                              "no_attention_mask": True}
     assert rc.llm.quirks() == {"double_bos": True, "no_attention_mask": True} and plain.llm.quirks() == {}
     assert str(rc.llm) == str(plain.llm)   # the backend's quirks never rename its spec (identity v1)
-    assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128"]
+    assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128", "repllama-tevatron"]
     assert rc.run_identity() != plain.run_identity() and rc.run_identity()["double_bos"] is True and "double_bos" not in plain.run_identity()
     cfg_off = {**cfg, "paper_quirks": True, "rerankers": [{**cfg["rerankers"][0], "llm": "hf:meta-llama/Llama-3.1-8B-Instruct[double_bos=false]"}]}
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(cfg_off))
@@ -173,7 +173,7 @@ def test_dense_dtypes_are_the_authors_and_name_the_runs(tmp_path):
     from clir_llm.pipeline import Pipeline
     from clir_llm.retrieve import parse_method
     assert {n: D.get_encoder_spec(n).half for n in ("mgte", "m3", "e5", "repllama", "nv-embed-v2")} == \
-        {"mgte": "float32", "m3": "float16", "e5": "float16", "repllama": "float16", "nv-embed-v2": "float32"}
+        {"mgte": "float32", "m3": "float16", "e5": "float32", "repllama": "float16", "nv-embed-v2": "float32"}   # issue 27 D: E5 fp32
     cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
                first_stage=dict(methods=["dense:mgte", "dense:m3", "dense:e5-small"]))
     paths = {}
@@ -190,3 +190,15 @@ def test_dense_dtypes_are_the_authors_and_name_the_runs(tmp_path):
     assert r.encoder.spec.half == "bfloat16"
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_dtype": {"m4": "float16"}}}))
     with pytest.raises(ClirError, match="unknown dense encoder 'm4'"): load_config(tmp_path / "q.yaml")
+
+
+def test_quirks_configs_use_the_papers_avg_and_its_reference_rows():
+    "Issue 27 F: the *-quirks configurations average as the paper (rounded per-pair values) and carry its copied rows."
+    from clir_llm.config import load_config
+    from clir_llm.regression import load_regression, regression_path
+    from clir_llm.tables import references
+    for name in ("paper-clef", "paper-ciral"):
+        base, quirks = load_config(f"configs/{name}.yaml"), load_config(f"configs/{name}-quirks.yaml")
+        assert (base.avg_rule, quirks.avg_rule) == ("unrounded", "rounded")
+        copied = {c.row for c in load_regression(regression_path(quirks)).cells if "copied" in c.row}
+        assert copied == {r.row for r in references(quirks, "first_stage", quirks.measure)} == {r.row for r in references(base, "first_stage", base.measure)}
