@@ -1,13 +1,13 @@
 """Tensor-exact with the authors' code (issue 27): every paper component fed the same fixture through the upstream code
 and through clir-llm, on tiny random models in the upstream formats, comparing the exact input ids, attention masks and
-the first logits or embeddings. One printed row per component; `nbs/docs_upstream.ipynb` shows the table.
+the first logits or embeddings. One printed row per component (a markdown table on stdout; `--json` keeps the rows).
 
 The upstream code lives in a scratch folder, never in the package or the repository:
 
     python benchmarks/upstream.py setup --dir .upstream     # pip install --no-deps --target .upstream/site rank_llm==0.21.0
                                                             # llm-rankers==0.0.2 fschat==0.2.36; git clone mainlp/llm-clir
                                                             # (the authors' scripts) into .upstream/llm-clir
-    python benchmarks/upstream.py --dir .upstream [--only rankzephyr] [--markdown]
+    python benchmarks/upstream.py --dir .upstream [--only rankzephyr] [--json rows.json]
 
 (`.upstream/` is git-ignored; `CLIR_LLM_UPSTREAM` may name the folder instead of `--dir`, and `--llm-clir` another
 checkout of the authors' scripts.) What cannot import with this environment's transformers (5.x; the authors ran
