@@ -42,8 +42,9 @@ def test_dense_quirks_by_name_and_revisions(tmp_path):
     assert D.Dense.create("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
     assert D.Dense.create("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
     with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
-    for name, s in D.ENCODERS.items():
-        if not s.stand_in and name != "nv-embed-v2": assert "revision not pinned" in s.revision_note(), name
+    for name, s in D.ENCODERS.items():   # the paper's encoders name no revision; a pinned entry (NV-Embed-v2, Qwen3-Embedding) names its own
+        if not s.stand_in: assert ("revision not pinned" in s.revision_note()) if not s.revision else s.revision_note() == f"revision {s.revision}", name
+    assert {n for n, s in D.ENCODERS.items() if not s.stand_in and not s.revision} >= {"mgte", "m3", "e5", "repllama"}
     assert D.get_encoder_spec("nv-embed-v2").revision_note() == f"revision {D.NV_EMBED_REVISION}"   # no remote code any more
     plain = D.Encoder.create("repllama", cache=Cache(tmp_path)).namespace("doc").identity
     assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
