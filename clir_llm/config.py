@@ -336,8 +336,6 @@ class Config(_Strict):
         self._path = (info.context or {}).get("path")
         return self
 
-
-
     @field_validator("name")
     @classmethod
     def _plain_name(cls, v): return plain_name(v)
