@@ -142,3 +142,26 @@ def test_demo_plan_one_line_per_reranker_pairs_of_only_pairs_and_singulars():
     assert f"on {', '.join(cfg.first_stage.only_pairs[rrf.split()[3][:-1]])}]" in rrf and "en-it" not in rrf
     cache = next(l for l in lines if l.startswith("saves: the comparison cache"))
     assert "(1 comparison," in cache and "asks 1 comparison a query" in cache and "1 comparisons" not in cache
+
+
+def test_gpu_hours_follow_the_configured_batches():
+    """Issue 27 G: the plan's first column is what the configuration runs: NLLB token-budgeted on a GPU (the default, the
+    paper configs' batch_size=256) unless batch_tokens=0, and each transformers reranker at its own batch_size."""
+    from clir_llm.plan import gpu_lines
+    from clir_llm.translate import TranslatorSpec
+    cfg = load_config("paper-clef")
+    c = plan_counts(cfg)
+    gp, fs = gpu_plan(cfg, c), cfg.first_stage
+    assert gp["nllb"] == "serving" and gp["savings"]["batched NLLB"] == 0
+    assert gp["hours"]["first stage"]["paper"] == gp["hours"]["first stage"]["fast"]
+    fixed = cfg.model_copy(update=dict(first_stage=fs.model_copy(update=dict(translator=TranslatorSpec.parse("nllb:facebook/nllb-200-1.3B[batch_tokens=0]")))))
+    gf = gpu_plan(fixed, c)
+    assert gf["nllb"] == "hf" and gf["savings"]["batched NLLB"] > 0 and gf["hours"]["first stage"]["paper"] > gf["hours"]["first stage"]["fast"]
+    assert {r["reranker"]: r["batch"] for r in c["rows"]["reranked"]} == {"RankZephyr": 1, "RankGPT-3.5": None, "RankGPT-4.1": None,
+                                                                          "Llama-3.1-8B": 2, "Aya-101": 2}
+    m = "meta-llama/Llama-3.1-8B-Instruct"   # fewer prompts per call: slower decoding on transformers; the serving engine ignores it
+    assert llm_seconds(m, 8, 0, 16, engine="hf", batch=2) == 4 * llm_seconds(m, 8, 0, 16, engine="hf") and \
+        llm_seconds(m, 8, 0, 16, batch=2) == llm_seconds(m, 8, 0, 16)
+    text = "\n".join(gpu_lines(cfg, c))
+    assert "transformers at batch RankZephyr 1, Llama-3.1-8B 2, Aya-101 2; NLLB token-budgeted" in text
+    assert "token-budgeted NLLB batches instead" not in text and "token-budgeted NLLB batches instead" in "\n".join(gpu_lines(fixed, c))
