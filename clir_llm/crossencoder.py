@@ -215,7 +215,7 @@ def rank_pairs(self: CrossEncoderBackend, pairs, progress: bool = True) -> list[
 @patch
 def count_tokens(self: CrossEncoderBackend, text: str) -> int:
     "Tokens of `text` (no special tokens)."
-    return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+    return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])   # counted to cut: no length reminder
 
 # %% ../nbs/11g_crossencoder.ipynb #3ce67f70
 @patch

@@ -35,5 +35,5 @@ def test_executed_notebook_renders_in_lab(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert shot.expected_outputs(executed) == {"table": True, "image": True}
     checks = shot.screenshot(executed, tmp_path / "shot.png")
-    assert set(checks) == {"screenshot", "notebook open", "no kernel dialog", "table rendered", "figure rendered"}
+    assert set(checks) == {"screenshot", "notebook open", "no kernel dialog", "opens unmodified", "table rendered", "figure rendered"}
     assert all(ok for ok, _ in checks.values()), checks

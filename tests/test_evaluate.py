@@ -81,3 +81,17 @@ def test_avg_rule():
     assert abs(ResultTable(cells).means.loc["X", "AVG"] - np.mean([.1234, .1234, .1237])) < 1e-12   # default unchanged
     assert abs(ResultTable(cells, avg_rule="rounded").means.loc["X", "AVG"] - np.mean([.123, .123, .124])) < 1e-12
     with pytest.raises(ClirError, match="avg_rule must be one of"): ResultTable(cells, avg_rule="paper")
+
+
+def test_significantly_worse_cells_carry_their_own_mark():
+    "A reranker significantly worse than its first stage is marked (↓ / ⇓), in Markdown and LaTeX, and the legend says so."
+    rng = np.random.default_rng(1)
+    q = [f"q{i}" for i in range(40)]
+    base = pd.Series(rng.uniform(.3, .7, 40), index=q)
+    t = ResultTable([Cell("BM25", "en-de", base), Cell("BM25 » LLM", "en-de", base - rng.uniform(.05, .2, 40), "BM25"),
+                     Cell("BM25 » same", "en-de", base + rng.normal(0, .01, 40), "BM25")], measure="MAP")
+    assert t.marks().loc["BM25 » LLM", "en-de"] == "⇓" and t.marks().loc["BM25 » same", "en-de"] in ("", "↓", "†")
+    assert t.tests.set_index("row").loc["BM25 » LLM", "worse_holm"]
+    md = t.to_markdown()
+    assert "⇓" in md.splitlines()[3] and "⇓ worse also after Holm" in md
+    assert r"$^\Downarrow$" in t.to_latex()
