@@ -233,6 +233,12 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
                 texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.options.passage_tokens)
     return full, texts, langs
 
+# %% ../nbs/11b_listwise.ipynb #da6e323c
+def shown_passage(text: str, fix: bool = False) -> str:
+    "`text` with its whitespace squashed, after rank_llm's `fix_text(text.strip())` when `fix`."
+    if not fix: return squash(text)
+    return squash(fix_text(text.strip()))
+
 # %% ../nbs/11b_listwise.ipynb #7789a74b
 @patch
 def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tuple[object, int, int]:
@@ -255,12 +261,6 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
         else: hi = mid - 1
     if best is None: raise self._no_fit(query, len(texts))
     return best
-
-# %% ../nbs/11b_listwise.ipynb #da6e323c
-def shown_passage(text: str, fix: bool = False) -> str:
-    "`text` with its whitespace squashed, after rank_llm's `fix_text(text.strip())` when `fix`."
-    if not fix: return squash(text)
-    return squash(fix_text(text.strip()))
 
 # %% ../nbs/11b_listwise.ipynb #33905bd1
 @patch
