@@ -19,7 +19,7 @@ from .retrieve import DT_SOURCES, FirstStage, paper_first_stage, parse_method
 from .specs import import_plugins, pydantic_messages
 from .translate import TranslatorSpec
 from .dense import ENCODERS, EncoderQuirks, get_encoder_spec
-from .evaluate import parse_measures
+from .evaluate import AVG_RULES, parse_measures
 from .engine import ExecutionSpec
 
 # %% auto #0
@@ -269,7 +269,7 @@ def with_paper_quirks(row: dict) -> dict:
 def _expand_paper_quirks(data):
     "With `paper_quirks: true`, each reranker and the first stage get the authors' settings (those the file does not set)."
     if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
-    data = dict(data)
+    data = {"avg_rule": "rounded", **data}   # the paper's AVG rule (evaluate.ResultTable)
     if isinstance(fs := data.get("first_stage"), dict):
         try: extra = paper_first_stage(fs.get("translator"))
         except ClirError: extra = {}   # a bad translator string: the configuration's validation says how
@@ -323,6 +323,7 @@ class Config(_Strict):
     recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None     # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
     paper_quirks: StrictBool = False     # true: the authors' settings on (`with_paper_quirks`, `retrieve.paper_first_stage`); a setting in the file wins
+    avg_rule: Literal[AVG_RULES] = "unrounded"   # the tables' AVG: mean of unrounded per-pair values, or the paper's rounded ones (paper_quirks)
     execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
     _path: Optional[Path] = PrivateAttr(None)
     @model_validator(mode="before")
@@ -334,8 +335,6 @@ class Config(_Strict):
         "The file it was read from (`load_config` passes it), for the paths written relative to it."
         self._path = (info.context or {}).get("path")
         return self
-
-
 
     @field_validator("name")
     @classmethod

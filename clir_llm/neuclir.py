@@ -13,17 +13,25 @@ from .languages import language
 from .specs import opt
 
 # %% auto #0
-__all__ = ['NEUCLIR22', 'NEUCLIR22_PAIRS', 'neuclir_mt_path', 'read_mt_docs', 'NeuclirOptions', 'load_neuclir22']
+__all__ = ['NEUCLIR22', 'NEUCLIR22_PAIRS', 'neuclir_mt_names', 'neuclir_mt_path', 'read_mt_docs', 'NeuclirOptions',
+           'load_neuclir22']
 
 # %% ../nbs/03c_neuclir.ipynb #35fcc1cd
 NEUCLIR22 = ("zh", "fa", "ru")
 NEUCLIR22_PAIRS = [f"en-{l}" for l in NEUCLIR22]
 
-def neuclir_mt_path(root, lang: str) -> Path | None:
-    "The organizers' English translations of `lang`'s documents under `root` (`<iso3>.mt.jsonl` or `.jsonl.gz`), else None."
-    if not root: return None
+def neuclir_mt_names(lang: str) -> list[str]:
+    """The file names the organizers' English translations of `lang`'s documents go by: `<iso3>.mt.jsonl[.gz]`, and the
+    Hugging Face Hub's `neuclir/neuclir1` layout `data/<iso3>-mt-eng-00000-of-00001.jsonl.gz` (also without `data/`)."""
     iso3 = language(lang).iso3 if lang != "fa" else "fas"
-    for name in (f"{iso3}.mt.jsonl", f"{iso3}.mt.jsonl.gz"):
+    hub = f"{iso3}-mt-eng-00000-of-00001.jsonl.gz"
+    return [f"{iso3}.mt.jsonl", f"{iso3}.mt.jsonl.gz", f"data/{hub}", hub]
+
+# %% ../nbs/03c_neuclir.ipynb #5b685a74
+def neuclir_mt_path(root, lang: str) -> Path | None:
+    "The organizers' English translations of `lang`'s documents under `root` (the first of `neuclir_mt_names` there), else None."
+    if not root: return None
+    for name in neuclir_mt_names(lang):
         if (p := Path(root).expanduser() / name).exists(): return p
     return None
 
@@ -58,7 +66,7 @@ def load_neuclir22(pair: str, options: NeuclirOptions = NeuclirOptions(), cache_
     if folder := _mt_folder(options.root):
         path = neuclir_mt_path(folder, dl)
         if path is None: raise ClirError(f"neuclir22: no English translations of the {language(dl).name} documents in {folder} "
-                                         f"(expected {language(dl).iso3 if dl != 'fa' else 'fas'}.mt.jsonl or .jsonl.gz)")
+                                         f"(expected one of {', '.join(neuclir_mt_names(dl))})")
         st = path.stat()
         parts |= dict(translations=lambda: read_mt_docs(path), key=stable_hash(parts["key"], "mt", path.name, st.st_size, int(st.st_mtime), n=16))
     return StreamedCollection(**(parts | {"name": "neuclir22"}))

@@ -13,14 +13,14 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .prefix_cache import segment_reuse
 from typing import Literal
-from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _lang, _quiet, doc_text
 from .specs import Quirks, opt
-from .templates import parse_prp, prompt_tokens
+from .templates import parse_prp, parse_prp_exact, prompt_tokens, squash
 
 # %% auto #0
 __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair', 'heapsort', 'bubblesort', 'drive_sorts',
            'run_sort', 'sort_with', 'max_comparisons', 'simulate_comparisons', 'prp_schedule', 'prp_reuse',
-           'PairwiseOptions', 'HeapsortQuirks', 'HeapsortOptions', 'PairwiseReranker']
+           'PairwiseQuirks', 'PairwiseOptions', 'HeapsortQuirks', 'HeapsortOptions', 'PairwiseReranker', 'tsv_passage']
 
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
@@ -226,6 +226,17 @@ def prp_reuse(sort: str, n: int, k: int, head: float, a: float, b: float, trials
         share += ((heads * head + passages * a) / (m * per) if m and per else 0.0) / trials; reach = max(reach, r * per)
     return share, reach
 
+# %% ../nbs/11c_pairwise.ipynb #b81a5fbc
+class PairwiseQuirks(Quirks):
+    "The authors' PRP pipeline (mainlp/llm-clir's TSV files, llm-rankers 0.0.2) where it differs from the method."
+    tsv_round_trip: bool = opt(False, "passages as the authors' TSV hands them over: pandas' quoting ('\"' doubled, the text "
+                               "quoted), documents with empty text dropped from the ranking", strict=True)
+    answers: Literal["parse", "exact"] = opt("parse", "read a generated answer tolerantly (parse), or as llm-rankers: one "
+                                             "token (two on the T5 path) compared by exact string (exact)")
+
+    @classmethod
+    def paper(cls, **context) -> "PairwiseQuirks": return cls(tsv_round_trip=True, answers="exact")
+
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseOptions(RerankerOptions):
     "The options of PRP, each default written once (the paper: bubblesort, k 10, queries cut to 128 and passages to 300 tokens)."
@@ -236,10 +247,11 @@ class PairwiseOptions(RerankerOptions):
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
     cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
     batch_orders: bool = opt(True, "both orders of a comparison in one call", identity=False)
+    quirks: PairwiseQuirks = PairwiseQuirks()
 
-# %% ../nbs/11c_pairwise.ipynb #b81a5fbc
-class HeapsortQuirks(Quirks):
-    "llm-rankers 0.0.2's heapsort where it differs from the method: its tie rule."
+# %% ../nbs/11c_pairwise.ipynb #4f4241d8
+class HeapsortQuirks(PairwiseQuirks):
+    "llm-rankers 0.0.2's heapsort where it differs from the method: PRP's quirks and its tie rule."
     heapsort_ties: Literal["first-stage", "llm-rankers"] = opt("first-stage", "a tied comparison counts as 'greater' for the "
                                                                "document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
 
@@ -262,14 +274,16 @@ class PairwiseReranker(Reranker):
 
     @property
     def name(self) -> str:
-        o, ties = self.options, getattr(self.options, "quirks", HeapsortQuirks()).heapsort_ties
+        o, ties = self.options, getattr(self.options.quirks, "heapsort_ties", "first-stage")
         return (f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
-                + ("" if ties == "first-stage" else f"[ties-{ties}]"))
+                + ("" if ties == "first-stage" else f"[ties-{ties}]") + ("[tsv]" if o.quirks.tsv_round_trip else "")
+                + ("" if o.quirks.answers == "parse" else f"[answers-{o.quirks.answers}]"))
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
         self._start(collection, run, k)
         o, queries, texts, judges, sorts = self.options, {}, {}, {}, {}
+        if o.quirks.tsv_round_trip: run = self._drop_empty(collection, run)   # the authors' TSV lost them
         tie = {"ties": o.quirks.heapsort_ties} if self.sort == "heapsort" else {}
         for q in self.diagnostics:
             ids = run.docids(q, k)
@@ -300,8 +314,8 @@ def options_for(cls: PairwiseReranker, method: str) -> type[PairwiseOptions]:
 # %% ../nbs/11c_pairwise.ipynb #57820eb0
 @patch(cls_method=True)
 def paper(cls: PairwiseReranker, method: str, options: dict, backend_class=None) -> dict:
-    "llm-rankers 0.0.2's behaviour for a row of `method`: heapsort's tie rule."
-    return {"heapsort_ties": "llm-rankers"} if cls.variants.get(method) == "heapsort" else {}
+    "The authors' PRP for a row of `method`: their TSV round trip, llm-rankers 0.0.2's exact answers and heapsort's tie rule."
+    return PairwiseQuirks.paper().non_default() | ({"heapsort_ties": "llm-rankers"} if cls.variants.get(method) == "heapsort" else {})
 
 # %% ../nbs/11c_pairwise.ipynb #b94d9b5d
 @patch(cls_method=True)
@@ -324,7 +338,30 @@ def _cut(self: PairwiseReranker, collection, q: str, ids: list[str]) -> tuple[st
     qtext, limit = collection.queries[q].text, self.options.query_tokens
     n = self.backend.count_tokens(qtext)
     if n > limit: self.diagnostics[q]["query_truncated_tokens"] = n - limit
-    return self.backend.truncate(qtext, limit), self.cut_passages(collection, q, ids)
+    if not self.options.quirks.tsv_round_trip: return self.backend.truncate(qtext, limit), self.cut_passages(collection, q, ids)
+    texts, cut = {}, self.options.passage_tokens   # as the authors' TSV holds them, then cut as llm-rankers cuts them
+    for d in collection.get_docs(ids):
+        texts[d.docid] = self.backend.truncate(full := tsv_passage(doc_text(d, self.options.doc_title)), cut)
+        if (m := self.backend.count_tokens(full)) > cut: self._truncated(q, _lang(d, collection), m - cut)
+    return self.backend.truncate(qtext, limit), texts
+
+# %% ../nbs/11c_pairwise.ipynb #6a4321f3
+def tsv_passage(text: str) -> str:
+    "`text` squashed, then as pandas' `to_csv(sep='\\t')` writes a field: quoted with its '\"' doubled when it holds one."
+    t = squash(text)
+    return '"' + t.replace('"', '""') + '"' if '"' in t else t
+
+# %% ../nbs/11c_pairwise.ipynb #5d4edc21
+@patch
+def _drop_empty(self: PairwiseReranker, collection, run: Run) -> Run:
+    "`run` without the documents whose passage is empty (the authors' TSV drops their lines); counted per query."
+    out = Run({q: dict(v) for q, v in run.items()}, name=run.name)
+    for q in self.diagnostics:
+        ids = run.docids(q)
+        keep = {d.docid for d in collection.get_docs(ids) if squash(doc_text(d, self.options.doc_title))}
+        out[q] = {d: s for d, s in run[q].items() if d in keep}
+        self.diagnostics[q]["dropped_empty"] = len(ids) - len(out[q])
+    return out
 
 # %% ../nbs/11c_pairwise.ipynb #4f9539b6
 @patch
@@ -350,8 +387,9 @@ def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: lis
         prompts, prefilled = [p for p, _ in built], built[0][1] if built else False
         ch = self.template["choices"]
         if self.options.scoring == "generation":
-            answers = self.backend.generate(prompts, max_new_tokens=2, **_quiet(self.backend.generate))
-            letters = [parse_prp(a) for a in answers]
+            exact, encdec = self.options.quirks.answers == "exact", self.backend.is_encoder_decoder   # llm-rankers: 1 token (T5: 2)
+            answers = self.backend.generate(prompts, max_new_tokens=1 if exact and not encdec else 2, **_quiet(self.backend.generate))
+            letters = [parse_prp_exact(a, upper=not encdec) if exact else parse_prp(a) for a in answers]
             n_out = sum(self.backend.count_tokens(a) for a in answers)
         else:
             cands = [ch["A"], ch["B"]] if prefilled else ["Passage" + ch["A"], "Passage" + ch["B"]]

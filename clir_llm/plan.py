@@ -20,6 +20,8 @@ from .prices import load_prices
 from .regression import load_regression, regression_path
 from .rerank import TextStats
 from .retrieve import dt_plan, parse_method
+from .executor import LocalExecutor
+from .translate import get_translator
 
 # %% auto #0
 __all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairText', 'pair_text', 'text_stats', 'mean_cut',
@@ -133,7 +135,8 @@ def _rerank_row(cfg: Config, rc, fs: str, docs: str, pair: str, text: PairText, 
     b = rc.llm.backend_class if rc.llm else None
     row = dict(reranker=rc.name, first_stage=fs, docs=docs, pair=pair, tokens=tokens, queries=nq, family=rc.family,
                engine=b.throughput_engine if b else None, is_api=bool(b and b.is_api), model=rc.llm.model if rc.llm else None,
-               sort=rc.reranker.variants.get(rc.method) if load and load.comparisons else None, known=load is not None)
+               sort=rc.reranker.variants.get(rc.method) if load and load.comparisons else None, known=load is not None,
+               batch=rc.options.batch_size)   # prompts per backend call as configured (None: the backend's batch)
     if load is None: return row | dict(calls=0, prompt_tokens=0, output_tokens=0, prefix_tokens=0, reused_tokens=0, cache_tokens=0,
                                        comparisons={}, dollars=0.0)
     c = nq * load.calls
@@ -162,7 +165,8 @@ def _dt(cfg: Config, pair: str):
 # %% ../nbs/13f_plan.ipynb #ca240735
 def reads(cfg: Config) -> list[str]:
     "One line per first stage and per reranker's OG/DT: the query text, the translator and the document text it reads."
-    fs, tr = cfg.first_stage, cfg.first_stage.translator
+    fs = cfg.first_stage
+    tr = fs.translator.key() if fs.translator else None   # the views' translator: its speed options ([batch_size=...]) name no view
     def dt(pairs):
         own = [p for p in pairs if _dt(cfg, p).source == "translator"]
         if not own: return "documents: the translations shipped with the collection (no document translation)"
@@ -229,8 +233,10 @@ def _check_gpu(gpu: str) -> str:
     return gpu
 
 # %% ../nbs/13f_plan.ipynb #14d88179
-def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: float, gpu: str = "H200", engine: str = "serving") -> float | None:
-    "GPU seconds of `calls` LLM calls of `model` with these prompt and answer tokens (None: the model has no size class)."
+def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: float, gpu: str = "H200", engine: str = "serving",
+                batch: int | None = None) -> float | None:
+    """GPU seconds of `calls` LLM calls of `model` with these prompt and answer tokens (None: the model has no size class);
+    `batch`: prompts per call on the `hf` engine (at most its batch; None: its batch)."""
     T = plan_data("throughput")
     cls = T["models"].get(model)
     if cls is None: return None
@@ -238,7 +244,8 @@ def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: f
     pre, dec = tp["prefill"], tp["decode"]
     if engine == "hf":
         e = T["engines"]["hf"]
-        pre, dec = pre * e["prefill_fraction"], e["batch"] / (2 * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
+        b = min(batch, e["batch"]) if batch else e["batch"]
+        pre, dec = pre * e["prefill_fraction"], b / (2 * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
     return prompt_tokens / pre + max(output_tokens - calls, 0) / dec
 
 # %% ../nbs/13f_plan.ipynb #fac62bcd
@@ -282,7 +289,19 @@ def _row_seconds(row: dict, gpu: str, engine: str, prefix_cache: bool = False, s
     "GPU seconds of a reranked run's LLM calls on `engine` (0 for an API or a reranker without a model)."
     if row["engine"] is None or not row["calls"]: return 0.0
     return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["reused_tokens"] if prefix_cache else 0)),
-                       scale * row["output_tokens"], gpu, engine)
+                       scale * row["output_tokens"], gpu, engine, row.get("batch"))
+
+# %% ../nbs/13f_plan.ipynb #543d685d
+class _PlannedGPU(LocalExecutor):
+    "The device the plan's GPU-hours assume: a translator asked how it batches there answers as on a GPU."
+    device = "cuda"
+
+# %% ../nbs/13f_plan.ipynb #4e777882
+def _nllb_engine(cfg: Config) -> str:
+    "The throughput engine of the configuration's translator on a GPU: `serving` (token-budgeted batches, the GPU default) or `hf` (fixed-size batches)."
+    t = cfg.first_stage.translator_spec
+    if t is None or not t.uses_gpu: return "serving"
+    return "serving" if get_translator(t, executor=_PlannedGPU(), progress=False).batch_tokens else "hf"
 
 # %% ../nbs/13f_plan.ipynb #13493c50
 def floor_seconds(model: str, prefill_tokens: float, output_tokens: float = 0.0, gpu: str = "H200") -> float | None:
@@ -296,17 +315,18 @@ def floor_seconds(model: str, prefill_tokens: float, output_tokens: float = 0.0,
 
 # %% ../nbs/13f_plan.ipynb #253d8ca4
 def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
-    "GPU-hours per stage under the paper's settings (`paper`) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."
+    """GPU-hours per stage under the configuration's settings (`paper`: transformers at its rerankers' batch sizes, NLLB batched as
+    configured) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."""
     work, unknown = first_stage_work(cfg, counts["texts"]), set()
     enc = {}
     for (e, lang), (n, toks) in work["encode"].items():
         s = encode_seconds(get_encoder_spec(e).model, n, toks, gpu)
         if s is None: unknown.add(get_encoder_spec(e).model)
         enc[e] = enc.get(e, 0.0) + (s or 0.0)
-    sent = sum(work["translate"].values())
-    first = {"paper": (translate_seconds(sent, gpu, "hf") + sum(enc.values())) / 3600, "fast": (translate_seconds(sent, gpu, "serving") + sum(enc.values())) / 3600}
+    sent, nllb = sum(work["translate"].values()), _nllb_engine(cfg)   # the paper column: the translator as configured
+    first = {"paper": (translate_seconds(sent, gpu, nllb) + sum(enc.values())) / 3600, "fast": (translate_seconds(sent, gpu, "serving") + sum(enc.values())) / 3600}
     hours, save = {"first stage": first}, dict.fromkeys(("serving engine", "prefix caching", "heapsort", "batched NLLB"), 0.0)
-    save["batched NLLB"] = (translate_seconds(sent, gpu, "hf") - translate_seconds(sent, gpu, "serving")) / 3600
+    save["batched NLLB"] = (translate_seconds(sent, gpu, nllb) - translate_seconds(sent, gpu, "serving")) / 3600
     tokens = {"first stage": dict(prefill=0.0, reused=0.0, reach=0.0, floor=sum(floor_seconds(get_encoder_spec(e).model, n * t, 0.0, gpu) or 0.0
                                                                           for (e, _), (n, t) in work["encode"].items()) / 3600)}
     for stage, rows in counts["rows"].items():
@@ -323,7 +343,7 @@ def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
                 save["heapsort"] += (fast - _row_seconds(r, gpu, "serving", True, r["comparisons"]["heapsort"] / max(r["comparisons"][sort], 1))) / 3600
         hours[stage] = h
     total = {k: sum(h[k] for h in hours.values()) for k in ("paper", "fast")}
-    return dict(gpu=gpu, hours=hours, total=total, encoders=enc, sentences=sent, savings=save, unknown=sorted(unknown), tokens=tokens,
+    return dict(gpu=gpu, hours=hours, total=total, encoders=enc, sentences=sent, nllb=nllb, savings=save, unknown=sorted(unknown), tokens=tokens,
                 gpus_under_8h={k: max(1, math.ceil(v / 8)) for k, v in total.items()})
 
 # %% ../nbs/13f_plan.ipynb #d8bcf40b
@@ -398,18 +418,22 @@ def floor_lines(gp: dict, counts: dict) -> list[str]:
 
 # %% ../nbs/13f_plan.ipynb #4ffc5630
 SWITCH_NOTES = {
-    "serving engine": "a serving engine (vllm: or an OpenAI-compatible server) instead of transformers at batch 8",
+    "serving engine": "a serving engine (vllm: or an OpenAI-compatible server) instead of transformers at the configured batch sizes",
     "prefix caching": "prefix caching (all prompts of a query share the instruction and the query; PRP prompts also passage A, "
                       "on the sort's own order of prompts, simulated)",
     "heapsort": "heapsort instead of bubblesort for PRP, worst cases (changes the method: other comparisons)",
-    "batched NLLB": "token-budgeted NLLB batches instead of batch 32",
+    "batched NLLB": "token-budgeted NLLB batches instead of fixed-size batches",
 }
 
 def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
     "The plan's GPU-hour lines: per stage under the paper's and the fastest same-method settings, GPUs for 8 hours, each switch's saving."
     gp, T = gpu_plan(cfg, counts, gpu), plan_data("throughput")
-    lines = [f"GPU-hours on one {gpu} (estimates, data/throughput.yaml of {T['as_of']}): paper's settings (transformers batch 8, "
-             "NLLB batch 32) / fastest with the paper's method (serving engine, prefix caching, batched NLLB, comparison cache)"]
+    batches = ", ".join(dict.fromkeys(f"{r.name} {min(r.options.batch_size or 8, T['engines']['hf']['batch'])}" for r in cfg.rerankers
+                                      if r.llm and r.llm.backend_class.throughput_engine))   # the GPU rerankers' prompts per call
+    nllb = ("; NLLB token-budgeted" if gp["nllb"] == "serving" else "; NLLB at fixed-size batches") if gp["sentences"] else ""
+    lines = [f"GPU-hours on one {gpu} (estimates, data/throughput.yaml of {T['as_of']}): the configuration's settings (transformers at "
+             f"batch {batches or T['engines']['hf']['batch']}{nllb}) / fastest with the paper's method (serving engine, prefix caching, "
+             "batched NLLB, comparison cache)"]
     fs = f"NLLB {_n(gp['sentences'])} sentences" + "".join(f", {e} {_h(h / 3600)}" for e, h in gp["encoders"].items())
     for st, h in gp["hours"].items():
         if st != "first stage" and not counts["grid"][st]: continue
@@ -419,7 +443,7 @@ def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
                  "(work split evenly: shards of documents and queries)")
     lines += floor_lines(gp, counts)
     lines += [f"saves: {SWITCH_NOTES[k]}: " + (_h(v) if v >= 0 else f"nothing, costs {_h(-v)} more") for k, v in gp["savings"].items()
-              if k != "batched NLLB" or gp["sentences"]]
+              if k != "batched NLLB" or (gp["sentences"] and gp["nllb"] == "hf")]
     if any(r.family == "pairwise" for r in cfg.rerankers):
         lines.append("saves: likelihood instead of generated PRP answers: about 0 h (a one-token answer comes out of the prefill; changes how answers are read)")
         for n_, k in sorted({(min(r.top_k, cfg.first_stage.depth), r.options.k) for r in cfg.rerankers if r.family == "pairwise"}):
@@ -436,7 +460,7 @@ def _dt_text(cfg: Config) -> str:
     fs, plans = cfg.first_stage, {p: _dt(cfg, p) for p in cfg.pairs}
     shipped = [p for p, d in plans.items() if d.source == "shipped"]
     if len(shipped) == len(cfg.pairs): return "the translations shipped with the collection"
-    own = f"documents translated by {fs.translator}" if fs.translator else "none (no translator configured: DT runs fail)"
+    own = f"documents translated by {fs.translator.key()}" if fs.translator else "none (no translator configured: DT runs fail)"
     return own if not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
 
 # %% ../nbs/13f_plan.ipynb #55d7d391

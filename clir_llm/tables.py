@@ -40,7 +40,7 @@ def first_stage_table(pipe: Pipeline, measure: str | None = None):
             if run is not None: cells.append(Cell(m.label(), pair, pipe.scores(pair, run, measure)))
         cells += [c for r in refs if r.after == str(m) for c in reference_cells(r, pipe.cfg.pairs)]
     cells += [c for r in refs if r.after is None for c in reference_cells(r, pipe.cfg.pairs)]
-    return ResultTable(cells, measure=measure or pipe.cfg.measure)
+    return ResultTable(cells, measure=measure or pipe.cfg.measure, avg_rule=pipe.cfg.avg_rule)
 
 # %% ../nbs/13c_tables.ipynb #523a492d
 def _rerank_rows(pipe: Pipeline, kind: str):
@@ -91,7 +91,7 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
                                  parse_failures=c.get("parse_failures", 0),
                                  # machine- and cache-dependent: reported in the timing table only
                                  seconds_per_query=u.seconds / nq, usd_per_query=u.cost_usd / nq, model_calls=u.calls, cache_hits=u.cache_hits))
-    return ResultTable(cells, measure=measure), pd.DataFrame(cost)
+    return ResultTable(cells, measure=measure, avg_rule=pipe.cfg.avg_rule), pd.DataFrame(cost)
 
 # %% ../nbs/13c_tables.ipynb #4e22dc35
 COST_COLUMNS = ["score", "first_stage_score", "oracle_score", "judged_at_20", "calls_per_query", "prompts_per_query",

@@ -14,13 +14,15 @@ from .core import ClirError, FormatError, load_yaml
 
 # %% auto #0
 __all__ = ['PROMPT_FIELDS', 'PROMPT_CHECKS', 'ALPHA', 'prompts_dir', 'register_prompt_kind', 'PromptTemplate', 'prompt_text',
-           'squash', 'cut_words', 'listwise_messages', 'render_text', 'prompt_tokens', 'parse_permutation', 'parse_prp']
+           'squash', 'cut_words', 'listwise_messages', 'render_text', 'prompt_tokens', 'parse_permutation', 'parse_prp',
+           'parse_prp_exact']
 
 # %% ../nbs/11a_prompts.ipynb #71bff1a8
 PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placeholders, field required?)
     "listwise": {
         "system":            (set(), set(), True),
         "prefix":            ({"num", "query"}, {"query"}, True),
+        "rank_llm_prefix":   ({"num", "query"}, {"query"}, False),   # rank_llm 0.21.0's variant (the `rank_llm_prefix` quirk)
         "prefix_assistant":  (set(), set(), False),
         "passage":           ({"rank", "passage"}, {"rank", "passage"}, True),
         "passage_assistant": ({"rank"}, set(), False),
@@ -185,21 +187,21 @@ def cut_words(text: str, n: int) -> str:
 # %% ../nbs/11a_prompts.ipynb #ea8188e1
 ALPHA = [chr(ord("A") + i) for i in range(26)]   # alphabetical identifiers (rank_llm's use_alpha; llm-rankers' setwise labels)
 
-def listwise_messages(t: PromptTemplate, query: str, passages: Sequence[str]) -> list[dict]:
-    "The chat messages of one window (passages already cut)."
+def listwise_messages(t: PromptTemplate, query: str, passages: Sequence[str], prefix: str = "prefix") -> list[dict]:
+    "The chat messages of one window (passages already cut); `prefix`: the template field that opens it."
     num = len(passages)
     if t.get("replace_number"): passages = [re.sub(r"\[(\d+)\]", r"(\1)", p) for p in passages]
     if t.get("identifiers") == "alpha": passages = dict(zip(ALPHA, passages))   # [A], [B], ... as rank_llm's use_alpha
     msgs = [{"role": "system", "content": t["system"]}]
     if t["turns"] == "multi":
-        msgs.append({"role": "user", "content": t["prefix"].format(num=num, query=query)})
+        msgs.append({"role": "user", "content": t[prefix].format(num=num, query=query)})
         if t.get("prefix_assistant"): msgs.append({"role": "assistant", "content": t["prefix_assistant"]})
         for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1)):
             msgs.append({"role": "user", "content": t["passage"].format(rank=r, passage=p)})
             if t.get("passage_assistant"): msgs.append({"role": "assistant", "content": t["passage_assistant"].format(rank=r)})
         msgs.append({"role": "user", "content": t["suffix"].format(num=num, query=query)})
     else:
-        user = t["prefix"].format(num=num, query=query) + "".join(
+        user = t[prefix].format(num=num, query=query) + "".join(
             t["passage"].format(rank=r, passage=p) for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1))) + t["suffix"].format(num=num, query=query)
         msgs.append({"role": "user", "content": user})
     return msgs
@@ -214,9 +216,12 @@ def render_text(t: PromptTemplate, messages: list[dict]) -> str:
     return t["chat_format"].format(system=system, user=users[-1] if users else "", dialogue=dialogue)
 
 # %% ../nbs/11a_prompts.ipynb #d05b1359
-def prompt_tokens(backend, prompt, template: PromptTemplate | None = None) -> int:
-    "Tokens of `prompt` as the model sees it: exact when the backend can render it (`render_text`), else estimated."
-    if hasattr(backend, "render_text"): return backend.count_tokens(backend.render_text(prompt))
+def prompt_tokens(backend, prompt, template: PromptTemplate | None = None, special: bool = False) -> int:
+    """Tokens of `prompt` as the model sees it: exact when the backend can render it (`render_text`), else estimated;
+    `special`: with the tokenizer's special tokens (its BOS), as rank_llm's `len(tokenizer.encode(prompt))` counts."""
+    if hasattr(backend, "render_text"):
+        text = backend.render_text(prompt)
+        return len(backend.tokenizer(text)["input_ids"]) if special else backend.count_tokens(text)
     if isinstance(prompt, str): return backend.count_tokens(prompt)
     if template is not None and template.get("chat_format"): return backend.count_tokens(render_text(template, prompt))
     return backend.count_tokens(prompt_text(prompt)) + 4 * len(prompt)
@@ -240,3 +245,9 @@ def parse_prp(answer: str) -> str | None:
     "'A' or 'B' from a generated PRP answer ('Passage A', ' B', 'passage b.'), None if unreadable."
     m = re.match(r"\s*(?:passage\s*)?:?\s*([AB])(?![A-Za-z])", answer, re.I)
     return m.group(1).upper() if m else None
+
+# %% ../nbs/11a_prompts.ipynb #5ad43a44
+def parse_prp_exact(answer: str, upper: bool = True) -> str | None:
+    "'A' or 'B' when the answer (stripped; upper-cased as llm-rankers' decoder-only path when `upper`) is exactly that label, else None."
+    a = answer.strip().upper() if upper else answer.strip()
+    return a if a in ("A", "B") else None

@@ -164,9 +164,11 @@ def sentence_splitter(lang: str) -> Splitter:
 # %% ../nbs/06_translate.ipynb #bceac285
 class SentenceOptions(Options):
     "How a sentence translator batches its work (speed only: no option here names a run or a cache entry)."
-    batch_size: int = opt(32, "sentences per batch (when batch_tokens is 0)", identity=False, gt=0)
-    batch_tokens: int = opt(0, "batches of as many sentences as fit in this many padded source tokens, e.g. 4096 on a GPU "
-                               "(0: batch_size sentences each)", identity=False, ge=0)
+    batch_size: int = opt(32, "sentences per batch; on a GPU, unless batch_tokens is given, the token budget of batch_size "
+                              "sentences of the longest input (batch_size x max_length)", identity=False, gt=0)
+    batch_tokens: Optional[int] = opt(None, "batches of as many sentences (longest first) as fit in this many padded source "
+                                            "tokens (0: batch_size sentences each; none: batch_size x max_length on a GPU, "
+                                            "0 on a CPU)", identity=False, ge=0)
 
 # %% ../nbs/06_translate.ipynb #23b63d6e
 class SentenceTranslator(Translator):
@@ -181,7 +183,9 @@ class SentenceTranslator(Translator):
     @property
     def batch_size(self) -> int: return self.options.batch_size
     @property
-    def batch_tokens(self) -> int: return self.options.batch_tokens
+    def batch_tokens(self) -> int:
+        "Padded source tokens per batch (0: `batch_size` sentences per batch); a translator with a model decides when unset."
+        return self.options.batch_tokens or 0
 
     def translate_batch(self, sentences: list[str], src: str, tgt: str) -> list[str]:
         "The translations of one batch (what an executor computes)."
@@ -353,6 +357,13 @@ class NLLBTranslator(SentenceTranslator):
 
     @property
     def dtype(self) -> str: return self.options.dtype or ("float16" if self.device == "cuda" else "float32")
+
+    @property
+    def batch_tokens(self) -> int:
+        """Padded source tokens per batch: the option; unset, `batch_size x max_length` on a GPU (never more padded tokens
+        than a full batch of the longest inputs, many more short sentences per batch) and 0 on a CPU (`batch_size` sentences)."""
+        if self.options.batch_tokens is not None: return self.options.batch_tokens
+        return self.batch_size * self.max_length if str(self.device).startswith("cuda") else 0
 
     @property
     def identity(self) -> dict:

@@ -228,7 +228,8 @@ def test_missing_model_is_a_clear_error(tmp_path):
 
 
 def test_gpu_half_precision_choice(tmp_path):
-    assert D.Encoder.create("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float16"
+    assert D.Encoder.create("e5", device="cuda", cache=Cache(tmp_path)).dtype == "float32"      # the authors' (issue 27 D: no dtype given)
+    assert D.Encoder.create("m3", device="cuda", cache=Cache(tmp_path)).dtype == "float16"      # the authors' (FlagEmbedding use_fp16)
     assert D.Encoder.create("repllama", device="cuda", cache=Cache(tmp_path)).dtype == "float16"      # the authors' (tevatron --fp16)
     assert D.Encoder.create("nv-embed-v2", device="cuda", cache=Cache(tmp_path)).dtype == "float32"   # the authors' (no dtype given)
     assert D.Encoder.create("e5", device="cpu", cache=Cache(tmp_path)).dtype == "float32"
@@ -299,9 +300,9 @@ def test_device_from_options_then_executor(tmp_path):
 
 def test_quirks_options_and_capabilities():
     Q = D.EncoderQuirks
-    assert Q.paper().names() == tuple(D.encoder_quirks()) == ("e5-no-prefix", "repllama-128")
+    assert Q.paper().names() == tuple(D.encoder_quirks()) == ("e5-no-prefix", "repllama-128", "repllama-tevatron")
     assert Q().identity() == {} and Q.named(["repllama-128"]).identity() == {"repllama_128": True}
-    with pytest.raises(ClirError, match="known: e5-no-prefix, repllama-128"): Q.named(["e6-no-prefix"])
+    with pytest.raises(ClirError, match="known: e5-no-prefix, repllama-128, repllama-tevatron"): Q.named(["e6-no-prefix"])
     assert D.EncoderOptions.paper().quirks == Q.paper() and D.EncoderOptions(batch_size=8, device="cuda").identity() == {
         "dtype": None, "paper_quirks": False}   # speed options name nothing; quirks at their default name nothing
     # an encoder applies its own quirks only (one options object serves every encoder of a fusion)
@@ -353,8 +354,32 @@ def test_identities_v1(tmp_path):
         got[f"dense {tag} fixture en-de index key"] = DenseIndex(r, fx, r.vectors).key
     want = {k: v for k, v in IDS.items() if k.startswith(("encoder ", "dense "))}
     assert len(want) == len(got) == 270
-    assert got == want
+    # issue 27 D: E5 runs on a GPU in float32 as the authors'; E: RepLlama's paper quirks include repllama-tevatron
+    changed = {k for k in want if k.startswith(("encoder e5 cuda", "encoder repllama cpu paper namespace", "encoder repllama cuda paper namespace"))}
+    assert len(changed) == 20 and {k: v for k, v in got.items() if k not in changed} == {k: v for k, v in want.items() if k not in changed}
+    for k in changed:
+        if " dtype" in k: assert (want[k], got[k]) == ("float16", "float32")
+        elif isinstance(want[k], dict):
+            assert got[k] == want[k] | ({"dtype": "float32"} if k.startswith("encoder e5") else {"tevatron": True})
 
+
+def test_repllama_tevatron_inputs_and_fp32_merge(models, tmp_path):
+    """Issue 27 E: tevatron's repllama data.py cuts the text to max_len - 3 tokens (encode(add_special_tokens=False,
+    max_length=max_len - 3)), then prepare_for_model adds BOS and EOS; RepLLaMA.load merges the LoRA into float32 weights."""
+    lora = models["llama-lora"]
+    spec = lambda **kw: D.get_encoder_spec("repllama", model=str(lora), base_model=str(lora / "base"), doc_max_length=8, **kw)
+    tok = AutoTokenizer.from_pretrained(lora / "base")
+    text = "passage: the dog is in the house water of the river"
+    body = tok.encode(text, add_special_tokens=False, max_length=8 - 3, truncation=True)
+    want = [tok.bos_token_id] + body + [tok.eos_token_id]   # prepare_for_model (transformers 4.37) adds Llama-2's BOS, no EOS
+    on = D.Encoder.create(spec(), quirks=["repllama-tevatron"], cache=Cache(tmp_path), progress=False)
+    off = D.Encoder.create(spec(), cache=Cache(tmp_path), progress=False)
+    on.load(); off.load()
+    assert on._tokenize([text], 8)["input_ids"][0].tolist() == want and len(body) == 5
+    assert len(off._tokenize([text], 8)["input_ids"][0]) == len(want) + 1        # the method: max_len - 2 text tokens
+    assert on.namespace("doc").identity["tevatron"] is True and "tevatron" not in off.namespace("doc").identity
+    assert next(on._model.parameters()).dtype == torch.float32
+    assert D.Dense.create(spec(), quirks=["repllama-tevatron"], cache=Cache(tmp_path)).name == "dense:repllama[repllama-tevatron]"
 
 
 # ---------- Qwen3-Embedding (issue 29): last-token pooling, left padding, the tokenizer's own EOS, the card's instruction

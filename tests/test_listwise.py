@@ -140,7 +140,8 @@ def test_og_and_dt_views_on_fixture():
 # ---------- rank_llm 0.21.0's quirks (ListwiseQuirks)
 
 def test_quirks_are_their_own_options():
-    assert list(ListwiseQuirks.model_fields) == ["last_window", "answer_budget", "query_numbers", "cl100k_budget"]
+    assert list(ListwiseQuirks.model_fields) == ["last_window", "answer_budget", "query_numbers", "cl100k_budget", "ftfy",
+                                                 "rank_llm_prefix", "shrink", "count_bos", "position_scores"]
     o = ListwiseOptions.from_flat({"last_window": "short", "window": 4, "step": 2})
     assert o.quirks == ListwiseQuirks(last_window="short") and o.identity()["last_window"] == "short"
     assert "last_window" not in ListwiseOptions().identity()     # a quirk at its default names nothing
@@ -242,9 +243,11 @@ API = type("ApiModel", (), {"local_model": False, "is_api": True})
 def test_paper_is_rank_llms_behaviour():
     "rank_llm 0.21.0 for a row: the short last window; RankZephyr's query rewrite; its answer budget on a local model, cl100k on an API."
     P = ListwiseReranker.paper
-    assert P("listwise", {}, LOCAL) == {"last_window": "short", "query_numbers": "rewrite", "answer_budget": "rank_llm"}
-    assert P("listwise", {"prompt": "rankgpt"}, API) == P("listwise-rankgpt", {}, API) == {"last_window": "short", "cl100k_budget": True}
-    assert P("listwise-rankgpt", {}, None) == {"last_window": "short"} and P("listwise-rankzephyr", {}) == {"last_window": "short", "query_numbers": "rewrite"}
+    every = {"last_window": "short", "shrink": "rank_llm", "position_scores": True}
+    zephyr = every | {"query_numbers": "rewrite", "ftfy": "prompt", "rank_llm_prefix": True}
+    assert P("listwise", {}, LOCAL) == zephyr | {"answer_budget": "rank_llm", "count_bos": True}
+    assert P("listwise", {"prompt": "rankgpt"}, API) == P("listwise-rankgpt", {}, API) == every | {"ftfy": "passages", "cl100k_budget": True}
+    assert P("listwise-rankgpt", {}, None) == every | {"ftfy": "passages"} and P("listwise-rankzephyr", {}) == zephyr
     for m in ("listwise", "listwise-rankgpt"):   # the paper's flat options are options of the family
         assert RerankerSpec.parse(m, **P(m, {}, LOCAL)).options.quirks != ListwiseQuirks()
     assert ListwiseReranker.default_prompt("listwise") == "rankzephyr" and ListwiseReranker.upstream == "rank_llm"
@@ -295,3 +298,89 @@ def test_listwise_prompt_stream_shares_the_instruction_and_query_in_a_prefix_cac
     per_query = len(stream) / 2
     share = prefix_hit_share(stream, 1e9, block=4)
     assert 0.8 * head * (per_query - 1) / per_query < share * sum(map(len, stream)) / len(stream) < 2 * head
+
+
+# ---------- issue 27 C, F: rank_llm 0.21.0's inputs, token for token, with the quirks on
+from pathlib import Path
+
+FX = Path(__file__).parent / "fixtures" / "tokenizers"
+ZEPHYR_SYSTEM = "You are RankLLM, an intelligent assistant that can rank passages based on their relevancy to the query"
+RANK_LLM_QUIRKS = dict(last_window="short", query_numbers="rewrite", answer_budget="rank_llm", ftfy="prompt",
+                       rank_llm_prefix=True, shrink="rank_llm", count_bos=True, position_scores=True)
+FTFY_PASSAGES = ["He said \u201cno\u201d [3] twice.", "caf\u00c3\u00a9 au lait  &amp; more", "",
+                 " ".join(f"word{i}" for i in range(700)), "plain [12] text with\ttabs\nand lines"]
+
+
+def rank_llm_zephyr(tok, query, passages, context=4096):
+    "rank_llm 0.21.0 RankListwiseOSLLM.create_prompt (FastChat path, ZephyrReranker's settings), line for line."
+    from ftfy import fix_text
+    rn = lambda s: re.sub(r"\[(\d+)\]", r"(\1)", s)
+    query, num = rn(query), len(passages)
+    budget = context - (len(tok.encode(" > ".join(f"[{i + 1}]" for i in range(num)))) - 1)
+    max_length = 300 * (20 / num)
+    while True:
+        ctx = (f"I will provide you with {num} passages, each indicated by {' a numerical'} identifier []. Rank the passages "
+               f"based on their relevance to the search query: {query}.\n\n")
+        for r, p in enumerate(passages, 1):
+            ctx += f"[{r}] {rn(rn(' '.join(fix_text(p.strip()).split()[:int(max_length)])))}\n"
+        ctx += (f"Search Query: {query}.\nRank the {num} passages above based on their relevance to the search query. All the "
+                "passages should be included and listed using identifiers, in descending order of relevance. The output format "
+                "should be [] > [], e.g., [2] > [1], Only respond with the ranking results, do not say any word or explain.")
+        prompt = fix_text(f"<|system|>\n{ZEPHYR_SYSTEM}</s>\n<|user|>\n{ctx}</s>\n<|assistant|>\n")
+        n = len(tok.encode(prompt))
+        if n <= budget: return prompt, n, int(max_length)
+        max_length -= max(1, (n - budget) // (num * 4))
+
+
+class _Answers:
+    "A transformers model double: records what `generate` is handed, answers one EOS per row."
+    def __init__(self, config):
+        import torch
+        self.config, self.calls, self.device, self.dtype = config, [], torch.device("cpu"), torch.float32
+    def generate(self, input_ids, generation_config=None, **kw):
+        import torch
+        self.calls.append(input_ids.tolist())
+        return torch.cat([input_ids, torch.full((len(input_ids), 1), 2)], 1)
+
+
+def zephyr_backend():
+    from transformers import AutoConfig
+    from clir_llm.llm_hf import HFBackend
+    return HFBackend.create(str(FX / "zephyr"), hf_model=_Answers(AutoConfig.from_pretrained(FX / "zephyr")))
+
+
+@pytest.mark.parametrize("context", [4096, 900, 600])
+def test_rankzephyr_inputs_are_rank_llms_with_the_quirks(context):
+    "ftfy over passages and prompt, the two spaces, rank_llm's shrinking cut and its BOS-counted length: the same ids."
+    from transformers import AutoTokenizer
+    tok, b = AutoTokenizer.from_pretrained(FX / "zephyr"), zephyr_backend()
+    query = "wer ist \u201cder\u201d [2] Kandidat?"
+    want, n, w = rank_llm_zephyr(tok, query, FTFY_PASSAGES, context)
+    rr = get_reranker("listwise", b, context=context, progress=False, **RANK_LLM_QUIRKS)
+    prompt, got_n, got_w = rr.build_prompt(query, FTFY_PASSAGES)
+    assert b._ids(prompt) == tok(want)["input_ids"] and (got_n, got_w) == (n, w)
+    plain, _, _ = get_reranker("listwise", b, context=context, progress=False).build_prompt(query, FTFY_PASSAGES)
+    assert b._ids(plain) != b._ids(prompt)     # the method as published differs: without the quirks other ids
+
+
+def test_rank_llm_shrink_stops_at_the_first_fit():
+    "rank_llm shrinks by max(1, overflow // 80) words and stops at the first fit: fewer words than the largest fit."
+    b = zephyr_backend()
+    long = [" ".join(["zebra"] * 200)] * 20   # 6 tokens a word in the fixture tokenizer: rank_llm's steps overshoot
+    cuts = {s: get_reranker("listwise", b, context=3000, shrink=s, progress=False).build_prompt("q", long)[2] for s in ("search", "rank_llm")}
+    assert cuts == {"search": 21, "rank_llm": 16}
+    with pytest.raises(ClirError, match="has no rank_llm_prefix"):
+        get_reranker("listwise-rankgpt", b, rank_llm_prefix=True, progress=False)
+
+
+def test_position_scores_keep_first_stage_scores_by_rank():
+    "rank_llm keeps the first-stage scores by position: tied scores re-sort by docid when the run is read (evaluation)."
+    coll, first = make(1, 6)
+    ids = first.docids("q0")
+    tied = Run({"q0": {d: (2.0 if i < 2 else 1.0) for i, d in enumerate(ids)}}, name="bm25")   # two ties: ranks 1-2, 3-6
+    rev = Fixed(coll, " > ".join(f"[{i}]" for i in range(6, 0, -1)))                       # reverses the one window
+    plain = get_reranker("listwise-rankgpt", rev, window=6, step=3, progress=False).rerank(coll, tied, k=6)
+    quirk = get_reranker("listwise-rankgpt", rev, window=6, step=3, position_scores=True, progress=False).rerank(coll, tied, k=6)
+    order = tied.docids("q0")[::-1]
+    assert plain.docids("q0") == order and sorted(quirk["q0"].values(), reverse=True) == [2.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    assert quirk.docids("q0") == sorted(order[:2], reverse=True) + sorted(order[2:], reverse=True) != order

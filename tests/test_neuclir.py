@@ -62,3 +62,17 @@ def test_built_once_with_its_name_key_and_translations_v1(tmp_path, monkeypatch)
     src = COLLECTIONS["neuclir22"]   # the dry run's answer is the run's: translations only with the organizers' folder
     assert not src.ships_translations("en-zh") and not c.has_translations
     assert src.ships_translations("en-zh", root=str(mt)) and t.has_translations
+
+
+def test_reads_the_hubs_published_mt_file_names(tmp_path):
+    "Issue 27 H: the Hub repo neuclir/neuclir1 ships data/<iso3>-mt-eng-00000-of-00001.jsonl.gz; NEUCLIR_MT_HOME may point at it."
+    import gzip
+    from clir_llm.neuclir import neuclir_mt_path, read_mt_docs
+    (tmp_path / "data").mkdir()
+    with gzip.open(tmp_path / "data" / "fas-mt-eng-00000-of-00001.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(json.dumps({"id": "d1", "title": "t", "text": "english d1", "url": "u"}) + "\n")
+    p = neuclir_mt_path(tmp_path, "fa")
+    assert p == tmp_path / "data" / "fas-mt-eng-00000-of-00001.jsonl.gz" and [d.text for d in read_mt_docs(p)] == ["english d1"]
+    (tmp_path / "fas.mt.jsonl").write_text(json.dumps({"id": "d1", "text": "x"}) + "\n")
+    assert neuclir_mt_path(tmp_path, "fa") == tmp_path / "fas.mt.jsonl"     # the older name first, as before
+    assert neuclir_mt_path(tmp_path, "zh") is None

@@ -301,8 +301,9 @@ def test_heapsort_quirk_is_refused_by_bubblesort():
 
 def test_paper_is_llm_rankers_behaviour():
     P = PairwiseReranker.paper
-    assert P("pairwise-heapsort", {}) == {"heapsort_ties": "llm-rankers"}
-    assert P("pairwise-bubblesort", {}) == P("pairwise-allpair", {}) == {}
+    authors = {"tsv_round_trip": True, "answers": "exact"}
+    assert P("pairwise-heapsort", {}) == authors | {"heapsort_ties": "llm-rankers"}
+    assert P("pairwise-bubblesort", {}) == P("pairwise-allpair", {}) == authors
     assert RerankerSpec.parse("pairwise-heapsort", **P("pairwise-heapsort", {})).options.quirks.heapsort_ties == "llm-rankers"
 
 
@@ -401,3 +402,87 @@ def test_estimate_counts_the_reuse_of_the_simulated_schedule():
     st = TextStats(docs=100, query_tokens=30, doc_words=[250], tokens_per_word=1.4, template_tokens=lambda t: len(t) / 4)
     est = PairwiseReranker.estimate(PairwiseOptions(), "pairwise-bubblesort", st)
     assert est.reused() > 5 * est.prefix_tokens and 0.4 < est.reused() / est.prompt_tokens < 0.6 and est.cache_tokens > 0
+
+
+# ---------- issue 27 B, F: the authors' TSV round trip and llm-rankers' exact answers (PairwiseQuirks)
+def authors_tsv_rankings(tmp_path, run: Run, coll, hits: int = 100) -> dict[str, list[tuple[str, str]]]:
+    "mainlp/llm-clir processing_pairwise.py's generate_tsv (pandas) and pairwise.py's reading loop, as written: qid -> [(docid, text)]."
+    import pandas as pd
+    sanitize = lambda s: " ".join((s or "").replace("\t", " ").replace("\r", " ").replace("\n", " ").split()).strip()
+    rows = [[q, d, s, sanitize(sanitize(coll.get_docs([d])[0].text))] for q in sorted(run) for d, s in run.ranking(q)]
+    pd.DataFrame(rows, columns=["query_id", "doc_id", "score", "doc_content"]).to_csv(tmp_path / "c.tsv", sep="\t", index=False, lineterminator="\n")
+    out = {}
+    with open(tmp_path / "c.tsv", encoding="utf-8") as f:
+        for line in f:
+            parts = line.strip().split("\t")
+            if len(parts) < 4: continue
+            try: float(parts[2])
+            except ValueError: continue
+            if len(out.setdefault(parts[0], [])) < hits: out[parts[0]].append((parts[1], parts[3]))
+    return out
+
+
+class Seen(Recording):
+    "The oracle, remembering every (passage A, passage B) it was shown."
+    def generate(self, prompts, max_new_tokens=64, **params):
+        import re
+        from clir_llm.templates import prompt_text
+        pat = re.compile(r'Passage A: "(.*)"\n\nPassage B: "(.*)"\n\nOutput', re.S)
+        self.pairs = getattr(self, "pairs", []) + [pat.search(prompt_text(p)).groups() for p in prompts]
+        return super().generate(prompts, max_new_tokens, **params)
+
+
+def test_tsv_round_trip_gives_the_authors_passages_and_drops_empty_documents(tmp_path):
+    from clir_llm.core import Query, Qrels
+    from _rerankers import Coll
+    texts = {"d1": 'He said "no" twice.', "d2": "", "d3": "plain\ttext\nhere", "d4": '"quoted" start', "d5": "   ", "d6": "last one"}
+    coll = Coll({"q": Query("q", "a query", "en")}, {d: Document(d, t, lang="de") for d, t in texts.items()},
+                Qrels({"q": {d: i % 2 for i, d in enumerate(texts)}}))
+    run = Run.from_ranked({"q": list(texts)}, name="bm25")
+    want = dict(authors_tsv_rankings(tmp_path, run, coll)["q"])
+    assert want["d1"] == '"He said ""no"" twice."' and "d2" not in want and "d5" not in want
+    b = Seen(coll)
+    rr = get_reranker("pairwise-allpair", b, tsv_round_trip=True, progress=False)
+    out = rr.rerank(coll, run, k=100)
+    shown = {t for pair in b.pairs for t in pair}
+    assert shown == set(want.values()) and sorted(out["q"]) == sorted(want) and rr.diagnostics["q"]["dropped_empty"] == 2
+    assert rr.name.endswith("[tsv]") and "[tsv]" not in get_reranker("pairwise-allpair", b, progress=False).name
+    plain = Seen(coll)
+    get_reranker("pairwise-allpair", plain, progress=False).rerank(coll, run, k=100)
+    assert 'He said "no" twice.' in {t for pair in plain.pairs for t in pair}
+
+
+def test_exact_answers_as_llm_rankers():
+    "llm-rankers compares 'Passage ' + the one stripped, upper-cased token with 'Passage A': 'A.' is a tie, not A."
+    coll, run = make(1, 4)
+    for answer, parsed, exact in ((" A", 1, 1), (" a.", 1, 0), ("Passage B", 0, 0), (" b", 0, 0)):
+        got = {}
+        for mode in ("parse", "exact"):
+            b = Fixed(coll, answer)
+            rr = get_reranker("pairwise-allpair", b, answers=mode, progress=False)
+            rr.rerank(coll, run, k=4)
+            got[mode] = rr.diagnostics["q0"]["parse_failures"] == 0
+        assert got == {"parse": bool(parsed) or answer.strip().upper().endswith("B"), "exact": bool(exact) or answer == " b"}
+
+
+def test_no_attention_mask_never_pads_a_batch(tmp_path, monkeypatch):
+    "llm-rankers sends two prompts of equal length and no mask: under no_attention_mask no generate call may hold a padded row."
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.generation.utils import GenerationMixin
+    from clir_llm.llm import BackendSpec
+    from pathlib import Path
+    fx = Path(__file__).parent / "fixtures" / "tokenizers" / "llama31"
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(fx)).save_pretrained(tmp_path / "m")
+    AutoTokenizer.from_pretrained(fx).save_pretrained(tmp_path / "m")
+    seen, real = [], GenerationMixin.generate
+    def generate(self, *a, **kw):
+        seen.append((kw["input_ids"].tolist(), kw.get("attention_mask"))); return real(self, *a, **kw)
+    monkeypatch.setattr(GenerationMixin, "generate", generate)
+    coll, run = make(1, 4, words=5)
+    for i, d in enumerate(run.docids("q0")): coll._docs[d] = Document(d, "word " * (3 + 7 * i), lang="de")   # different lengths
+    b = BackendSpec.parse(f"hf:{tmp_path / 'm'}", dtype="float32").with_paper_quirks("llm-rankers").build()
+    get_reranker("pairwise-allpair", b, progress=False).rerank(coll, run, k=4)
+    bos = b.tokenizer.bos_token_id
+    assert seen and all(mask is not None or all(r[0] == bos for r in rows) for rows, mask in seen)

@@ -155,3 +155,26 @@ def test_dry_run_counts_prefill_reuse_from_the_schedules_and_the_flop_floor(monk
     line = next(l for l in text.splitlines() if l.startswith("floor reranked: "))
     assert "without reuse" in line and "% reused" in line and "floor = tokens × 2 × parameters / peak (989 TFLOP/s" in text
     assert "PRP prompts also passage A" in text
+
+
+def test_gpu_hours_follow_the_configured_batches():
+    """Issue 27 G: the plan's first column is what the configuration runs: NLLB token-budgeted on a GPU (the default, the
+    paper configs' batch_size=256) unless batch_tokens=0, and each transformers reranker at its own batch_size."""
+    from clir_llm.plan import gpu_lines
+    from clir_llm.translate import TranslatorSpec
+    cfg = load_config("paper-clef")
+    c = plan_counts(cfg)
+    gp, fs = gpu_plan(cfg, c), cfg.first_stage
+    assert gp["nllb"] == "serving" and gp["savings"]["batched NLLB"] == 0
+    assert gp["hours"]["first stage"]["paper"] == gp["hours"]["first stage"]["fast"]
+    fixed = cfg.model_copy(update=dict(first_stage=fs.model_copy(update=dict(translator=TranslatorSpec.parse("nllb:facebook/nllb-200-1.3B[batch_tokens=0]")))))
+    gf = gpu_plan(fixed, c)
+    assert gf["nllb"] == "hf" and gf["savings"]["batched NLLB"] > 0 and gf["hours"]["first stage"]["paper"] > gf["hours"]["first stage"]["fast"]
+    assert {r["reranker"]: r["batch"] for r in c["rows"]["reranked"]} == {"RankZephyr": 1, "RankGPT-3.5": None, "RankGPT-4.1": None,
+                                                                          "Llama-3.1-8B": 2, "Aya-101": 2}
+    m = "meta-llama/Llama-3.1-8B-Instruct"   # fewer prompts per call: slower decoding on transformers; the serving engine ignores it
+    assert llm_seconds(m, 8, 0, 16, engine="hf", batch=2) == 4 * llm_seconds(m, 8, 0, 16, engine="hf") and \
+        llm_seconds(m, 8, 0, 16, batch=2) == llm_seconds(m, 8, 0, 16)
+    text = "\n".join(gpu_lines(cfg, c))
+    assert "transformers at batch RankZephyr 1, Llama-3.1-8B 2, Aya-101 2; NLLB token-budgeted" in text
+    assert "token-budgeted NLLB batches instead" not in text and "token-budgeted NLLB batches instead" in "\n".join(gpu_lines(fixed, c))

@@ -36,14 +36,15 @@ def test_switches_stay_out_of_identities_at_their_default():
 
 def test_dense_quirks_by_name_and_revisions(tmp_path):
     from clir_llm.cache import Cache
-    assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128"}
+    assert set(D.encoder_quirks()) == {"e5-no-prefix", "repllama-128", "repllama-tevatron"}
     e5 = D.get_encoder_spec("e5", quirks=["e5-no-prefix"])
     assert (e5.query_prefix, e5.doc_prefix) == ("", "") and D.get_encoder_spec("e5").query_prefix == "query: "
     assert D.Dense.create("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
     assert D.Dense.create("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
     with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
-    for name, s in D.ENCODERS.items():
-        if not s.stand_in and name != "nv-embed-v2": assert "revision not pinned" in s.revision_note(), name
+    for name, s in D.ENCODERS.items():   # the paper's encoders name no revision; a pinned entry (NV-Embed-v2, Qwen3-Embedding) names its own
+        if not s.stand_in: assert ("revision not pinned" in s.revision_note()) if not s.revision else s.revision_note() == f"revision {s.revision}", name
+    assert {n for n, s in D.ENCODERS.items() if not s.stand_in and not s.revision} >= {"mgte", "m3", "e5", "repllama"}
     assert D.get_encoder_spec("nv-embed-v2").revision_note() == f"revision {D.NV_EMBED_REVISION}"   # no remote code any more
     plain = D.Encoder.create("repllama", cache=Cache(tmp_path)).namespace("doc").identity
     assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
@@ -85,10 +86,11 @@ def test_backend_switches_reach_the_backend_and_the_identity(tmp_path):
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "paper_quirks": True}))
     c = load_config(tmp_path / "q.yaml")
     rc = c.rerankers[0]
-    assert rc.switches() == {"heapsort_ties": "llm-rankers", "double_bos": True, "no_attention_mask": True}
+    assert rc.switches() == {"heapsort_ties": "llm-rankers", "tsv_round_trip": True, "answers": "exact", "double_bos": True,
+                             "no_attention_mask": True}
     assert rc.llm.quirks() == {"double_bos": True, "no_attention_mask": True} and plain.llm.quirks() == {}
     assert str(rc.llm) == str(plain.llm)   # the backend's quirks never rename its spec (identity v1)
-    assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128"]
+    assert c.first_stage.dense_quirks == ["e5-no-prefix", "repllama-128", "repllama-tevatron"]
     assert rc.run_identity() != plain.run_identity() and rc.run_identity()["double_bos"] is True and "double_bos" not in plain.run_identity()
     cfg_off = {**cfg, "paper_quirks": True, "rerankers": [{**cfg["rerankers"][0], "llm": "hf:meta-llama/Llama-3.1-8B-Instruct[double_bos=false]"}]}
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(cfg_off))
@@ -111,9 +113,12 @@ def test_paper_quirks_variant_configs_set_every_switch():
         assert not base.paper_quirks and quirks.paper_quirks and quirks.name == f"{name}-quirks"
         assert all(r.switches() == {} for r in base.rerankers)
         got = {r.name: r.switches() for r in quirks.rerankers}
-        assert got["RankZephyr"] == {"last_window": "short", "query_numbers": "rewrite", "answer_budget": "rank_llm"}
-        assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == {"last_window": "short", "cl100k_budget": True}
-        assert got["Llama-3.1-8B"] == got["Aya-101"] == {"double_bos": True, "no_attention_mask": True}
+        every = {"last_window": "short", "shrink": "rank_llm", "position_scores": True}   # issue 27 C, F: rank_llm's inputs
+        assert got["RankZephyr"] == every | {"query_numbers": "rewrite", "answer_budget": "rank_llm", "ftfy": "prompt",
+                                             "rank_llm_prefix": True, "count_bos": True}
+        assert got["RankGPT-4.1"] == got["RankGPT-3.5"] == every | {"ftfy": "passages", "cl100k_budget": True}
+        assert got["Llama-3.1-8B"] == got["Aya-101"] == {"tsv_round_trip": True, "answers": "exact", "double_bos": True,
+                                                         "no_attention_mask": True}   # issue 27 B, F: the authors' TSV, exact answers
         assert [str(m) for m in quirks.first_stage.methods] == [str(m) for m in base.first_stage.methods]
         assert (base.first_stage.nllb_output, quirks.first_stage.nllb_output) == ("256-new-tokens", "model-max-length")
         assert quirks.first_stage.translator_spec.view_options() == {"max_new_tokens": None} and base.first_stage.translator_spec.view_options() == {}
@@ -169,7 +174,7 @@ def test_dense_dtypes_are_the_authors_and_name_the_runs(tmp_path):
     from clir_llm.pipeline import Pipeline
     from clir_llm.retrieve import parse_method
     assert {n: D.get_encoder_spec(n).half for n in ("mgte", "m3", "e5", "repllama", "nv-embed-v2")} == \
-        {"mgte": "float32", "m3": "float16", "e5": "float16", "repllama": "float16", "nv-embed-v2": "float32"}
+        {"mgte": "float32", "m3": "float16", "e5": "float32", "repllama": "float16", "nv-embed-v2": "float32"}   # issue 27 D: E5 fp32
     cfg = dict(name="q", collection="fixture", pairs=["en-de"], measure="MAP", experiments=["1_first_stage"],
                first_stage=dict(methods=["dense:mgte", "dense:m3", "dense:e5-small"]))
     paths = {}
@@ -186,3 +191,15 @@ def test_dense_dtypes_are_the_authors_and_name_the_runs(tmp_path):
     assert r.encoder.spec.half == "bfloat16"
     (tmp_path / "q.yaml").write_text(yaml.safe_dump({**cfg, "first_stage": {**cfg["first_stage"], "dense_dtype": {"m4": "float16"}}}))
     with pytest.raises(ClirError, match="unknown dense encoder 'm4'"): load_config(tmp_path / "q.yaml")
+
+
+def test_quirks_configs_use_the_papers_avg_and_its_reference_rows():
+    "Issue 27 F: the *-quirks configurations average as the paper (rounded per-pair values) and carry its copied rows."
+    from clir_llm.config import load_config
+    from clir_llm.regression import load_regression, regression_path
+    from clir_llm.tables import references
+    for name in ("paper-clef", "paper-ciral"):
+        base, quirks = load_config(f"configs/{name}.yaml"), load_config(f"configs/{name}-quirks.yaml")
+        assert (base.avg_rule, quirks.avg_rule) == ("unrounded", "rounded")
+        copied = {c.row for c in load_regression(regression_path(quirks)).cells if "copied" in c.row}
+        assert copied == {r.row for r in references(quirks, "first_stage", quirks.measure)} == {r.row for r in references(base, "first_stage", base.measure)}

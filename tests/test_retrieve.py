@@ -165,8 +165,9 @@ def test_builders_take_the_executor(tmp_path):
 
 def test_paper_settings_and_capabilities():
     from clir_llm.retrieve import BM25Method, DenseMethod, FusionMethod, paper_first_stage, parse_method
-    assert paper_first_stage() == {"dense_quirks": ["e5-no-prefix", "repllama-128"]}
-    assert paper_first_stage("nllb:facebook/nllb-200-1.3B") == {"dense_quirks": ["e5-no-prefix", "repllama-128"], "nllb_output": "model-max-length"}
+    assert paper_first_stage() == {"dense_quirks": ["e5-no-prefix", "repllama-128", "repllama-tevatron"]}   # issue 27 E: tevatron's inputs
+    assert paper_first_stage("nllb:facebook/nllb-200-1.3B") == {"dense_quirks": ["e5-no-prefix", "repllama-128", "repllama-tevatron"],
+                                                                "nllb_output": "model-max-length"}   # issue 27 E: tevatron's inputs
     assert BM25Method.paper_first_stage() == FusionMethod.paper_first_stage() == {} and DenseMethod.paper_first_stage()
     m = parse_method("rrf:bm25-dt+bm25-qt+dense:repllama")
     assert m.reads() == {"dt", "qt", "og"} and parse_method("dense:e5").reads() == {"og"} and parse_method("bm25-dt").reads() == {"dt"}
@@ -219,6 +220,17 @@ def test_configs_v1(tmp_path):
                             doc_max_length=fs.get("dense_doc_max_length") if m.encoders else None, device="cpu")
                 got[f"config {name} {m} retriever name"] = r.name
     want = {k: v for k, v in IDS.items() if k.startswith("config ") and not k.endswith(" dtypes_of")}
+    # issue 27 G: the paper configs give NLLB the authors' batch size (speed only: TranslatorSpec.key() and the run names
+    # stay); E: the *-quirks configs add repllama-tevatron, so their RepLlama run is another run
+    for name in ("paper-clef", "paper-ciral", "paper-clef-quirks", "paper-ciral-quirks"):
+        want[f"config {name}.yaml translator"] += "[batch_size=256]"
+    for name in ("paper-clef-quirks", "paper-ciral-quirks"):
+        k = f"config {name}.yaml"
+        want[f"{k} dense_quirks"] = want[f"{k} dense_quirks"] + ["repllama-tevatron"]
+        extra = want[f"{k} expanded first_stage extra keys"]
+        want[f"{k} expanded first_stage extra keys"] = {**extra, "dense_quirks": extra["dense_quirks"] + ["repllama-tevatron"]}
+        want[f"{k} dense:repllama quirks_of"] = want[f"{k} dense:repllama quirks_of"] + ["repllama-tevatron"]
+        want[f"{k} dense:repllama retriever name"] = "dense:repllama[repllama-128,repllama-tevatron]"
     assert len(got) == len(want) and got == want
 
 

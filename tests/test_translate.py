@@ -298,3 +298,21 @@ def test_identities_v1(tmp_path):
     want = {k: v for k, v in IDS.items() if k.startswith(("translator ", "view "))}
     assert len(want) == len(got) == 148
     assert got == want
+
+
+def test_token_budget_batches_are_the_gpu_default_and_configs_set_them():
+    "Issue 27 G: unset, a GPU translator batches by a token budget of batch_size x max_length; configs set either."
+    from clir_llm.config import load_config
+    from clir_llm.executor import LocalExecutor
+    from clir_llm.translate import NLLBOptions, NLLBTranslator
+    nllb = lambda **kw: NLLBTranslator("facebook/nllb-200-1.3B", NLLBOptions(**kw))
+    assert nllb(device="cuda").batch_tokens == 32 * 128 and nllb(device="cpu").batch_tokens == 0
+    assert nllb(device="cuda", batch_tokens=0).batch_tokens == 0 and nllb(device="cpu", batch_tokens=4096).batch_tokens == 4096
+    gpu = type("OnGPU", (LocalExecutor,), {"device": "cuda"})()
+    for name in ("paper-clef", "paper-ciral", "paper-clef-quirks", "paper-ciral-quirks"):
+        cfg = load_config(f"configs/{name}.yaml")   # the authors' --batch_size 256 --max_length 128: 32768 padded tokens
+        assert get_translator(cfg.first_stage.translator_spec, executor=gpu).batch_tokens == 256 * 128
+        assert cfg.first_stage.translator.key() == "nllb:facebook/nllb-200-1.3B"     # speed options name no run
+        assert [r.options.batch_size for r in cfg.rerankers] == [1, None, None, 2, 2]   # rank_llm's one window, llm-rankers' two orders
+    spec = TranslatorSpec.parse("nllb:facebook/nllb-200-1.3B[batch_tokens=8192]")
+    assert get_translator(spec, executor=gpu).batch_tokens == 8192 and spec.key() == "nllb:facebook/nllb-200-1.3B"
