@@ -1,4 +1,4 @@
-"""Shared pytest hooks: the reliability suite's summary table (tests/test_reliability*.py) at the end of the session."""
+"""Shared pytest hooks: the reliability summary (hostile inputs, faults, kills, secrets: tests/_reliability.py) at the end of the session."""
 import sys
 from pathlib import Path
 
@@ -9,5 +9,5 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     mod = sys.modules.get("_reliability")
     lines = mod.summary_lines() if mod else []
     if lines:
-        terminalreporter.write_sep("=", "reliability summary (observed by tests/test_reliability*.py)")
+        terminalreporter.write_sep("=", "reliability summary (observed by the tests through tests/_reliability.py)")
         for line in lines: terminalreporter.write_line(line)

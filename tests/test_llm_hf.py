@@ -365,3 +365,11 @@ def test_offline_qwen_generates(tmp_path):
     assert again.generate(prompts, max_new_tokens=8, progress=False) == out and again.usage.calls == 0 and again._model is None
     fresh = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(tmp_path, mode="off"), batch_size=1)
     assert fresh.batch_size == 1 and fresh.generate(prompts, max_new_tokens=8, progress=False) == out and fresh.usage.calls == 2
+
+
+def test_hf_identity_is_unchanged():
+    "Recorded demo calls must still hit: hf: identities carry no endpoint (issue 14 finding 2; its openai: half is in test_llm_openai)."
+    from types import SimpleNamespace
+    fp32 = SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=False), dtype="torch.float32")   # a loaded model: fp32, no switch
+    hf = HFBackend("m", revision="abc", hf_model=fp32, hf_tokenizer=SimpleNamespace(chat_template=None))
+    assert hf.identity() == {"kind": "hf", "model": "m", "revision": "abc"}

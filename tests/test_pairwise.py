@@ -10,6 +10,7 @@ from clir_llm.pairwise import (HEAPSORT_TIES, SORTS, HeapsortOptions, HeapsortQu
 from clir_llm.rerank import RerankerSpec, TextStats, get_reranker
 from clir_llm.testing import QrelsOracle, tiny_setup
 from _rerankers import CatColl, Fixed, Recording, first_run, ideal, make, tiny, top_grades   # noqa: F401  (tiny: a fixture)
+import _reliability as R
 
 METHODS = ["pairwise-allpair", "pairwise-heapsort", "pairwise-bubblesort"]
 
@@ -373,3 +374,11 @@ def test_prp_on_tiny_mt5_decoder_prefix(tiny):
     assert prefilled and prompt[-1] == {"role": "assistant", "content": "Passage"}
     out = rr.rerank(coll, run, k=5)
     assert all(sorted(out.docids(q)) == sorted(run.docids(q)) for q in run)
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+@pytest.mark.parametrize("k", ["0", "-3"])
+def test_sort_k_must_be_positive(tmp_path, k):
+    p = R.run_cli("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path, "in.trec"), "--method", "pairwise-bubblesort",
+                  "--llm", "openai:x", "--sort-k", k, "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"))
+    R.expect_rc(f"--sort-k {k}", p.returncode, p.stderr, "greater than 0", cls="numbers")
