@@ -4,13 +4,13 @@
 
 # %% ../nbs/14_cli.ipynb #201bd9fe
 from __future__ import annotations
-import contextlib, importlib, logging, os, sys, traceback, warnings
+import contextlib, importlib, logging, os, re, sys, traceback, warnings
 from . import __version__
 from .core import ClirError, redact
 from .progress import quiet_libraries, setup_logging
 
 # %% auto #0
-__all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'main']
+__all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
@@ -54,11 +54,18 @@ def _command(func, name: str, rest: list[str]) -> int:
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null): return int(func(rest) or 0)
 
 # %% ../nbs/14_cli.ipynb #f704fdb2
+LONG_WORD = 300   # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
+
+def _said(e) -> str:
+    "An error's line as printed: every credential the process holds redacted (`core.redact`), a word over `LONG_WORD` characters cut."
+    return re.sub(r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e))
+
+# %% ../nbs/14_cli.ipynb #5ef80862
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)
     try: argv = _verbosity(argv)
-    except ClirError as e: print(f"clir-llm: error: {e}", file=sys.stderr); return 2
+    except ClirError as e: print(f"clir-llm: error: {_said(e)}", file=sys.stderr); return 2
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage()); return 0
     if argv[0] == "--version":
@@ -75,7 +82,7 @@ def main(argv=None) -> int:
     try:
         return _command(func, name, rest)
     except ClirError as e:
-        print(f"clir-llm {name}: error: {redact(e)}", file=sys.stderr); return 1
+        print(f"clir-llm {name}: error: {_said(e)}", file=sys.stderr); return 1
     except BrokenPipeError:   # output piped into `head` and closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 0
     except KeyboardInterrupt:
