@@ -83,3 +83,53 @@ def test_dry_run_file_level_errors(tmp_path):
     rc, err = R.dry_run(tmp_path / "bom.yaml")
     R.hostile("configs", "config with BOM and CRLF", rc == 0)
     assert rc == 0, err
+
+
+# ---------- issue 26 items 3, 5, 10, 11: YAML read strictly and within bounds, numbers bounded, names that stay where they belong
+def _alias_bomb(): return "a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"a{i}: &a{i} [{','.join(['*a%d' % (i - 1)] * 10)}]\n" for i in range(1, 9)) + yaml.safe_dump(_demo())
+
+
+def _five_thousand_digits():
+    c = _demo(); c["first_stage"]["depth"] = 7
+    return yaml.safe_dump(c).replace("depth: 7", "depth: " + "9" * 5000)
+
+
+ISSUE26_CONFIGS = [   # (kind, the file's text, what the one line says); each was a traceback, minutes, or silence on 7ce5228
+    ("duplicate key", lambda: "name: a\n" + yaml.safe_dump(_demo()), "key 'name' given twice (first on line 1)"),
+    ("alias bomb", _alias_bomb, "an alias bomb?"),
+    ("nesting 5000 deep", lambda: yaml.safe_dump(_demo()) + "stand_in_note: " + "[" * 5000 + "]" * 5000 + "\n", "nesting deeper than 64 levels"),
+    ("a 5000-digit integer", _five_thousand_digits, "an integer of 5,000 digits"),
+    ("depth 10^12", lambda: yaml.safe_dump(_demo(x=lambda c: c["first_stage"].update(depth=10**12))), "first_stage.depth: Input should be less than or equal to 10000"),
+    ("pairs: []", lambda: yaml.safe_dump(_demo(pairs=[])), "pairs: List should have at least 1 item"),
+    ("a pair given twice", lambda: yaml.safe_dump(_demo(pairs=["en-de", "en-de", "en-fi", "en-it", "en-ru", "de-fi", "de-it", "de-ru"])),
+     "pairs: pair en-de given twice"),
+    ("experiment outside nbs/experiments", lambda: yaml.safe_dump(_demo(experiments=["../../../tmp/evil"])), "experiments.0: String should match pattern"),
+    ("plugin that is a path", lambda: yaml.safe_dump(_demo(plugins=["../evil"])), "plugins: '../evil' is not a module name"),
+    ("NaN reference value", lambda: yaml.safe_dump(_demo(references=[dict(measure="MAP", row="X (copied)", source="a paper",
+                                                                         values={"en-de": float("nan")})])),
+     "references.0.values.en-de: Input should be a finite number"),
+    ("files: folder that does not exist", lambda: yaml.safe_dump(_demo(collection="files:/nonexistent/folder", x=lambda c: [
+        c.pop("rerankers"), c.pop("doc_length"), c["first_stage"].pop("only_pairs")])), "/nonexistent/folder is not a folder"),
+]
+
+
+@pytest.mark.parametrize("kind, text, what", ISSUE26_CONFIGS, ids=[b[0] for b in ISSUE26_CONFIGS])
+def test_dry_run_refuses_unbounded_or_misplaced_configs(tmp_path, kind, text, what):
+    "One line within seconds (no RecursionError, no 650 MB, no Java exception later, no silent acceptance)."
+    import time
+    p = tmp_path / "c.yaml"; p.write_text(text())
+    t0 = time.monotonic(); rc, err = R.dry_run(p)
+    R.expect_rc(f"config: {kind}", rc, err, what)
+    assert time.monotonic() - t0 < 60
+
+
+def test_dry_run_says_the_configuration_imports_code(tmp_path, monkeypatch):
+    "issue 26 item 12: a configuration with `plugins:` is said to import code (the dry run imports it to resolve its names)."
+    (tmp_path / "cfg26_plugin.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(plugins=["cfg26_plugin"])))
+    r = R.run_main("reproduce", p, "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "this configuration imports code: cfg26_plugin" in r.stdout and "nothing was loaded" not in r.stdout.replace(
+        "nothing was loaded or downloaded; the configuration's code was imported", ""), r.stdout[-1500:]
