@@ -488,3 +488,11 @@ def test_non_utf8_clef_file(tmp_path):
         coll = load_collection("clef2003", "en-ru", root=tmp_path / "clef", check_counts=False)
         for _ in coll.iter_docs(): pass
     assert e.value.path == str(izv) and e.value.line == n + 1 and "0xff" in str(e.value), str(e.value)
+
+
+def test_datasets_fails_on_a_broken_folder(tmp_path):
+    "issue 26 item 13: `clir-llm datasets files:<folder>` of a folder that is not a collection said so and exited 0; now exit 1."
+    broken = tmp_path / "broken"; broken.mkdir(); (broken / "queries.en.tsv").write_text("q1\thello\n")
+    p = R.run_main("datasets", f"files:{broken}", "--pair", "en-de")
+    R.hostile("input files", "datasets of a broken folder", p.returncode == 1 and "Traceback" not in p.stderr)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and f"files:{broken} en-de" in p.stderr, (p.returncode, p.stderr)

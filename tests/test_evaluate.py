@@ -47,3 +47,13 @@ def test_no_judged_query_warns(tmp_path):
     p = R.run_cli("evaluate", "--qrels", q, "--run", r, "--measures", "MAP")
     assert p.returncode == 0 and p.stdout.split() == ["MAP", "0.0000"], p
     assert p.stderr.strip().count("\n") == 0 and "warning: no query of the run (1 query, e.g. 'zz') is judged" in p.stderr, p.stderr
+
+
+def test_a_measure_given_twice_and_a_huge_argument(tmp_path):
+    "issue 26 items 10, 13: a measure given twice (two spellings) is one line; a 100 KB argument is not echoed whole."
+    q, r = R.trec_files(tmp_path)
+    p = R.run_main("evaluate", "--qrels", q, "--run", r, "--measures", "MAP map")
+    R.expect_one_line_error("measure given twice", p, "arguments", "measure 'map' is given twice (as MAP)")
+    p = R.run_main("evaluate", "--qrels", q, "--run", r, "--measures", "x" * 100_000)
+    err = R.expect_one_line_error("a 100 KB argument", p, "arguments", "unknown measure")
+    assert len(err) < 1000 and "(100,002 characters)" in err, len(err)

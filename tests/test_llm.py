@@ -577,3 +577,10 @@ def test_cached_rerank_reports_work_done_now(tmp_path):
     assert warm.seconds < 0.3, warm.seconds                          # not the recorded 0.3 s per call
     assert abs(warm.counters["cached_usd"] - cold.cost_usd) < 1e-12   # what the hits would have cost, kept apart
     assert warm.counters["cached_seconds"] >= 0.3 * cold.calls and warm.counters["cached_tokens_in"] == cold.tokens_in
+
+
+def test_an_option_given_twice_in_a_backend_spec_is_refused(tmp_path):
+    "issue 26 item 11: `hf:x[dtype=a,dtype=b]` was read with the last value winning; now one line naming the option."
+    p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                   "--llm", "hf:x[dtype=float32,dtype=bfloat16]", "--out", tmp_path / "o.trec")
+    R.expect_one_line_error("llm option given twice", p, "arguments", "option 'dtype' is given twice")
