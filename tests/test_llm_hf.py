@@ -373,3 +373,18 @@ def test_hf_identity_is_unchanged():
     fp32 = SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=False), dtype="torch.float32")   # a loaded model: fp32, no switch
     hf = HFBackend("m", revision="abc", hf_model=fp32, hf_tokenizer=SimpleNamespace(chat_template=None))
     assert hf.identity() == {"kind": "hf", "model": "m", "revision": "abc"}
+
+
+def test_an_unknown_hub_id_fails_in_seconds(tmp_path):
+    """issue 26 item 13: an id that is not in the local Hugging Face cache and that the Hub does not answer (here: nothing
+    listens at HF_ENDPOINT) is one LLMError naming it, after one look-up (7ce5228: the Hub client retried for 30 s)."""
+    import os, subprocess, sys
+    code = ("import time, torch, transformers, huggingface_hub, clir_llm.llm_hf\nfrom clir_llm.llm import get_backend\nt = time.monotonic()\n"
+            "try: get_backend('hf:no-such-org/no-such-model-26')\nexcept Exception as e: print(type(e).__name__, e)\n"
+            "print(round(time.monotonic() - t, 1))\n")
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None); env.pop("TRANSFORMERS_OFFLINE", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    *said, seconds = p.stdout.strip().splitlines()
+    assert said and said[0].startswith("LLMError hf:no-such-org/no-such-model-26: not in the local Hugging Face cache"), p.stdout + p.stderr[-2000:]
+    assert "thrown while requesting" not in p.stderr and float(seconds) < 20, (seconds, p.stderr[-2000:])

@@ -388,7 +388,7 @@ def test_scale_benchmark_quick_meets_the_pool_target(capsys):
 def test_options_and_identity(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     o = OpenAIOptions()
-    assert (o.concurrency, o.max_retries, o.timeout, o.api, o.prefill, o.logprobs) == (4, 6, 60.0, "auto", False, True)
+    assert (o.concurrency, o.max_retries, o.timeout, o.api, o.prefill, o.logprobs) == (4, 6, 30.0, "auto", False, True)   # issue 26: timeouts in seconds
     assert OpenAIBackend("gpt-4.1").identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None}   # the default API: no endpoint
     b = OpenAIBackend.create("gpt-4.1", base_url="http://user:sk-URLKEY-1@Host:8000/v1/", concurrency=2)
     assert b.identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None, "endpoint": "http://host:8000/v1"}

@@ -381,3 +381,41 @@ def test_tables_identical_cold_force_replay_fresh_cache(tmp_path):
         R.STATS["table_runs"].append(name)
         if tables != cold: R.STATS["table_mismatches"] += 1
     assert all(t == cold for t in runs.values()), [n for n, t in runs.items() if t != cold]
+
+
+# ---------- issue 26 item 3: `recorded:` never names what the run must not replace
+@pytest.mark.parametrize("how", ["the configuration", "a link to the configuration"])
+def test_recorded_never_replaces_the_configuration(tmp_path, how):
+    "`recorded:` naming the configuration (or a link to it): `reproduce --no-recorded` wrote JSONL over the config; now one line first."
+    target = "c.yaml" if how == "the configuration" else "rec.jsonl"
+    cfg = dict(name="selfrec", collection="fixture", pairs=["en-de"], measure="MAP", first_stage=dict(methods=["bm25-og"]),
+               experiments=["1_first_stage"], recorded=target)
+    p = tmp_path / "c.yaml"; text = yaml.safe_dump(cfg); p.write_text(text)
+    if target != "c.yaml": (tmp_path / target).symlink_to(p)
+    r = R.run_main("reproduce", p, "--no-recorded", "--results", tmp_path / "res", "--figures", tmp_path / "fig")
+    R.expect_one_line_error(f"recorded: {how}", r, "outputs", "is also an input of this command" if target == "c.yaml" else "rec.jsonl: is a link")
+    assert p.read_text() == text and not (tmp_path / "res" / "selfrec").exists()
+
+
+# ---------- issue 26 item 7: `--no-recorded` records an openai: reranker that has a base_url
+def test_no_recorded_records_an_openai_backend_with_its_base_url(tmp_path, monkeypatch):
+    """The calls of an `openai:` reranker with a `base_url` (made by `clir-llm rerank` against a local server, their keys logged as
+    `reproduce --no-recorded` logs them) are written to the recorded file: the backend is rebuilt as configured, with its URL."""
+    from clir_llm.config import load_config
+    from clir_llm.reproduce import record_responses
+    out = tmp_path / "res"; out.mkdir()
+    monkeypatch.setenv("CLIR_LLM_CACHE", str(tmp_path / "cache")); monkeypatch.setenv("CLIR_LLM_KEY_LOG", str(out / ".llm-keys.log"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False); monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with FakeOpenAIServer(responder=lambda msgs, body: "[2] > [1] > [3]") as srv:
+        r = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                       "--llm", "openai:gpt-4o-mini", "--llm-base-url", srv.url, "--top-k", "2", "--window", "2", "--step", "1",
+                       "--out", tmp_path / "rr.trec")
+        assert r.returncode == 0, r.stderr[-2000:]
+        cfg = dict(name="rec", collection="fixture", pairs=["en-de"], measure="MAP", first_stage=dict(methods=["bm25-og"]),
+                   rerankers=[dict(name="API listwise", llm=f"openai:gpt-4o-mini[base_url={srv.url}]", method="listwise",
+                                   first_stages=["bm25-og"], top_k=2, window=2, step=1)],
+                   experiments=["2_listwise"], recorded="rec.jsonl")
+        p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(cfg))
+        res = record_responses(load_config(p), out, log=lambda *a: None)
+    lines = (tmp_path / "rec.jsonl").read_text().splitlines()
+    assert res["calls"] == len(lines) == len(srv.requests) > 0
