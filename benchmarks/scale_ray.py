@@ -1,6 +1,6 @@
 """Scale-out benchmark of the Ray execution engine (issue 18 item 4): `target ray-2-workers`.
 
-CPU-bound dense encoding through `clir_llm.engine.RayEngine`: two Ray actors with one torch thread each against one
+CPU-bound dense encoding through `clir_llm.engine.RayExecutor`: two Ray actors with one torch thread each against one
 actor with one thread, on the same passages and model, same batches (length-sorted, batch size 8), nothing cached.
 Each side runs twice, alternately (1, 2, 1, 2 workers), and its best time counts (another tenant only slows a run down). Models are loaded, and each actor has encoded one batch, before the clock starts; the time is the encoding of every passage, including
 the driver's part (sorting, collecting, stacking). The vectors of the two runs must be the same bytes.
@@ -22,7 +22,8 @@ from pathlib import Path
 GOAL = 1.6
 
 
-def _encoder(tiny: bool, tmp: Path):
+def _encoder(tiny: bool, tmp: Path, executor):
+    "The encoder of the benchmark on `executor` (nothing cached), and its name."
     from clir_llm.cache import Cache
     from clir_llm.dense import Encoder, EncoderSpec, get_encoder_spec, tiny_random_model
     if not tiny:
@@ -32,7 +33,8 @@ def _encoder(tiny: bool, tmp: Path):
             spec = get_encoder_spec("e5-small", doc_max_length=128)
         except Exception: tiny = True
     if tiny: spec = EncoderSpec("tiny-bench", str(tiny_random_model("bert", tmp / "tiny")), "tiny", "mean", max_length=48, doc_max_length=48)
-    return Encoder(spec, device="cpu", batch_size=8, cache=Cache(tmp / "off", mode="off"), progress=False), spec.name
+    return Encoder.create(spec, device="cpu", batch_size=8, cache=Cache(tmp / "off", mode="off"), executor=executor,
+                          progress=False), spec.name
 
 
 def _matmul(_=None) -> float:
@@ -61,7 +63,7 @@ def ray_target(n_docs: int = 192, tiny: bool = False, log=print, repeats: int = 
     best time of each side (a shared machine's other tenants only ever slow a run down); print and return the target line."""
     import ray
     from clir_llm.collections import load_collection
-    from clir_llm.engine import ExecutionSpec, RayEngine, start_local_ray
+    from clir_llm.engine import ExecutionSpec, RayExecutor, start_local_ray
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"): ray.init(include_dashboard=False, log_to_driver=False)
         else: start_local_ray(num_cpus=2)   # a 2-CPU cluster here (works around Ray's 15 s agent wait on a busy machine)
@@ -69,15 +71,14 @@ def ray_target(n_docs: int = 192, tiny: bool = False, log=print, repeats: int = 
     tmp = Path(tempfile.mkdtemp())
     seconds, vecs, model = {1: [], 2: []}, {}, None
     for w in (1, 2) * repeats:
-        enc, model = _encoder(tiny, tmp)
-        engine = RayEngine(ExecutionSpec(engine="ray", workers=w, threads_per_worker=1))
-        engine.attach_encoder(enc)
-        enc._workers(); engine.pids()                 # models loaded before the clock starts
-        engine.map("encode", [([d.text for d in docs[:8]], 128, "")] * w)   # and each actor's first call (allocator, kernels) made
+        ex = RayExecutor(ExecutionSpec(engine="ray", workers=w, threads_per_worker=1))
+        enc, model = _encoder(tiny, tmp, ex)
+        ex.warm(enc)                                  # actors up, the encoder rebuilt in each, before the clock starts
+        ex.map(enc, "encode_batch", [([d.text for d in docs[:8]], 128, "")] * w)   # each actor's first batch: model loaded, kernels warm
         t0 = time.perf_counter()
         v = enc.encode_docs(docs)
         seconds[w].append(time.perf_counter() - t0)
-        engine.close()
+        ex.close()
         if vecs.setdefault(w, v).tobytes() != v.tobytes(): log(f"ERROR: {w} worker(s) gave other vectors on a repeat")
     runs = {w: ", ".join(f"{t:.1f}" for t in ts) for w, ts in seconds.items()}
     seconds = {w: min(ts) for w, ts in seconds.items()}

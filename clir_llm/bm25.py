@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_bm25.ipynb #bb0672db
 from __future__ import annotations
-import contextlib, glob, hashlib, json, os, re, shutil, sys, tempfile, time
+import contextlib, glob, hashlib, json, logging, os, re, shutil, sys, tempfile, time
 from importlib.metadata import version as _package_version
 from pathlib import Path
 from typing import Iterable
@@ -15,6 +15,8 @@ from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
 from .cache import Cache, default_cache_dir
 from .languages import language
 from .specs import Options, opt
+
+_log = logging.getLogger(__name__)   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',
@@ -215,7 +217,7 @@ def _usable(final: Path, warn: bool = False) -> bool:
         if why is None:
             meta = json.loads((final / "meta.json").read_text())
             atomic_write(final / "meta.json", json.dumps({**meta, "files": _manifest(final)}, indent=1))
-    if why and warn: print(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it", file=sys.stderr)
+    if why and warn: _log.warning(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it")
     return why is None
 
 # %% ../nbs/07_bm25.ipynb #def1d350

@@ -790,5 +790,8 @@ def cli_datasets(argv=None) -> int:
             judged = sum(map(len, c.qrels.values())); rel = sum(len(c.qrels.relevant(q)) for q in c.qrels)
             print(f"{n:<10} {p:<6} {len(c.queries):>7} {nd:>9} {judged:>7} {rel:>8}  {desc}")
     print(f"\n--collection and the config key collection: accept {', '.join(e.example for e in COLLECTIONS.entries())}")
+    print("options (load_collection(name, pair, **options); a configuration gives root:)")
+    w = max(len(e.example) for e in COLLECTIONS.entries())
+    for e in COLLECTIONS.entries(): print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
     if broken: raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
     return 0

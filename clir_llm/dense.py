@@ -20,10 +20,10 @@ from .executor import LOCAL, Executor
 from .specs import Options, Quirks, Registry, opt
 
 # %% auto #0
-__all__ = ['NV_INSTRUCTION', 'NV_EMBED_REVISION', 'ENCODERS', 'ENCODER_FAMILIES', 'POOLINGS', 'ENCODER_LOADERS', 'Quirk',
-           'EncoderSpec', 'get_encoder_spec', 'encoder_quirks', 'doc_input', 'query_input', 'cls_pool', 'mean_pool',
-           'last_pool', 'EncoderQuirks', 'EncoderOptions', 'options_from', 'Encoder', 'rebuild_encoder',
-           'tiny_random_model', 'DenseOptions', 'Dense']
+__all__ = ['NV_INSTRUCTION', 'NV_EMBED_REVISION', 'ENCODERS', 'QWEN3_INSTRUCTION', 'ENCODER_FAMILIES', 'POOLINGS',
+           'ENCODER_LOADERS', 'Quirk', 'EncoderSpec', 'get_encoder_spec', 'encoder_quirks', 'doc_input', 'query_input',
+           'cls_pool', 'mean_pool', 'last_pool', 'EncoderQuirks', 'EncoderOptions', 'options_from', 'Encoder',
+           'rebuild_encoder', 'tiny_random_model', 'DenseOptions', 'Dense']
 
 # %% ../nbs/08_dense.ipynb #f1b7072c
 @dataclass(frozen=True)
@@ -106,6 +106,16 @@ for _s in [
                 "query: ", "passage: ", stand_in=True),
 ]: ENCODERS.register(_s.name, _s, summary=_s.label)
 
+# %% ../nbs/08_dense.ipynb #8f1e7c53
+QWEN3_INSTRUCTION = "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"   # the card's task
+
+for _s in [
+    EncoderSpec("qwen3-embedding-0.6b", "Qwen/Qwen3-Embedding-0.6B", "Qwen3-Embedding-0.6B", "last-left", QWEN3_INSTRUCTION, "",
+                title_sep=" ", max_length=8192, doc_max_length=8192, revision="97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3"),
+    EncoderSpec("qwen3-embedding-8b", "Qwen/Qwen3-Embedding-8B", "Qwen3-Embedding-8B", "last-left", QWEN3_INSTRUCTION, "",
+                title_sep=" ", max_length=8192, doc_max_length=8192, revision="1d8ad4ca9b3dd8059ad90a75d4983776a23d44af"),
+]: ENCODERS.register(_s.name, _s, summary=_s.label + " (beyond the paper)")
+
 # %% ../nbs/08_dense.ipynb #13114f2a
 ENCODER_FAMILIES = Registry("dense encoder family", plugins=("clir_llm.dense_hf",))   # prefix -> factory(arg) -> EncoderSpec
 
@@ -160,7 +170,8 @@ def last_pool(hidden, mask):
     idx = mask.sum(1).long() - 1
     return hidden[torch.arange(hidden.shape[0], device=hidden.device), idx]
 
-POOLINGS = {"cls": cls_pool, "mean": mean_pool, "last": last_pool}
+POOLINGS = {"cls": cls_pool, "mean": mean_pool, "last": last_pool,
+            "last-left": last_pool}   # Qwen3-Embedding: the tokenizer's own EOS, left padding (its model card)
 
 # %% ../nbs/08_dense.ipynb #de751952
 class EncoderQuirks(Quirks):
@@ -318,6 +329,8 @@ def encode_docs(self: Encoder, docs: Sequence[Document], sort: bool = True, prog
 @patch
 def _tokenize(self: Encoder, texts: list[str], max_length: int):
     tok = self._tok
+    if self.spec.pooling == "last-left":   # the tokenizer appends its EOS itself (Qwen3-Embedding's); padded on the left
+        return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt", padding_side="left")
     if self.spec.pooling != "last":
         return tok(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     if tok.eos_token_id is None: raise ClirError(f"encoder {self.spec.name}: last-token pooling needs an EOS token")

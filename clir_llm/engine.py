@@ -4,7 +4,7 @@
 
 # %% ../nbs/13g_engine.ipynb #1cb77cc8
 from __future__ import annotations
-import copy, json, os, time
+import contextlib, copy, json, os, socket, time
 from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import Field
@@ -21,13 +21,15 @@ class ExecutionSpec(Spec):
     "Where the heavy work runs; never part of what is computed (not in run names or cache keys)."
     engine: Literal["local", "ray"] = Field("local", description="local: this process; ray: Ray actors, one model each")
     address: Optional[str] = Field(None, description="Ray cluster: none starts one on this machine; 'auto' joins "
-                                   "`ray start` on the head node; 'ray://HOST:10001' a remote head", json_schema_extra={"flag": "--ray-address"})
+                                   "`ray start` on the head node; 'ray://HOST:10001' a remote head",
+                                   json_schema_extra={"flag": "--ray-address"})
     workers: int = Field(2, gt=0, description="Ray actors (each loads its own copy of the model)")
     gpus_per_worker: float = Field(0, ge=0, description="GPUs per actor (0: CPU)")
     threads_per_worker: Optional[int] = Field(None, gt=0, description="torch threads per actor (each reserves as many "
-                                              "Ray CPUs); none: as many as this process uses, which byte-identical CPU vectors "
-                                              "need (1 Ray CPU reserved)")
-    timeout: float = Field(10.0, gt=0, le=3600, description="seconds to wait for a Ray address to answer before giving up")
+                                              "Ray CPUs); none: as many as this process uses, which byte-identical CPU "
+                                              "vectors need (1 Ray CPU reserved)")
+    timeout: float = Field(10.0, gt=0, le=3600,
+                           description="seconds to wait for a Ray address to answer before giving up")
 
     def key(self) -> str: return "local" if self.engine == "local" else f"ray(workers={self.workers})"
     def cpus(self) -> int: "Ray CPUs one actor reserves." ; return self.threads_per_worker or 1
@@ -41,18 +43,22 @@ class ExecutionSpec(Spec):
 # %% ../nbs/13g_engine.ipynb #58820931
 EXECUTION_ENV = "CLIR_LLM_EXECUTION"   # JSON of ExecutionSpec fields set by `reproduce --engine ...` for its notebooks
 
+# %% ../nbs/13g_engine.ipynb #1cdadc1a
 def execution_of(cfg=None, **override) -> ExecutionSpec:
-    "The execution spec of a configuration (its `execution:`), with `$CLIR_LLM_EXECUTION` and then `override` (non-None) laid over it."
+    """The execution spec of a configuration (its `execution:`), with `$CLIR_LLM_EXECUTION` and then `override`
+    (the values that are not None) laid over it."""
     base = dict(getattr(cfg, "execution", None) or ExecutionSpec()) if cfg is not None else {}
     if env := os.environ.get(EXECUTION_ENV):
         try: base.update(json.loads(env))
-        except (ValueError, TypeError): raise ClirError(f"${EXECUTION_ENV} is not a JSON mapping: {env[:80]!r}") from None
+        except (ValueError, TypeError):
+            raise ClirError(f"${EXECUTION_ENV} is not a JSON mapping: {env[:80]!r}") from None
     base.update({k: v for k, v in override.items() if v is not None})
     return validated(ExecutionSpec, base, where="execution")
 
-# %% ../nbs/13g_engine.ipynb #24517b07
+# %% ../nbs/13g_engine.ipynb #ecc3ca09
 class Worker:
-    "One owner rebuilt in one process (a Ray actor) from its recipe; `call(method, args)` runs one batch there, nothing cached."
+    """One owner rebuilt in one process (a Ray actor) from its recipe; `call(method, args)` runs one batch there,
+    nothing cached."""
     def __init__(self, factory, args: tuple, threads: int = 1, delay: float = 0.0):
         import torch   # heavy: loaded in the worker process only
         torch.set_num_threads(threads)
@@ -67,20 +73,25 @@ class Worker:
         before = copy.deepcopy(self.obj.usage)
         out = getattr(self.obj, method)(*args)
         self.sizes.append(len(args[0]) if args and hasattr(args[0], "__len__") else 1)
-        return out, self.obj.usage.minus(before)
+        used = self.obj.usage.minus(before)
+        # with the counters the call created at 0: a local owner has them too
+        used.counters = {k: v - before.counters.get(k, 0) for k, v in self.obj.usage.counters.items()
+                         if v != before.counters.get(k)}
+        return out, used
 
 # %% ../nbs/13g_engine.ipynb #2dbbc792
-import contextlib, socket
-
 def _free_port() -> int:
+    "A TCP port nothing listens on now."
     with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
+# %% ../nbs/13g_engine.ipynb #9bc9ac53
 @contextlib.contextmanager
 def _agent_ports_in_advance():
     "While Ray starts a node here: the dashboard agent's ports chosen beforehand, its listen-port file written first."
     try:
-        import ray._private.node as node, ray._private.parameter as parameter   # optional: the ray extra (its internals, Ray 2.60)
-        from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port
+        # optional: the ray extra (its internals, Ray 2.60)
+        import ray._private.node as node, ray._private.parameter as parameter
+        from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port   # optional: the ray extra (Ray 2.60 internals)
         init, start = parameter.RayParams.__init__, node.Node.start_raylet
     except (ImportError, AttributeError): yield; return   # another Ray: start as it does
     def params(self, *a, **kw):
@@ -88,12 +99,14 @@ def _agent_ports_in_advance():
         for f in ("metrics_agent_port", "metrics_export_port", "runtime_env_agent_port", "dashboard_agent_listen_port"):
             if not getattr(self, f, None) or f == "dashboard_agent_listen_port": setattr(self, f, _free_port())
     def raylet(self, *a, **kw):
-        persist_port(self._session_dir, self._node_id, DASHBOARD_AGENT_LISTEN_PORT_NAME, self._ray_params.dashboard_agent_listen_port)
+        persist_port(self._session_dir, self._node_id, DASHBOARD_AGENT_LISTEN_PORT_NAME,
+                     self._ray_params.dashboard_agent_listen_port)
         return start(self, *a, **kw)
     parameter.RayParams.__init__, node.Node.start_raylet = params, raylet
     try: yield
     finally: parameter.RayParams.__init__, node.Node.start_raylet = init, start
 
+# %% ../nbs/13g_engine.ipynb #c878a353
 def start_local_ray(num_cpus: int | None = None):
     "Start a Ray cluster on this machine (never joins another), with `num_cpus` CPUs (None: all); returns `ray`."
     import ray   # optional: the ray extra
@@ -101,9 +114,9 @@ def start_local_ray(num_cpus: int | None = None):
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     return ray
 
-# %% ../nbs/13g_engine.ipynb #25c06482
-GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare (4 gave
-            # 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
+# %% ../nbs/13g_engine.ipynb #a5c50678
+GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare
+            # (4 gave 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
 
 # %% ../nbs/13g_engine.ipynb #75f8394a
 class RayExecutor(Executor):
@@ -119,10 +132,10 @@ class RayExecutor(Executor):
     def describe(self) -> str: return self.spec.describe()
 
     def map(self, owner, method: str, calls) -> list:
-        """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call sent to
-        the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
+        """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call
+        sent to the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
         import ray   # optional: the ray extra, imported when a Ray executor is used
-        from ray.util import ActorPool
+        from ray.util import ActorPool   # optional: the ray extra
         actors = self.pool(owner)
         try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
         except ray.exceptions.RayTaskError as e:
@@ -130,49 +143,71 @@ class RayExecutor(Executor):
             last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
             raise ClirError(f"a Ray worker failed: {type(cause).__name__}" + (f": {last}" if last else "")) from None
         except ray.exceptions.RayActorError as e:
-            if getattr(e, "actor_init_failed", False):   # its constructor raised (model not found, an extra not installed there)
+            if getattr(e, "actor_init_failed", False):   # its constructor raised (no model there, no extra)
                 lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
                 raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
-            raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {str(e).strip().splitlines()[0]}") from None
+            first = str(e).strip().splitlines()[0]
+            raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {first}") from None
         for _, used in done: owner.usage.add(used)
         return [out for out, _ in done]
 
 # %% ../nbs/13g_engine.ipynb #f4614749
 def reachable(address: str, timeout: float = 10.0) -> str:
-    "`address` (`host:port` or `ray://host:port`) if something accepts a TCP connection there within `timeout` seconds; else a ClirError."
+    """`address` (`host:port` or `ray://host:port`) if something accepts a TCP connection there within `timeout`
+    seconds; else a ClirError."""
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit(): raise ClirError(f"Ray address {address!r} is not host:port (or ray://host:port, or auto)")
+    if not host or not port.isdigit():
+        raise ClirError(f"Ray address {address!r} is not host:port (or ray://host:port, or auto)")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout): return address
-    except OSError as e: raise ClirError(f"cannot reach the Ray cluster at {address!r} within {timeout:g} s: {e.strerror or e}") from None
+    except OSError as e:
+        why = e.strerror or e
+        raise ClirError(f"cannot reach the Ray cluster at {address!r} within {timeout:g} s: {why}") from None
 
 # %% ../nbs/13g_engine.ipynb #18a8caa4
 @patch
 def start(self: RayExecutor):
     "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
-    try: import ray
+    try: import ray   # optional: the ray extra
     except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
     address = self.spec.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         if address and address != "auto": reachable(address, self.spec.timeout)
         try:
-            if address: ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
+            if address:
+                ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
             else: start_local_ray()
         except Exception as e:   # Ray raises ConnectionError, RuntimeError, ValueError and bare Exception here
-            raise ClirError(f"cannot {'reach the Ray cluster at ' + repr(address) if address else 'start a local Ray cluster'}: "
-                            f"{str(e).strip().splitlines()[0]}") from None
+            what = f"reach the Ray cluster at {address!r}" if address else "start a local Ray cluster"
+            raise ClirError(f"cannot {what}: {str(e).strip().splitlines()[0]}") from None
     have, s = ray.cluster_resources(), self.spec
     if have.get("CPU", 0) < s.workers * s.cpus() or have.get("GPU", 0) < s.workers * s.gpus_per_worker:
         raise ClirError(f"the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; "
-                        f"{s.workers} workers need {s.workers * s.cpus()} CPUs and {s.workers * s.gpus_per_worker:g} GPUs "
-                        "(lower execution.workers or threads_per_worker)")
+                        f"{s.workers} workers need {s.workers * s.cpus()} CPUs and "
+                        f"{s.workers * s.gpus_per_worker:g} GPUs (lower execution.workers or threads_per_worker)")
     return ray
 
-# %% ../nbs/13g_engine.ipynb #1819124d
+# %% ../nbs/13g_engine.ipynb #0731a40c
+@patch
+def close(self: RayExecutor):
+    "Release the actors of the current pool (the cluster stays up)."
+    if self._actors:
+        import ray   # optional: the ray extra
+        for a in self._actors: ray.kill(a, no_restart=True)
+    self._key, self._actors = None, []
+
+# %% ../nbs/13g_engine.ipynb #527dd1ab
+def _driver_threads() -> int:
+    "This process's torch threads (CPU kernels such as attention sum in another order with other thread counts)."
+    import torch   # heavy: torch is loaded only when a Ray executor needs the driver's threads
+    return torch.get_num_threads()
+
+# %% ../nbs/13g_engine.ipynb #8074fd2f
 @patch
 def pool(self: RayExecutor, owner) -> list:
-    "The actors that hold `owner`'s recipe (`owner.worker()`): made on first use; the pool of another recipe is released first."
+    """The actors that hold `owner`'s recipe (`owner.worker()`): made on first use; the pool of another recipe is
+    released first."""
     factory, args = owner.worker()
     key = (getattr(factory, "__qualname__", repr(factory)), repr(args))
     if key == self._key: return self._actors
@@ -185,37 +220,27 @@ def pool(self: RayExecutor, owner) -> list:
     self._actors, self._key = [actor.remote(factory, args, threads, self.delay) for _ in range(s.workers)], key
     return self._actors
 
-def _driver_threads() -> int:
-    "This process's torch threads (CPU kernels such as attention sum in another order with other thread counts)."
-    import torch   # heavy: torch is loaded only when a Ray executor needs the driver's threads
-    return torch.get_num_threads()
-
-# %% ../nbs/13g_engine.ipynb #527dd1ab
+# %% ../nbs/13g_engine.ipynb #74453044
 @patch
 def warm(self: RayExecutor, owner) -> list[int]:
-    "Start the actors of `owner`'s recipe and wait until their models are loaded; their process ids."
+    """Start the actors of `owner`'s recipe and wait until each has rebuilt the owner; their process ids (a lazily
+    loading owner loads its model on its first batch)."""
     import ray   # optional: the ray extra
     return ray.get([a.pid.remote() for a in self.pool(owner)])
 
+# %% ../nbs/13g_engine.ipynb #ebef9178
 @patch
 def pids(self: RayExecutor) -> list[int]:
-    "The process ids of the current pool's actors (tests kill one)."
+    "The process ids of the current pool's actors (tests kill one); none before the first batch."
     import ray   # optional: the ray extra
     return ray.get([a.pid.remote() for a in self._actors])
 
+# %% ../nbs/13g_engine.ipynb #fac2a101
 @patch
 def batch_sizes(self: RayExecutor) -> list[int]:
-    "The sizes of the batches the current pool's actors computed (tests)."
+    "The sizes of the batches the current pool's actors computed (tests; a restarted actor forgets its own)."
     import ray   # optional: the ray extra
     return [n for sizes in ray.get([a.batches.remote() for a in self._actors]) for n in sizes]
-
-@patch
-def close(self: RayExecutor):
-    "Release the actors of the current pool (the cluster stays up)."
-    if self._actors:
-        import ray   # optional: the ray extra
-        for a in self._actors: ray.kill(a, no_restart=True)
-    self._key, self._actors = None, []
 
 # %% ../nbs/13g_engine.ipynb #30435506
 def make_executor(spec: ExecutionSpec | None, **kw) -> Executor:
@@ -229,6 +254,7 @@ def add_execution_arguments(ap):
     ap.set_defaults(**{k: None for k in ExecutionSpec.model_fields})
     return ap
 
+# %% ../nbs/13g_engine.ipynb #6f2fbcf9
 def execution_args(ns) -> dict:
     "The execution options given on the command line (parsed by a parser with `add_execution_arguments`)."
     return {k: v for k in ExecutionSpec.model_fields if (v := getattr(ns, k, None)) is not None}

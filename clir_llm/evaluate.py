@@ -4,7 +4,7 @@
 
 # %% ../nbs/12_evaluate.ipynb #d70698fd
 from __future__ import annotations
-import contextlib, math, os, subprocess, sys
+import contextlib, logging, math, os, subprocess, sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -16,6 +16,8 @@ from fastcore.basics import patch
 from .core import ClirError, Qrels, Run, cut
 from .collections import load_collection
 from .specs import ArgumentParser
+
+_log = logging.getLogger(__name__)   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
@@ -202,9 +204,10 @@ class ResultTable:
             tests.append(((c.row, c.col), d, p, len(c.scores.index.intersection(b.scores.index))))
         adj = holm([t[2] for t in tests])
         self.tests = pd.DataFrame([{"row": k[0], "col": k[1], "n": n, "delta": d, "p": p, "p_holm": a,
-                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha)}
+                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha),
+                                    "worse": bool(d < 0 and p < alpha), "worse_holm": bool(d < 0 and a < alpha)}
                                    for (k, d, p, n), a in zip(tests, adj)],
-                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm"])
+                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm", "worse", "worse_holm"])
 
     @property
     def means(self) -> pd.DataFrame:
@@ -216,10 +219,10 @@ class ResultTable:
         return df
 
     def marks(self) -> pd.DataFrame:
-        "`†`/`‡` marks per cell ('' when not significant)."
+        "`†`/`‡` per cell significantly better than its baseline, `↓`/`⇓` significantly worse ('' when neither)."
         m = pd.DataFrame("", index=self.rows, columns=list(self.means.columns))
         for t in self.tests.itertuples():
-            m.loc[t.row, t.col] = ("‡" if t.sig_holm else "†") if t.sig else ""
+            m.loc[t.row, t.col] = ("‡" if t.sig_holm else "†") if t.sig else ("⇓" if t.worse_holm else "↓") if t.worse else ""
         return m
 
     def formatted(self) -> pd.DataFrame:
@@ -237,14 +240,15 @@ def to_markdown(self: ResultTable) -> str:
     df = self.formatted(); head = [self.measure or ""] + list(df.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
     lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
-    legend = f"† p < {self.alpha} (paired t-test vs. first stage, uncorrected); ‡ also after Holm correction across the table."
+    legend = (f"† better than the first stage, p < {self.alpha} (paired t-test, uncorrected); ‡ also after Holm correction across "
+              f"the table; ↓ worse, p < {self.alpha} (uncorrected); ⇓ worse also after Holm correction.")
     return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
 
 # %% ../nbs/12_evaluate.ipynb #ecf83279
 @patch
 def to_latex(self: ResultTable) -> str:
     "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
-    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("—", "--"))
+    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("⇓", r"$^\Downarrow$").str.replace("↓", r"$^\downarrow$").str.replace("—", "--"))
     esc = lambda s: str(s).replace("_", r"\_").replace("&", r"\&").replace("%", r"\%")
     out = [r"\begin{tabular}{l" + "r" * len(df.columns) + "}", r"\toprule",
            " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\", r"\midrule"]
@@ -287,8 +291,8 @@ def cli_evaluate(argv=None) -> int:
     df = per_query(run, qrels, a.measures, a.missing)
     if not any(q in qrels for q in run):
         qs = lambda n: f"{n} quer{'y' if n == 1 else 'ies'}"
-        print(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
-              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0", file=sys.stderr)
+        _log.warning(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
+              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0")
     try:
         if a.per_query:
             for q, row in df.iterrows():

@@ -87,21 +87,33 @@ def _row_style(row: str, bases: list, stages: list) -> dict:
 
 # %% ../nbs/13d_figures.ipynb #ba0b8028
 def cost_figure(cost, measure: str, title: str = ""):
-    "Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in one legend."
+    """Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in
+    one legend, with each first stage's score (dashed) and the oracle reordering of its top k (dotted) on the same
+    queries and pairs as horizontal reference lines when the cost rows hold them (`rerank_table`'s do)."""
     import matplotlib.pyplot as plt   # heavy: only when a figure is drawn
     s = cost_summary(cost)
+    y = measure if measure in s.columns else "score"
+    topk = cost.groupby("row", sort=False)["top_k"].first() if "top_k" in cost.columns else {}
     parts = [(r.partition(" » ")[0], r.partition(" » ")[2]) for r in s.index]
     stages = list(dict.fromkeys(fs for fs, _ in parts))
+    refs = {}   # (label, value) -> line style: one line per distinct first stage / oracle value, a grey per first stage
+    for row, (fs, _) in zip(s.index, parts):
+        shade = str(.15 + .25 * (stages.index(fs) % 3))
+        if f"{y} first stage" in s.columns: refs.setdefault((f"{fs} (first stage)", round(s.loc[row, f"{y} first stage"], 6)), dict(ls="--", color=shade))
+        if f"{y} oracle" in s.columns:
+            k = f" top-{topk[row]}" if row in topk else ""
+            refs.setdefault((f"{fs} oracle{k} (ceiling)", round(s.loc[row, f"{y} oracle"], 6)), dict(ls=":", color=shade))
     bases = list(dict.fromkeys((fs, rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest) for fs, rest in parts))
     with plt.rc_context(FIGURE_STYLE):
         fig, axes = plt.subplots(1, 3, figsize=(11, 3.2 + 0.22 * ((len(s) + 1) // 2)), sharey=True, layout="constrained")
         for ax, col, lab in zip(axes, ["prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"],
                                 ["LLM prompts / query", "input tokens / query", "output tokens / query"]):
             for row, r in s.iterrows():
-                ax.plot([r[col]], [r["score"]], label=row, **_row_style(row, bases, stages))
+                ax.plot([r[col]], [r[y]], label=row, **_row_style(row, bases, stages))
+            for (label, v), style in refs.items(): ax.axhline(v, label=label, lw=1, **style)
             ax.set_xlabel(lab); ax.grid(alpha=.3)
             if s[col].min() > 0 and s[col].max() / max(s[col].min(), 1e-9) > 20: ax.set_xscale("log")
-        _ylim(axes[0], s["score"].tolist())
+        _ylim(axes[0], s[y].tolist() + [v for _, v in refs])
         axes[0].set_ylabel(f"{measure} (average over pairs)")
         fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False)
         if title: fig.suptitle(title)

@@ -22,7 +22,7 @@ _OPTS = {"pair", "fields", "dt", "check"}
 def parse_irds_spec(arg: str) -> tuple[str, dict[str, str]]:
     "The ir_datasets id and the options (`pair`, `fields`, `dt`, `check`) of an `irds:` argument."
     did, _, query = str(arg or "").strip().partition("?")
-    opts = dict(parse_qsl(query, keep_blank_values=True))
+    opts = dict(parse_qsl(query.replace("+", "%2B"), keep_blank_values=True))   # a '+' joins fields (title+description), not a space
     if bad := sorted(set(opts) - _OPTS): raise ClirError(f"irds:{arg}: unknown option(s) {', '.join(bad)} ({', '.join(sorted(_OPTS))})")
     if not did: raise ClirError("irds: needs an ir_datasets id, e.g. irds:neuclir/1/zh/trec-2022 (clir-llm datasets irds: lists them)")
     return did, opts

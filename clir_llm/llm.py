@@ -210,7 +210,7 @@ def describe_spec(cls: Backend, spec: "BackendSpec") -> str:
 
 # %% ../nbs/10_llm.ipynb #716affc4
 BACKENDS = Registry("backend", plugins=("clir_llm.llm_hf", "clir_llm.llm_openai", "clir_llm.llm_vllm", "clir_llm.llm_gguf",
-                                        "clir_llm.llm_ort"), contract=Backend)   # each kind registers itself in its module
+                                        "clir_llm.llm_ort", "clir_llm.crossencoder"), contract=Backend)   # each kind registers itself in its module
 
 # %% ../nbs/10_llm.ipynb #5aa4c71e
 def _unknown_backend(spec) -> ClirError:

@@ -35,6 +35,12 @@ HF_MODELS = {m.model: m for m in (
     ModelCard("castorini/rank_zephyr_7b_v1_full", "float16", None, "rank_llm 0.21.0 RankListwiseOSLLM → fastchat load_model (float16 on cuda)"),
     ModelCard("meta-llama/Llama-3.1-8B-Instruct", "float16", None, "llm-rankers 0.0.2 PairwiseLlmRanker (torch_dtype=float16 on cuda)"),
     ModelCard("CohereLabs/aya-101", "float16", None, "llm-rankers 0.0.2 PairwiseLlmRanker, T5 path (torch_dtype=float16 on cuda)"),
+    # beyond the paper (issue 29): the field's LLM rerankers, as their model cards or code load them
+    ModelCard("Qwen/Qwen3-Reranker-0.6B", "float16", "e61197ed45024b0ed8a2d74b80b4d909f1255473",
+              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml"),
+    ModelCard("Qwen/Qwen3-Reranker-8B", "float16", "77d193c791ed757ca307ee72715aa132723da912",
+              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml"),
+    ModelCard("jhu-clsp/rank1-7b", "float16", None, "rank1 (github.com/orionw/rank1) vLLM dtype float16; read as plain text (chat=false)"),
 )}
 
 def model_card(model: str) -> ModelCard | None:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10e_llm_ort.ipynb #a8559ead
 from __future__ import annotations
-import json, re, shutil, subprocess, sys, time
+import json, logging, re, shutil, subprocess, sys, time
 from pathlib import Path
 from typing import Literal, Optional
 import numpy as np
@@ -18,6 +18,8 @@ from .assets import MODEL_EXPORTS, build_folder, dist_version, models_dir, offli
 from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, given_names, local_revision,
                           rebuild_backend)
 from .llm_hf import HFRenderMixin, load_tokenizer
+
+_log = logging.getLogger(__name__)   # messages go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ort_export_dir', 'export_ort', 'ort_exports', 'ort_export_listing', 'ORTOptions', 'ORTBackend']
@@ -57,8 +59,8 @@ def export_ort(source, dest, precision: str = "int4", block_size: int = 32, prog
     _genai()
     source, dest = Path(source), Path(dest)
     def write(tmp: Path):
-        if progress: print(f"clir-llm: exporting {source.name} to ONNX ({precision}) with onnxruntime-genai's model builder, "
-                           f"once (a few minutes for a 0.5B model on 2 cores) -> {dest}", file=sys.stderr, flush=True)
+        if progress: _log.info(f"clir-llm: exporting {source.name} to ONNX ({precision}) with onnxruntime-genai's model builder, "
+                               f"once (a few minutes for a 0.5B model on 2 cores) -> {dest}")
         t0 = time.time()
         r = subprocess.run(_builder_cmd(source, tmp, precision, block_size), capture_output=True, text=True)
         if r.returncode != 0:
@@ -68,7 +70,7 @@ def export_ort(source, dest, precision: str = "int4", block_size: int = 32, prog
         write_json(tmp / "clir_llm_source.json", {"source": str(source), "precision": precision, "block_size": block_size,
                    "engine": _engine(), "built_by": "clir_llm.llm_ort.export_ort", "format": _ORT_FORMAT,
                    "seconds": round(time.time() - t0, 1)})
-        if progress: print(f"clir-llm: exported in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+        if progress: _log.info(f"clir-llm: exported in {time.time() - t0:.0f} s")
     return build_folder(dest, write, done="genai_config.json")
 
 # %% ../nbs/10e_llm_ort.ipynb #45659942

@@ -15,19 +15,12 @@ from .retrieve import FIRST_STAGES
 from .translate import TRANSLATORS
 
 # %% auto #0
-__all__ = ['options_line', 'rows', 'registries', 'cli_methods']
+__all__ = ['rows', 'registries', 'cli_methods']
 
 # %% ../nbs/14a_methods.ipynb #56e67cf0
-def options_line(options_cls) -> str:
-    "The options of a registered class as `name=default` (`name` for a required one), '' for none."
-    if options_cls is None: return ""
-    fields = options_cls.flat_fields()
-    return ", ".join(f"{n}" if f.is_required() else f"{n}={f.default}" for n, f in fields.items())
-
-# %% ../nbs/14a_methods.ipynb #df9eb66b
 def rows(registry: Registry) -> list[tuple[str, str, str]]:
     "(accepted string, summary, options) of every member of `registry`."
-    return [(e.example, e.summary, options_line(registry.options_of(e.name))) for e in registry.entries()]
+    return [(e.example, e.summary, registry.options_line(e.name)) for e in registry.entries()]
 
 # %% ../nbs/14a_methods.ipynb #21e3d920
 def registries() -> dict[str, list[tuple[str, str, str]]]:

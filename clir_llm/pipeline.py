@@ -52,6 +52,13 @@ class Pipeline:
         self._paths[pair, run.name] = path
         return run.canonical()
 
+# %% ../nbs/13b_pipeline.ipynb #527c940e
+def _read_own(path: Path, name: str) -> Run:
+    """A run file this pipeline wrote. A stage that found nothing for any query wrote a file of no lines: that is an
+    empty run here (`Run.read` refuses empty files, which elsewhere are a truncated or wrong file)."""
+    if not Path(path).read_text(encoding="utf-8").strip(): return Run({}, name=name)
+    return Run.read(path, name=name)
+
 # %% ../nbs/13b_pipeline.ipynb #74bd2194
 @patch
 def translator(self: Pipeline):
@@ -96,7 +103,7 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
         self.skipped[str(m), pair] = f"{m.label()} is not run on {pair} (only_pairs in {self.cfg.name})"
         return None
     path = self.first_stage_path(pair, m)
-    if path.exists(): return self._kept(pair, Run.read(path, name=str(m)), path)
+    if path.exists(): return self._kept(pair, _read_own(path, str(m)), path)
     retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
                    doc_max_length=fs.dense_doc_max_length if m.encoders else None, executor=self.executor)
     t0 = time.time()
@@ -138,7 +145,7 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
                       + ((view_identity(self.cfg.first_stage.translator_spec),) if docs != "og" else ()))
-    if path.exists(): return self._kept(pair, Run.read(path, name=label), path)
+    if path.exists(): return self._kept(pair, _read_own(path, label), path)
     spec = RerankerSpec(method=rc.method, options=rc.options_at(passage_tokens))
     rr = spec.build(self.backend(rc.llm), progress=self.progress)
     with progress_context(pair=pair, step=label): run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)

@@ -11,7 +11,7 @@ from tqdm.std import tqdm as std_tqdm
 from .core import redact
 
 # %% auto #0
-__all__ = ['CHANNEL', 'QUIET_ENV', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail',
+__all__ = ['CHANNEL', 'WIDGETS', 'QUIET_ENV', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail',
            'quiet_libraries', 'add_verbosity_arguments', 'RedactFilter', 'setup_logging', 'verbosity']
 
 # %% ../nbs/00b_progress.ipynb #bba16bc7
@@ -56,24 +56,31 @@ class ChannelBar(std_tqdm):
         super().close()
 
 # %% ../nbs/00b_progress.ipynb #5e6aca15
+WIDGETS = "CLIR_LLM_WIDGETS"   # set to 1 for tqdm's widget bars in Jupyter (needs ipywidgets and a live frontend)
+
 def _widgets() -> bool:
-    "True in a Jupyter kernel where ipywidgets can draw tqdm's widget."
-    if "ipykernel" not in sys.modules: return False
+    """True only when asked for (`$CLIR_LLM_WIDGETS=1`) inside a Jupyter kernel with ipywidgets. A kernel cannot tell
+    a live JupyterLab from papermill or nbclient, and a widget stored in a notebook run without a frontend renders
+    as a bar frozen at 0 %; so kernels get text bars by default (they render in JupyterLab and read as text when
+    stored)."""
+    if os.environ.get(WIDGETS) != "1" or "ipykernel" not in sys.modules: return False
     try:
         import ipywidgets  # noqa: F401  (optional: Jupyter's widgets, only inside a kernel)
         from IPython import get_ipython   # optional: only inside a Jupyter kernel
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
     except Exception: return False
 
-# %% ../nbs/00b_progress.ipynb #909831a4
+# %% ../nbs/00b_progress.ipynb #3daaec02
 def progress_bar(*args, **kw):
-    """A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set, tqdm's widget in Jupyter with ipywidgets, else text; none
-    at all under `-q` (the `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
+    """A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set; tqdm's widget when `$CLIR_LLM_WIDGETS=1` in Jupyter;
+    else text (in a kernel redrawn at most every 2 s, so a stored notebook keeps a few lines, not hundreds). None at all
+    under `-q` (the `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
     if logging.getLogger("clir_llm").level >= logging.ERROR: kw["disable"] = True
     if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
     if _widgets():
         from tqdm.notebook import tqdm as nb_tqdm   # optional: needs ipywidgets, only inside a kernel
         return nb_tqdm(*args, **kw)
+    if "ipykernel" in sys.modules: kw.setdefault("mininterval", 2.0)
     return std_tqdm(*args, **kw)
 
 # %% ../nbs/00b_progress.ipynb #0a98ae98

@@ -231,7 +231,7 @@ def estimate(cls: Reranker, options: RerankerOptions, method: str, stats: TextSt
 
 # %% ../nbs/11_rerank.ipynb #3c2153dc
 RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwise", "clir_llm.setwise", "clir_llm.pointwise",
-                                          "clir_llm.singletoken"), contract=Reranker)
+                                          "clir_llm.singletoken", "clir_llm.crossencoder", "clir_llm.reasoning"), contract=Reranker)
 
 # %% ../nbs/11_rerank.ipynb #8b8452a9
 class RerankerSpec(Spec):

@@ -146,13 +146,6 @@ def lookup(self: Registry, s: str) -> tuple[Entry, str]:
 
 
 
-# %% ../nbs/00a_specs.ipynb #88591d86
-@patch
-def options_of(self: Registry, name: str):
-    "The options class of member `name` (its class's `options_for(name)` or `Options`); None for a member without options."
-    e = self.lookup(name)[0]
-    return e.obj.options_for(e.name) if hasattr(e.obj, "options_for") else getattr(e.obj, "Options", None)
-
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
     "Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config)."
@@ -231,6 +224,12 @@ class Options(Spec):
         "The options off their default, for the dry run: 'window 10, step 5' ('defaults' when none)."
         return ", ".join(f"{k} {v}" for k, v in self.non_default().items()) or "defaults"
 
+# %% ../nbs/00a_specs.ipynb #96171d25
+class Quirks(Options):
+    """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
+    what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
+    def identity(self) -> dict: return self.non_default()
+
 # %% ../nbs/00a_specs.ipynb #08bed8fc
 @patch(cls_method=True)
 def flat_fields(cls: Options) -> dict:
@@ -278,11 +277,20 @@ def flat(self: Options, defaults: bool = True) -> dict:
         elif defaults or v != f.default: out[name] = v
     return out
 
-# %% ../nbs/00a_specs.ipynb #96171d25
-class Quirks(Options):
-    """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
-    what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
-    def identity(self) -> dict: return self.non_default()
+# %% ../nbs/00a_specs.ipynb #88591d86
+@patch
+def options_of(self: Registry, name: str):
+    "The options class of member `name` (its class's `options_for(name)` or `Options`); None for a member without options."
+    e = self.lookup(name)[0]
+    return e.obj.options_for(e.name) if hasattr(e.obj, "options_for") else getattr(e.obj, "Options", None)
+
+# %% ../nbs/00a_specs.ipynb #a119772a
+@patch
+def options_line(self: Registry, name: str) -> str:
+    "The options of member `name` as `name=default` (`name` alone for a required one); '' for a member without options."
+    cls = self.options_of(name)
+    if cls is None: return ""
+    return ", ".join(n if f.is_required() else f"{n}={f.default}" for n, f in cls.flat_fields().items())
 
 # %% ../nbs/00a_specs.ipynb #dec31633
 def _arg_type(ann):

@@ -54,8 +54,10 @@ def _rerank_rows(pipe: Pipeline, kind: str):
 def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: bool = True):
     """Tables 3/4 of the paper: for each reranker of `kind` ('listwise' or 'pairwise') and each of its first stages,
     the first stage row, an oracle row (best possible reordering of the same top-k) and one row per OG/DT,
-    tested against the first stage. Returns `(table, cost DataFrame)`."""
-    cells, cost, seen = [], [], set()
+    tested against the first stage. Returns `(table, cost DataFrame)`; each cost row also holds, on the same queries,
+    the first stage's and the oracle's score (reference lines) and Judged@20 of the reranked run."""
+    cells, cost, seen, refs = [], [], set(), {}
+    measure = measure or pipe.cfg.measure
     for rc, fs in _rerank_rows(pipe, kind):
         n = f" (first {rc.max_queries} queries)" if rc.max_queries else ""
         base_row = fs.label() + n
@@ -69,6 +71,10 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
                 if oracle:
                     orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
                     cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, pipe.scores(pair, orc, measure, qids)))
+            if (base_row, pair, rc.top_k) not in refs:
+                orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
+                refs[(base_row, pair, rc.top_k)] = (float(pipe.scores(pair, base, measure, qids).mean()),
+                                                   float(pipe.scores(pair, orc, measure, qids).mean()))
             for docs in rc.docs:
                 run = pipe.rerank(pair, rc, fs, docs)
                 row = f"{fs.label()} » {rc.name} {docs.upper()}"
@@ -77,25 +83,41 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
                 u = pipe.usage(pair, run); nq = max(1, len(run)); c = u.counters
                 # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
                 cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=fs.label(), docs=docs.upper(),
-                                 score=float(scores.mean()),
+                                 measure=measure, score=float(scores.mean()), first_stage_score=refs[(base_row, pair, rc.top_k)][0],
+                                 oracle_score=refs[(base_row, pair, rc.top_k)][1], top_k=rc.top_k,
+                                 judged_at_20=float(pipe.scores(pair, run, "Judged@20", qids).mean()),
                                  calls_per_query=c.get("calls", 0) / nq, prompts_per_query=c.get("prompts", 0) / nq,
                                  tokens_in_per_query=c.get("tokens_in", 0) / nq, tokens_out_per_query=c.get("tokens_out", 0) / nq,
                                  parse_failures=c.get("parse_failures", 0),
                                  # machine- and cache-dependent: reported in the timing table only
                                  seconds_per_query=u.seconds / nq, usd_per_query=u.cost_usd / nq, model_calls=u.calls, cache_hits=u.cache_hits))
-    return ResultTable(cells, measure=measure or pipe.cfg.measure), pd.DataFrame(cost)
+    return ResultTable(cells, measure=measure), pd.DataFrame(cost)
 
 # %% ../nbs/13c_tables.ipynb #4e22dc35
-COST_COLUMNS = ["score", "calls_per_query", "prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"]
+COST_COLUMNS = ["score", "first_stage_score", "oracle_score", "judged_at_20", "calls_per_query", "prompts_per_query",
+                "tokens_in_per_query", "tokens_out_per_query"]
 TIMING_COLUMNS = ["seconds_per_query", "usd_per_query", "model_calls", "cache_hits"]
 
 def cost_summary(cost, columns=COST_COLUMNS) -> "pd.DataFrame":
-    """Per-query cost averaged over pairs, one row per reranked row. The default columns count the reranker's
-    logical work (deterministic); `TIMING_COLUMNS` (seconds, dollars, actual model calls, cache hits) depend on the
-    machine and on what the cache already held."""
+    """Per-query cost averaged over pairs, one row per reranked row, each row of a reranker × first stage (its OG
+    and DT rows) averaged over the SAME pairs: those all its rows have (column `pairs`), so OG and DT compare like
+    with like. The default columns count the reranker's logical work (deterministic); `TIMING_COLUMNS` (seconds,
+    dollars, actual model calls, cache hits) depend on the machine and on what the cache already held. The score
+    columns are named after the measure (`MAP`, `MAP first stage`, `MAP oracle`) when the cost rows name it."""
     if cost is None or not len(cost): return cost
+    if {"reranker", "first_stage", "pair"} <= set(cost.columns):
+        keep = []
+        for _, g in cost.groupby(["reranker", "first_stage"], sort=False):
+            common = set.intersection(*(set(p) for _, p in g.groupby("row", sort=False)["pair"]))
+            keep += list(g.index[g["pair"].isin(common)])
+        cost = cost[cost.index.isin(keep)]
+    columns = [c for c in columns if c in cost.columns]
     agg = {c: ("sum" if c in ("model_calls", "cache_hits") else "mean") for c in columns}
-    return cost.groupby("row", sort=False)[columns].agg(agg)
+    out = cost.groupby("row", sort=False)[columns].agg(agg)
+    if "pair" in cost.columns: out.insert(0, "pairs", cost.groupby("row", sort=False)["pair"].agg(lambda p: ", ".join(dict.fromkeys(p))))
+    m = cost["measure"].iloc[0] if "measure" in cost.columns else None
+    names = {"judged_at_20": "Judged@20"} | ({"score": m, "first_stage_score": f"{m} first stage", "oracle_score": f"{m} oracle"} if m else {})
+    return out.rename(columns=names)
 
 # %% ../nbs/13c_tables.ipynb #882b33d4
 def doc_length_label(reranker: str, first_stage, docs: str) -> str:
@@ -119,7 +141,9 @@ def doc_length_table(pipe: Pipeline, measure: str | None = None):
                         run = pipe.rerank(pair, rc, fs, docs, passage_tokens=t)
                         if run is not None: vals.append(float(pipe.scores(pair, run, measure, pipe.query_subset(pair, rc)).mean()))
                     rows.setdefault(label, {})[str(t)] = sum(vals) / len(vals) if vals else float("nan")
-    return pd.DataFrame.from_dict(rows, orient="index")
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.index.name, out.columns.name = f"{measure or pipe.cfg.measure}: reranker / first stage · documents", "passage tokens"
+    return out
 
 # %% ../nbs/13c_tables.ipynb #b4442892
 def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:

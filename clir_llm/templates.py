@@ -13,8 +13,8 @@ import yaml
 from .core import ClirError, FormatError, load_yaml
 
 # %% auto #0
-__all__ = ['PROMPT_FIELDS', 'ALPHA', 'prompts_dir', 'PromptTemplate', 'prompt_text', 'squash', 'cut_words', 'listwise_messages',
-           'render_text', 'prompt_tokens', 'parse_permutation', 'parse_prp']
+__all__ = ['PROMPT_FIELDS', 'PROMPT_CHECKS', 'ALPHA', 'prompts_dir', 'register_prompt_kind', 'PromptTemplate', 'prompt_text',
+           'squash', 'cut_words', 'listwise_messages', 'render_text', 'prompt_tokens', 'parse_permutation', 'parse_prp']
 
 # %% ../nbs/11a_prompts.ipynb #71bff1a8
 PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placeholders, field required?)
@@ -44,6 +44,14 @@ PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placehol
         "prompt":         ({"query", "passage"}, {"passage"}, True),
         "target":         ({"query"}, set(), False),   # qlm: the continuation scored (the query)
         "answer_prefix":  (set(), set(), False),       # a plain-text (not chat) prompt ends with it
+        "system":         (set(), set(), False),       # a chat model's system turn (Qwen3-Reranker)
+        "prefill":        (set(), set(), False),       # the assistant turn's start, the label after it (Qwen3: an empty think block)
+    },
+    "reasoning": {   # a reasoning trace, then the judgement (clir_llm.reasoning)
+        "prompt":         ({"query", "passage"}, {"query", "passage"}, True),
+        "think_end":      (set(), set(), True),        # what closes the trace
+        "closed":         ({"trace"}, {"trace"}, True),   # the continuation scored when the model closed its trace
+        "forced":         ({"trace"}, {"trace"}, True),   # ... when its thinking budget ran out first
     },
 }
 
@@ -62,6 +70,35 @@ def _placeholders(s: str) -> set[str]:
         if not name.isidentifier(): raise ValueError(f"placeholder {{{name}}} is not a plain name")
         out.add(name)
     return out
+
+# %% ../nbs/11a_prompts.ipynb #3d8cea1a
+def _check_pointwise(p: Path, data: dict, line_of) -> None:
+    "A pointwise template's `scoring` and what it needs (yes/no `choices`, or a `target` with `{query}`), else a `FormatError`."
+    sc = data.get("scoring")
+    if sc not in ("yes_no", "qlm"): raise FormatError(p, line_of("scoring"), f"scoring must be 'yes_no' or 'qlm', got {sc!r}")
+    ch = data.get("choices")
+    if sc == "yes_no" and not (isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())):
+        raise FormatError(p, line_of("choices"), "choices must map yes and no to their answer tokens, e.g. {'yes': Yes, 'no': No} (keys quoted: YAML reads a bare yes as true)")
+    if sc == "qlm" and "query" not in _placeholders(data.get("target") or ""):
+        raise FormatError(p, line_of("target"), "a qlm template needs a target with {query} (the continuation scored)")
+
+# %% ../nbs/11a_prompts.ipynb #14492c6b
+def _check_listwise(p: Path, data: dict, line_of) -> None:
+    "A listwise template's `turns` (single or multi) and `identifiers` (numeric or alpha), else a `FormatError`."
+    if data.get("turns") not in ("single", "multi"):
+        raise FormatError(p, line_of("turns"), f"turns must be 'single' or 'multi', got {data.get('turns')!r}")
+    if data.get("identifiers", "numeric") not in ("numeric", "alpha"):
+        raise FormatError(p, line_of("identifiers"), f"identifiers must be 'numeric' or 'alpha', got {data.get('identifiers')!r}")
+
+# %% ../nbs/11a_prompts.ipynb #2f579440
+def _check_pairwise(p: Path, data: dict, line_of) -> None:
+    "A pairwise template's `choices`: the answer tokens of A and B, else a `FormatError`."
+    ch = data.get("choices")
+    if not (isinstance(ch, dict) and set(ch) == {"A", "B"} and all(isinstance(v, str) and v.strip() for v in ch.values())):
+        raise FormatError(p, line_of("choices"), "choices must map A and B to their answer tokens, e.g. {A: ' A', B: ' B'}")
+
+# %% ../nbs/11a_prompts.ipynb #55f2fc7e
+PROMPT_CHECKS = {"listwise": _check_listwise, "pairwise": _check_pairwise, "pointwise": _check_pointwise}   # kind -> its own rules
 
 # %% ../nbs/11a_prompts.ipynb #ed79767c
 def _check_template(p: Path, data: dict, text: str) -> str:
@@ -84,27 +121,19 @@ def _check_template(p: Path, data: dict, text: str) -> str:
             raise FormatError(p, line_of(key), f"field {key!r} uses unknown placeholder(s) {braces(used - allowed)}; "
                                                f"allowed: {braces(allowed) or 'none'}")
         if required - used: raise FormatError(p, line_of(key), f"field {key!r} lacks placeholder(s) {braces(required - used)}")
-    if method == "listwise" and data.get("turns") not in ("single", "multi"):
-        raise FormatError(p, line_of("turns"), f"turns must be 'single' or 'multi', got {data.get('turns')!r}")
-    if method == "pairwise":
-        ch = data.get("choices")
-        if not (isinstance(ch, dict) and set(ch) == {"A", "B"} and all(isinstance(v, str) and v.strip() for v in ch.values())):
-            raise FormatError(p, line_of("choices"), "choices must map A and B to their answer tokens, e.g. {A: ' A', B: ' B'}")
-    if method == "listwise" and data.get("identifiers", "numeric") not in ("numeric", "alpha"):
-        raise FormatError(p, line_of("identifiers"), f"identifiers must be 'numeric' or 'alpha', got {data.get('identifiers')!r}")
-    if method == "pointwise": _check_pointwise(p, data, line_of)
+    if check := PROMPT_CHECKS.get(method): check(p, data, line_of)   # the kind's own rules beyond placeholders
     return method
 
-# %% ../nbs/11a_prompts.ipynb #3d8cea1a
-def _check_pointwise(p: Path, data: dict, line_of) -> None:
-    "A pointwise template's `scoring` and what it needs (yes/no `choices`, or a `target` with `{query}`), else a `FormatError`."
-    sc = data.get("scoring")
-    if sc not in ("yes_no", "qlm"): raise FormatError(p, line_of("scoring"), f"scoring must be 'yes_no' or 'qlm', got {sc!r}")
-    ch = data.get("choices")
-    if sc == "yes_no" and not (isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())):
-        raise FormatError(p, line_of("choices"), "choices must map yes and no to their answer tokens, e.g. {'yes': Yes, 'no': No} (keys quoted: YAML reads a bare yes as true)")
-    if sc == "qlm" and "query" not in _placeholders(data.get("target") or ""):
-        raise FormatError(p, line_of("target"), "a qlm template needs a target with {query} (the continuation scored)")
+# %% ../nbs/11a_prompts.ipynb #06abf25d
+def register_prompt_kind(kind: str, fields: dict, check=None) -> None:
+    """Prompt files of `method: kind` have `fields` (field -> (allowed placeholders, required placeholders, field
+    required?)) and pass `check(path, data, line_of)` if given (raise `FormatError`). Registering the same kind again
+    with other fields is an error."""
+    if not (isinstance(kind, str) and kind.isidentifier()): raise ClirError(f"a prompt kind is a plain name, got {kind!r}")
+    if kind in PROMPT_FIELDS and PROMPT_FIELDS[kind] != fields:
+        raise ClirError(f"prompt kind {kind!r} is registered already with other fields")
+    PROMPT_FIELDS[kind] = fields
+    if check is not None: PROMPT_CHECKS[kind] = check
 
 # %% ../nbs/11a_prompts.ipynb #c99552f7
 @dataclass(frozen=True)

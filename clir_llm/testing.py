@@ -32,7 +32,8 @@ def _tiny_bpe(arch: str, vocab_size: int):
     tk = Tokenizer(models.BPE(unk_token="<unk>" if arch == "mt5" else None))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(_TINY_TEXT * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+    text = _TINY_TEXT + (_QWEN3_TEXT if arch.startswith("qwen3") else [])
+    tk.train_from_iterator(text * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
     return tk
 
@@ -56,12 +57,38 @@ def _tiny_arch(arch: str, tk, seed: int, hidden_size: int, num_layers: int):
                                        max_position_embeddings=512, eos_token_id=tok.eos_token_id,
                                        pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
         torch.manual_seed(seed); return tok, transformers.Qwen2ForCausalLM(cfg)
-    raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2' or 'mt5', got {arch!r}")
+    if arch in ("qwen3", "qwen3-embedding"): return _tiny_qwen3(tk, seed, hidden_size, num_layers, embedding=arch == "qwen3-embedding")
+    raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2', 'qwen3', 'qwen3-embedding' or 'mt5', got {arch!r}")
 
 # %% ../nbs/15_testing.ipynb #4e1769a1
+_QWEN3_CHAT = ("{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
+               "{%- for m in messages %}{%- if m.role == 'user' or (m.role == 'system' and not loop.first) or m.role == 'assistant' %}"
+               "{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+               "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+               "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}")
+_QWEN3_TEXT = ["yes", "no", "yes no true false", "Judge whether the Document meets the requirements. Answer yes or no.",
+               "Determine if the following passage is relevant to the query. Answer only with true or false."] * 4
+
+def _tiny_qwen3(tk, seed: int, hidden_size: int, num_layers: int, embedding: bool = False):
+    "(tokenizer, model) of a tiny Qwen3ForCausalLM around the trained BPE `tk` (Qwen3-Embedding's tokenizer with `embedding`)."
+    import torch, transformers   # heavy: only when a tiny model is built
+    from tokenizers import processors   # heavy: as above
+    if embedding:
+        tk.post_processor = processors.TemplateProcessing(single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", 0)])
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.add_tokens(["<think>", "</think>"])   # not special: decoding keeps them
+    tok.chat_template = _QWEN3_CHAT
+    cfg = transformers.Qwen3Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size, head_dim=8,
+                                   num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                                   tie_word_embeddings=True, initializer_range=0.2)
+    torch.manual_seed(seed); return tok, transformers.Qwen3ForCausalLM(cfg)
+
+# %% ../nbs/15_testing.ipynb #eb2fc516
 def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
                        num_layers: int = 2) -> Path:
-    "Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, or `mt5` encoder-decoder) and its tokenizer under `path`."
+    """Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, `qwen3` / `qwen3-embedding` with
+    Qwen3's tokens and template, or `mt5` encoder-decoder) and its tokenizer under `path`."""
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     tok, model = _tiny_arch(arch, _tiny_bpe(arch, vocab_size), seed, hidden_size, num_layers)
     model.generation_config.eos_token_id = model.config.eos_token_id
@@ -328,8 +355,9 @@ def _shipped_templates() -> dict[str, list[PromptTemplate]]:
 
 # %% ../nbs/15_testing.ipynb #1ae57e3d
 class QrelsOracle(Backend):
-    "A backend that answers listwise, PRP, setwise and pointwise prompts from the qrels of `collection` (whitespace tokens)."
+    "A backend that answers listwise, PRP, setwise, pointwise and reasoning prompts from the qrels of `collection` (whitespace tokens)."
     supports_logprobs = supports_batching = is_chat = supports_prefill = scores_sequences = True
+    scores_pairs = True   # a cross-encoder too (`rank_pairs`)
     def __init__(self, collection, qrels=None, name: str = "oracle:qrels", templates=()):
         "`templates`: prompt templates (names, paths or `PromptTemplate`s) read before the shipped ones, for prompts of one's own."
         self.collection, self.qrels, self.name = collection, qrels if qrels is not None else collection.qrels, name
@@ -380,7 +408,7 @@ def _grade(self: QrelsOracle, qid: str, passage: str) -> int:
 def _match(self: QrelsOracle, kind: str, text: str, field: str = "prompt"):
     "The first template of `kind` whose `field` matches `text`: (template, match), or None."
     for t in self.templates.get(kind, []):
-        if t.get(field) and (m := template_pattern(t[field]).search(text)): return t, m
+        if t.get(field) and (m := template_pattern(t[field], last_greedy=True).search(text)): return t, m   # a passage at the end: to the end
     return None
 
 # %% ../nbs/15_testing.ipynb #59ea080e
@@ -428,9 +456,26 @@ def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
 
 # %% ../nbs/15_testing.ipynb #bd89f59e
 @patch
+def _reasoning(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
+    "A reasoning answer: a one-sentence trace closed by the template's `think_end`, then its yes or no label by grade."
+    if (hit := self._match("reasoning", text)) is None: return None
+    t, m = hit
+    g = self._grade(self._query(squash(m["query"])), m["passage"])
+    return f"The passage has grade {g}.{t['think_end']}{t['choices']['yes' if g > 0 else 'no']}", [float(g), 0.0]
+
+# %% ../nbs/15_testing.ipynb #5015c1e5
+@patch
 def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
     "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt."
     text = prompt_text(prompt)
     if (out := self._pointwise(text, candidates)) is not None: return out
+    if (out := self._reasoning(text, candidates)) is not None: return out
     qid = self._query(squash(text))
     return self._pairwise(text, qid) or self._setwise(text, qid) or self._listwise(text, qid)
+
+# %% ../nbs/15_testing.ipynb #c97d3ef9
+@patch
+def rank_pairs(self: QrelsOracle, pairs, progress: bool = True) -> list[float]:
+    "The grade of each (query text, passage) pair, as a cross-encoder's score."
+    self.usage.calls += 1
+    return [float(self._grade(self._query(squash(q)), p)) for q, p in pairs]

@@ -423,7 +423,7 @@ def lengths(self: NLLBTranslator, sentences, src, tgt):
     "Source tokens of each sentence (language code and `</s>` included) as cut at `max_length`: the batch budget's units."
     tok = self.tokenizer()
     tok.src_lang = language(src).nllb
-    return [min(len(x), self.max_length) for x in tok(list(sentences))["input_ids"]]
+    return [min(len(x), self.max_length) for x in tok(list(sentences), verbose=False)["input_ids"]]   # cut here on purpose: no length reminder
 
 # %% ../nbs/06_translate.ipynb #0b33b46d
 @patch
@@ -438,7 +438,7 @@ def translate_batch(self: NLLBTranslator, sentences, src, tgt):
         out = self._model.generate(**enc, forced_bos_token_id=self.lang_code_id(tgt), num_beams=1, do_sample=False, **cap)
     texts = self._tok.batch_decode(out, skip_special_tokens=True)
     u = self.usage
-    n_full = [len(x) for x in self._tok(list(sentences), add_special_tokens=True)["input_ids"]]   # before the cut
+    n_full = [len(x) for x in self._tok(list(sentences), add_special_tokens=True, verbose=False)["input_ids"]]   # before the cut (no length reminder)
     u.count("truncated_sentences", sum(n > self.max_length for n in n_full))
     u.calls += 1; u.seconds += time.perf_counter() - t0
     u.tokens_in += int(enc["attention_mask"].sum())

@@ -88,7 +88,7 @@ def encode(self: HFTranslator, sentences: list[str], src: str, tgt: str | None =
 def lengths(self: HFTranslator, sentences, src, tgt):
     if self.family == "nllb": return NLLBTranslator.lengths(self, sentences, src, tgt)
     texts = self._inputs(sentences, src, tgt)
-    return [min(len(x), self.max_length) for x in self.tokenizer()(texts)["input_ids"]]
+    return [min(len(x), self.max_length) for x in self.tokenizer()(texts, verbose=False)["input_ids"]]   # cut here on purpose: no length reminder
 
 # %% ../nbs/06a_translate_hf.ipynb #59feb80b
 @patch

@@ -167,14 +167,15 @@ def test_index_folders_v1(tmp_path):
 
 
 # ---------- reliability (issue 14; moved from the test_reliability_* files)
-def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, capsys):
+def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, caplog):
+    "The warning goes through logging (the command line prints it; a library user decides)."
     from clir_llm import bm25 as B
     from clir_llm.cache import Cache
     from clir_llm.collections import load_collection
     coll = load_collection("fixture", "en-de")
     before = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll)
     idx = B.index_dir(coll, Cache(tmp_path))
-    capsys.readouterr()
+    caplog.clear()
     target = next(iter(idx.glob("*.nvd")), None) or max((f for f in idx.iterdir() if f.name != "meta.json"), key=lambda f: f.stat().st_size)
     data = bytearray(target.read_bytes()); n = min(600, len(data) // 2)
     data[:n] = os.urandom(n); target.write_bytes(bytes(data))
@@ -182,13 +183,13 @@ def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, capsys):
     legacy = idx.parent / f".{idx.name}.oldtmp"; legacy.mkdir()                                          # one of an older version
     alive = idx.parent / f".otherindex.{os.getpid()}.tmpxyz"; alive.mkdir()                               # a live build of another index
     after = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll)
-    err = capsys.readouterr().err
-    warnings = [l for l in err.splitlines() if "warning" in l]
+    err = caplog.text
+    warnings = [r.getMessage() for r in caplog.records if r.name == "clir_llm.bm25" and r.levelname == "WARNING"]
     assert after == before and len(warnings) == 1 and f"BM25 index {idx} is damaged ({target.name}" in warnings[0], err
     assert not killed.exists() and not legacy.exists() and alive.exists()
     assert json.loads((idx / "meta.json").read_text())["files"] and B._damage(idx) is None
-    capsys.readouterr()
-    assert B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll) == before and "warning" not in capsys.readouterr().err
+    caplog.clear()
+    assert B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll) == before and "warning" not in caplog.text
 
 
 JVM = r"""

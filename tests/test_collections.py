@@ -439,9 +439,14 @@ def test_sources_answer_without_loading(monkeypatch):
 def test_cli_datasets_lists_every_collection():
     out = subprocess.run([*CLI, "datasets"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    listed = out.stdout.splitlines()[-1]
+    lines = out.stdout.splitlines()
+    listed = next(l for l in lines if l.startswith("--collection and the config key"))
     assert all(e.example in listed for e in COLLECTIONS.entries()) and "neuclir22" in listed
-    assert any(l.split()[:2] == ["neuclir22", "en-zh"] for l in out.stdout.splitlines())
+    assert any(l.split()[:2] == ["neuclir22", "en-zh"] for l in lines)
+    # every collection with its options, read from the registry (issue 25: datasets lists options too)
+    options = {l.split()[0]: l.split(None, 1)[1] for l in lines[lines.index(listed) + 2:]}
+    assert set(options) == {e.example for e in COLLECTIONS.entries()}
+    assert "topics=None" in options["files:<folder>"] and "dataset=neuclir/1/{lang}/trec-2022" in options["neuclir22"]
 
 
 def test_keys_v1(tmp_path):

@@ -67,7 +67,7 @@ def test_registry_matches_paper():
     assert (r.model, r.base_model, r.pooling, r.doc_max_length) == ("castorini/repllama-v1-7b-lora-passage", "meta-llama/Llama-2-7b-hf", "last", 512)
     nv = R["nv-embed-v2"]
     assert nv.pooling == "latent" and nv.half == "float32" and not nv.trust_remote_code and nv.query_prefix == "Instruct: Given a question, retrieve passages that answer the question\nQuery: " and nv.doc_prefix == ""
-    assert all(s.max_length == 512 for s in R.values())
+    assert all(s.max_length == 512 for n, s in R.items() if not n.startswith("qwen3"))   # the paper's encoders; Qwen3: its card's 8192
     assert R["e5-small"].stand_in and "stand-in" in R["e5-small"].label
     assert D.get_encoder_spec("e5", paper_quirks=True).query_prefix == "" and D.get_encoder_spec("repllama", paper_quirks=True).doc_max_length == 128
     with pytest.raises(ClirError, match="known"): D.get_encoder_spec("bge")
@@ -136,9 +136,11 @@ def test_title_per_encoder_as_the_authors(models, tmp_path):
     """mainlp/llm-clir retrieval/encode.py encodes df["text"] only (mGTE, M3, E5, NV-Embed-v2); retrieval/repllama/data.py
     encodes 'passage: ' + title + ' ' + text. The offline stand-in keeps title + text (the demo's committed input)."""
     doc = Document("x", "the dog is in the house", "news")
-    assert {n: D.doc_input(D.get_encoder_spec(n), doc) for n in D.ENCODERS} == {
+    paper = ["mgte", "m3", "e5", "nv-embed-v2", "repllama", "e5-small"]
+    assert {n: D.doc_input(D.get_encoder_spec(n), doc) for n in paper} == {
         "mgte": doc.text, "m3": doc.text, "e5": "passage: " + doc.text, "nv-embed-v2": doc.text,
         "repllama": "passage: news the dog is in the house", "e5-small": "passage: news\nthe dog is in the house"}
+    assert D.doc_input(D.get_encoder_spec("qwen3-embedding-0.6b"), doc) == "news the dog is in the house"   # no instruction on documents
     assert D.doc_input(D.get_encoder_spec("m3", title=True), doc) == "news\nthe dog is in the house"
     assert D.doc_input(D.get_encoder_spec("repllama", title=False), doc) == "passage: " + doc.text
     assert D.doc_input(D.get_encoder_spec("e5"), Document("y", "cat")) == "passage: cat"   # no title: unchanged
@@ -317,7 +319,7 @@ def test_identities_v1(tmp_path):
     from clir_llm.retrieve import get_retriever
     cache, got = Cache(tmp_path), {}
     encs = {}
-    for n in D.ENCODERS.names():
+    for n in ["mgte", "m3", "e5", "nv-embed-v2", "repllama", "e5-small"]:   # the encoders the pristine code had
         for dev in ("cpu", "cuda"):
             encs[f"{n} {dev}"] = D.Encoder.create(n, device=dev, cache=cache)
             encs[f"{n} {dev} paper"] = D.Encoder.create(n, device=dev, cache=cache, paper_quirks=True)
@@ -352,3 +354,36 @@ def test_identities_v1(tmp_path):
     want = {k: v for k, v in IDS.items() if k.startswith(("encoder ", "dense "))}
     assert len(want) == len(got) == 270
     assert got == want
+
+
+
+# ---------- Qwen3-Embedding (issue 29): last-token pooling, left padding, the tokenizer's own EOS, the card's instruction
+
+def test_qwen3_embedding_entries():
+    for n, rev in (("qwen3-embedding-0.6b", "97b0c614be4d77ee51c0cef4e5f07c00f9eb65b3"), ("qwen3-embedding-8b", "1d8ad4ca9b3dd8059ad90a75d4983776a23d44af")):
+        s = D.ENCODERS[n]
+        assert (s.pooling, s.revision, s.max_length, s.doc_prefix) == ("last-left", rev, 8192, "")
+        assert s.query_prefix == "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:"
+        assert s.revision_note() == f"revision {rev}"
+    assert D.POOLINGS["last-left"] is D.last_pool
+
+
+def test_qwen3_embedding_equals_its_model_card(tmp_path):
+    from clir_llm.testing import make_tiny_hf_model
+    folder = make_tiny_hf_model(tmp_path / "q3e", "qwen3-embedding")
+    e = D.Encoder.create(D.get_encoder_spec("qwen3-embedding-0.6b", model=str(folder)), cache=Cache(tmp_path / "c"), progress=False, batch_size=2)
+    queries, docs = ["the cat sat on the mat", "кошка спит", "Rank"], [Document("a", "Die Katze schläft.", "Katze"), Document("b", "A")]
+    tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    def card(texts):
+        batch = tok(texts, padding=True, truncation=True, max_length=8192, return_tensors="pt")
+        with torch.no_grad(): h = model(**batch).last_hidden_state
+        assert bool((batch["attention_mask"][:, -1] == 1).all())   # left padding: the last position is every text's last token
+        return batch, torch.nn.functional.normalize(h[:, -1], p=2, dim=1).numpy()
+    for texts, vecs in (([e.spec.query_prefix + q for q in queries], e.encode_queries(queries, sort=False)),
+                        ([D.doc_input(e.spec, d) for d in docs], e.encode_docs(docs, sort=False))):
+        batch, ref = card(texts)
+        ours = e._tokenize(texts, 8192)
+        assert ours["input_ids"].tolist() == batch["input_ids"].tolist() and ours["input_ids"][0, -1] == tok.convert_tokens_to_ids("<|endoftext|>")
+        assert np.abs(vecs - ref).max() < 1e-5
+    assert e.namespace("query").identity["pooling"] == "last-left" and e.namespace("query").identity["eos"] is False

@@ -113,3 +113,13 @@ def test_keys_and_translations_v1(tmp_path):
     assert len(got) == len(want) == 9 and got == want
     assert load_irds("en-zh", IrdsOptions(fields="title"), "clir-llm-test/neuclir-like").key == got[
         "collection irds:clir-llm-test/neuclir-like?fields=title en-zh key"]   # an option given apart is the query string's
+
+
+def test_fields_joined_by_plus_in_the_id(tmp_path):
+    "The documented form `?fields=title+description`: a '+' joins fields (a query string decoder reads it as a space)."
+    from clir_llm.irds import parse_irds_spec
+    assert parse_irds_spec("clir-llm-test/neuclir-like?fields=title+description") == ("clir-llm-test/neuclir-like", {"fields": "title+description"})
+    plus = load_collection("irds:clir-llm-test/neuclir-like?fields=title+description", "en-zh", cache_root=tmp_path)
+    comma = load_collection("irds:clir-llm-test/neuclir-like?fields=title,description", "en-zh", cache_root=tmp_path)
+    assert {q: t.text for q, t in plus.queries.items()} == {q: t.text for q, t in comma.queries.items()}
+    assert plus.queries["2"].text == "railway station travellers Travellers at Shanghai railway station."

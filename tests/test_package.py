@@ -139,3 +139,181 @@ def test_no_module_assigns_to_another_objects_private_attributes_or_methods():
     bad = [b for p in MODULES for b in _foreign_assignments(p.read_text(encoding="utf-8"), p.name)
            if b.split()[-1] not in THIRD_PARTY_WORKAROUNDS.get(p.name, ())]
     assert not bad, bad
+
+
+# ---------- extending the package: a new reranker family, backend kind and collection touch no other module
+
+FAMILY_CELLS = [
+    "#| default_exp grade",
+    '#| export\nfrom pathlib import Path\nfrom clir_llm.rerank import RERANKERS, CallLoad, Reranker, RerankerOptions\n'
+    'from clir_llm.specs import opt\nfrom clir_llm.templates import register_prompt_kind',
+    '#| export\nregister_prompt_kind("grade", {"prompt": ({"query", "passage", "top"}, {"query", "passage"}, True)})',
+    '#| export\nclass GradeOptions(RerankerOptions):\n'
+    '    "A graded-relevance prompt per document."\n'
+    '    top: int = opt(3, "the top grade the prompt asks for", gt=0)\n'
+    '    passage_tokens: int = opt(100, "passage cut (backend tokens)", gt=0)',
+    '#| export\n@RERANKERS.register("grade", summary="each document graded 0..top by an LLM (a throwaway family)")\n'
+    'class GradeReranker(Reranker):\n'
+    '    "Each document of the top k graded on its own; sorted by grade, ties in first-stage order."\n'
+    '    Options, family, prompt_kind = GradeOptions, "grade", "grade"\n'
+    '    def rerank(self, collection, run, k=100):\n'
+    '        self._start(collection, run, k); heads = {}\n'
+    '        for q, d in self.diagnostics.items():\n'
+    '            ids = run.docids(q, k); texts = self.cut_passages(collection, q, ids)\n'
+    '            prompts = [self.template["prompt"].format(query=collection.queries[q].text, passage=texts[i], top=self.options.top) for i in ids]\n'
+    '            answers = self.backend.generate(prompts, max_new_tokens=2)\n'
+    '            d["calls"] += len(prompts); d["prompts"] += len(prompts)\n'
+    '            grade = {i: int(a) if a.strip().isdigit() else 0 for i, a in zip(ids, answers)}\n'
+    '            heads[q] = sorted(ids, key=lambda i: -grade[i])\n'
+    '        return self._finish(run, heads, k)\n'
+    '    @classmethod\n'
+    '    def default_prompt(cls, method): return str(Path(__file__).with_name("grade.yaml"))\n'
+    '    @classmethod\n'
+    '    def estimate(cls, options, method, stats):\n'
+    '        return CallLoad(stats.docs, stats.query_tokens + stats.passage_tokens(max_tokens=options.passage_tokens) + 12, 1.0, 0.0)',
+]
+
+PROMPT_FILE = '''\
+name: grade
+method: grade
+source: a throwaway prompt of the package's extension test
+prompt: "Query: {query}\\nPassage: {passage}\\nGrade the passage from 0 to {top}:"
+'''
+
+BACKEND_MODULE = '''
+import re
+from clir_llm.llm import BACKENDS, Backend, BackendOptions
+from clir_llm.specs import opt
+
+class OverlapOptions(BackendOptions):
+    "A throwaway model's options."
+    cap: int = opt(3, "the highest answer", gt=0)
+
+@BACKENDS.register("overlap:", example="overlap:<name>", summary="answers with the number of query words in the passage (a throwaway kind)")
+class OverlapBackend(Backend):
+    "Reads 'Query: ..' and 'Passage: ..' lines and answers how many query words the passage has."
+    kind, Options = "overlap", OverlapOptions
+    def __init__(self, model, options=None, *, cache=None, revision=None, **kw):
+        self.model, self.options, self.revision = model, options or OverlapOptions(), revision
+    def generate(self, prompts, max_new_tokens=128, on_error="raise", **params):
+        out = []
+        for p in prompts:
+            q = set(re.search(r"Query: (.*)", p).group(1).lower().split())
+            d = set(re.search(r"Passage: (.*)", p).group(1).lower().split())
+            out.append(str(min(self.options.cap, len(q & d))))
+            self.usage.calls += 1
+        return out
+'''
+
+COLLECTION_MODULE = '''
+from clir_llm.collections import ShippedOptions, StreamedCollection, register_collection
+from clir_llm.core import Document, Qrels, Query
+from clir_llm.specs import opt
+
+class GardenOptions(ShippedOptions):
+    "A throwaway collection's options."
+    n_docs: int = opt(6, "documents", gt=2)
+
+def load_garden(pair, options, cache_root=None):
+    docs = [Document(f"d{i}", " ".join(["haus"] * (i % 3) + ["garten"] * (i % 2) + [f"wort{i}"]), lang="de") for i in range(options.n_docs)]
+    queries = {"q1": Query("q1", "haus garten", "de")}
+    return StreamedCollection("garden", pair, queries, Qrels({"q1": {"d5": 2, "d2": 1, "d0": 0}}), lambda: iter(docs),
+                              key=f"garden-{pair}-{options.n_docs}", num_docs=len(docs))
+
+register_collection("garden", load_garden, ["de-de"], "a throwaway collection of the extension test", options=GardenOptions, shipped=True)
+'''
+
+
+def _package_digest() -> dict:
+    import hashlib
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(PKG.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_a_new_family_backend_kind_and_collection_touch_no_other_module(tmp_path):
+    """Issue 25: a new reranker family is one notebook (exported to one module) + one prompt file, a new backend kind one
+    module, a new collection one module. The three live outside the package, are named as plugins and run end to end:
+    listed by `clir-llm methods`/`datasets`, their options as flags, planned by the dry run, reranked by the pipeline."""
+    import json, os, subprocess, sys, yaml
+    import nbformat
+    from nbdev.export import nb_export
+    before = _package_digest()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in FAMILY_CELLS])
+    nbformat.write(nb, tmp_path / "grade.ipynb")
+    nb_export(str(tmp_path / "grade.ipynb"), lib_path=str(tmp_path))
+    assert "class GradeReranker(Reranker)" in (tmp_path / "grade.py").read_text()
+    (tmp_path / "grade.yaml").write_text(PROMPT_FILE)
+    (tmp_path / "overlap_backend.py").write_text(BACKEND_MODULE)
+    (tmp_path / "garden.py").write_text(COLLECTION_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "CLIR_LLM_CACHE": str(tmp_path / "cache")}
+    cli = lambda *a: subprocess.run([sys.executable, "-m", "clir_llm.cli", *map(str, a)], capture_output=True, text=True,
+                                    timeout=300, env=env, cwd=tmp_path)
+    plugins = ["--plugin", "grade", "--plugin", "overlap_backend", "--plugin", "garden"]
+
+    p = cli("methods", *plugins)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"^  grade +each document graded", p.stdout, re.M) and "options: " in p.stdout.split("  grade ")[1].split("\n")[1]
+    assert re.search(r"^  overlap:<name> +answers with the number", p.stdout, re.M) and "cap=3" in p.stdout
+    assert re.search(r"^  garden +a throwaway collection", p.stdout, re.M) and "n_docs=6" in p.stdout
+
+    p = cli("rerank", *plugins, "--method", "grade", "--help")
+    assert p.returncode == 0, p.stderr
+    assert "--top" in p.stdout and "--passage-tokens" in p.stdout and "--window" not in p.stdout and "--num-child" not in p.stdout
+
+    cfg = dict(name="garden", collection="garden", pairs=["de-de"], measure="nDCG@10", experiments=["1_first_stage"],
+               plugins=["grade", "overlap_backend", "garden"], first_stage=dict(methods=["bm25-og"]),
+               rerankers=[dict(name="Grade", method="grade", llm="overlap:count[cap=2]", top=2, first_stages=["bm25-og"],
+                               docs=["og"], top_k=6)])
+    (tmp_path / "garden.yaml").write_text(yaml.safe_dump(cfg))
+    p = cli("reproduce", tmp_path / "garden.yaml", "--dry-run")
+    assert p.returncode == 0, p.stderr
+    assert "reranker Grade: grade" in p.stdout and "overlap:count" in p.stdout, p.stdout
+
+    p = cli("retrieve", "--plugin", "garden", "--collection", "garden", "--pair", "de-de", "--method", "bm25-og",
+            "--out", tmp_path / "bm25.trec")
+    assert p.returncode == 0, p.stderr
+    p = cli("rerank", *plugins, "--collection", "garden", "--pair", "de-de", "--run", tmp_path / "bm25.trec",
+            "--method", "grade", "--top", "2", "--llm", "overlap:count", "--top-k", "6", "--out", tmp_path / "grade.trec")
+    assert p.returncode == 0, p.stderr
+    ranked = [l.split()[2] for l in (tmp_path / "grade.trec").read_text().splitlines()]
+    # overlap with 'haus garten' capped at 2: d5 (haus haus garten) and d1, d3 (haus garten) first, then d2, d4 (haus haus)
+    assert set(ranked[:2]) <= {"d1", "d3", "d5"} and set(ranked[:3]) == {"d1", "d3", "d5"}, ranked
+    assert json.loads((tmp_path / "grade.trec.rerank.json").read_text())
+    assert _package_digest() == before
+
+
+# ---------- no repeated blocks
+
+def _code_lines(p: Path) -> list[tuple[int, str]]:
+    "(line number, text with white space folded) of the lines of `p` that carry code: no blanks, comments, lone punctuation, imports or nbdev cell markers."
+    out = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        s = " ".join(line.split())
+        if not s or s.startswith(("#", "import ", "from ")) or not re.search(r"\w", s): continue
+        out.append((i, s))
+    return out
+
+
+def repeated_blocks(files, n: int = 6) -> list[str]:
+    "Places where `n` consecutive code lines of one file stand again, identical, elsewhere (in the same file or another)."
+    seen, out = {}, []
+    for p in files:
+        lines = _code_lines(p)
+        for k in range(len(lines) - n + 1):
+            block = tuple(s for _, s in lines[k:k + n])
+            here = (p.name, lines[k][0])
+            if block in seen and seen[block][0] != here[0] or block in seen and lines[k][0] - seen[block][1] >= n:
+                out.append(f"{here[0]}:{here[1]} repeats {seen[block][0]}:{seen[block][1]}")
+            seen.setdefault(block, here)
+    return out
+
+
+def test_the_repeat_finder_finds_a_repeat(tmp_path):
+    body = "".join(f"x{i} = f({i})\n" for i in range(6))
+    (tmp_path / "a.py").write_text("def a():\n    pass\n" + body); (tmp_path / "b.py").write_text(body)
+    assert repeated_blocks([tmp_path / "a.py", tmp_path / "b.py"]) == ["b.py:1 repeats a.py:3"]
+
+
+def test_no_block_of_six_lines_repeats_in_the_package():
+    "Issue 25: no block of six or more code lines stands twice in the package (the generated `_modidx.py` aside)."
+    assert not repeated_blocks(MODULES), repeated_blocks(MODULES)[:20]

@@ -110,3 +110,53 @@ def test_encoder_decoder_backend(tiny, small, method):
     one = Run({q: first[q] for q in list(first)[:1]})
     out = rr.rerank(coll, one, k=5)
     assert all(sorted(out.docids(q)) == sorted(one.docids(q)) for q in one) and b.usage.calls > 0
+
+
+# ---------- Qwen3-Reranker (issue 29): its template, instruction and label tokens, equal to its model card
+
+def _qwen3_card(folder, pairs):
+    "The Qwen3-Reranker model card's usage, written again: prefix / body / suffix ids, left padding, softmax([no, yes])[yes]."
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    judge = 'Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".'
+    head = tok.encode(f"<|im_start|>system\n{judge}<|im_end|>\n<|im_start|>user\n", add_special_tokens=False)
+    tail = tok.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", add_special_tokens=False)
+    body = tok([f"<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: {q}\n<Document>: {d}"
+                for q, d in pairs], padding=False, truncation="longest_first", return_attention_mask=False, max_length=8192 - len(head) - len(tail))
+    ids = [head + x + tail for x in body["input_ids"]]
+    with torch.no_grad(): last = model(**tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")).logits[:, -1, :]
+    yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
+    return ids, torch.log_softmax(torch.stack([last[:, no], last[:, yes]], 1), 1)[:, 1].exp().tolist()
+
+
+def test_qwen3_reranker_equals_its_model_card(tmp_path):
+    from clir_llm.llm_hf import HFBackend
+    from clir_llm.pointwise import yes_probability
+    from clir_llm.testing import make_tiny_hf_model
+    folder = make_tiny_hf_model(tmp_path / "q3", "qwen3")
+    b = HFBackend.create(str(folder), dtype="float32")
+    rr = get_reranker("pointwise-qwen3-reranker", b, progress=False)
+    pairs = [("vaccine for malaria", "Die Katze schläft auf dem Sofa."), ("кошка спит", "il gatto dorme; кошка спит на диване."),
+             ("the cat", "the cat sat on the mat.")]
+    ids, ref = _qwen3_card(str(folder), pairs)
+    prompts = [rr._prompt(q, d) for q, d in pairs]
+    assert [b._render(p)["ids"] for p in prompts] == ids
+    ours = [yes_probability(*s) for s in b.score(prompts, rr._candidates(""), progress=False)]
+    assert max(abs(a - r) for a, r in zip(ours, ref)) < 1e-5
+    assert rr._candidates("") == ["yes", "no"] and rr.name.startswith("pointwise-qwen3-reranker[")
+
+
+def test_qwen3_reranker_needs_a_chat_backend_with_prefill(small):
+    coll = small[0] if isinstance(small, tuple) else small
+    from clir_llm.testing import QrelsOracle
+    class Plain(QrelsOracle): is_chat = False
+    class ChatAPI(QrelsOracle): supports_prefill = scores_sequences = False
+    with pytest.raises(ClirError, match="has a system turn and an assistant prefill: backend 'oracle:qrels' renders no chat template"):
+        get_reranker("pointwise-qwen3-reranker", Plain(coll))
+    with pytest.raises(ClirError, match="cannot continue an assistant turn"): get_reranker("pointwise-qwen3-reranker", ChatAPI(coll))
+    rr = get_reranker("pointwise-qwen3-reranker", QrelsOracle(coll), progress=False)
+    msgs = rr._prompt("q", "p")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant"] and msgs[-1]["content"] == "<think>\n\n</think>\n\n"
+    assert msgs[1]["content"] == "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: q\n<Document>: p"

@@ -11,14 +11,16 @@ from clir_llm.templates import PromptTemplate, prompts_dir
 from clir_llm.testing import QrelsOracle, template_pattern, tiny_setup
 from _rerankers import ideal, make, top_grades
 
-SHIPPED = {"listwise": ["first", "rankgpt", "rankzephyr"], "pairwise": ["prp"], "pointwise": ["qlm", "relevance"], "setwise": ["setwise"]}
+SHIPPED = {"listwise": ["first", "rankgpt", "rankzephyr"], "pairwise": ["prp"], "pointwise": ["qlm", "qwen3-reranker", "relevance"],
+           "reasoning": ["rank1"], "setwise": ["setwise"]}
 # each shipped template, and a method (with options) whose prompts are built from it
 # (sorts that find the ideal top 10 with a perfect judge: windows moving 10 or fewer up; heapsorts; not llm-rankers' setwise
 # bubblesort, which may stop early even then)
 RUNS = [("rankgpt", "listwise", {}), ("rankzephyr", "listwise", {}), ("rankzephyr", "listwise", dict(window=12, step=2)),
         ("first", "listwise-first", {}), ("prp", "pairwise-heapsort", {}), ("prp", "pairwise-bubblesort", dict(scoring="likelihood")),
         ("setwise", "setwise-heapsort", {}), ("setwise", "setwise-heapsort", dict(scoring="likelihood", num_child=5)),
-        ("relevance", "pointwise-yes-no", {}), ("qlm", "pointwise-qlm", {})]
+        ("relevance", "pointwise-yes-no", {}), ("qlm", "pointwise-qlm", {}), ("qwen3-reranker", "pointwise-qwen3-reranker", {}),
+        ("rank1", "reasoning-rank1", {})]
 
 
 def test_templates_are_the_shipped_prompt_files_by_kind():

@@ -87,6 +87,28 @@ def test_truncation_at_128_tokens(model_dir, tmp_path):
     assert short.encode([long], "de")["input_ids"].shape[1] == 16
 
 
+def test_no_length_reminder_where_the_code_cuts_on_purpose(model_dir, tmp_path):
+    "Counting a long sentence's tokens before the cut printed transformers' 'longer than the specified maximum' reminder."
+    import logging
+    from transformers.utils import logging as hf_logging
+    seen = []
+    class Keep(logging.Handler):
+        def emit(self, record): seen.append(record.getMessage())
+    h = Keep(); logging.getLogger("transformers").addHandler(h)
+    level = hf_logging.get_verbosity(); hf_logging.set_verbosity_warning()
+    try:
+        t = make(model_dir, tmp_path)
+        tok = t.tokenizer(); tok.model_max_length = 64; tok.deprecation_warnings.clear()
+        long = "Wort " * 100 + "Ende"
+        assert t.lengths([long], "de", "en") == [128]
+        t.translate([long], "de", "en")
+        before = list(seen)
+        tok("x " * 100)   # the reminder itself still works where nobody cut on purpose: the check can fail
+    finally:
+        logging.getLogger("transformers").removeHandler(h); hf_logging.set_verbosity(level)
+    assert before == [] and len(seen) == 1 and "sequence length is longer" in seen[0], seen
+
+
 def test_cache_resume_and_accounting(model_dir, tmp_path):
     t = make(model_dir, tmp_path, batch_size=2, executor=Dying())
     with pytest.raises(KeyboardInterrupt): t.translate(DOCS, "de", "en")

@@ -1,4 +1,4 @@
-"""Issue 16 item 4: `clir-llm reproduce` is quiet by default and shows stage progress; `-q` prints nothing but
+"""Progress and quiet output. `clir-llm reproduce` is quiet by default and shows stage progress; `-q` prints nothing but
 errors; `-v` shows the logs and the kernels' output. Executed notebooks keep tables and figures, no log spam.
 A tiny configuration (the shipped fixture collection, BM25 through the JVM and the mE5-small stand-in through
 transformers: the two sources of the noise) runs through the real command line."""
@@ -112,3 +112,17 @@ def test_progress_is_live_when_results_path_is_relative(tmp_path, monkeypatch):
     monkeypatch.setenv("CLIR_LLM_PROGRESS_INTERVAL", "0")
     _execute(src, Path("out.ipynb"), {"marker": str(marker)}, Path("res") / "logs", "[1/1] live", True, False)
     assert "[1/1] live" in marker.read_text()
+
+
+def test_papermill_output_holds_no_widget(tmp_path):
+    "The README's plain route (papermill on an experiment notebook) stored tqdm widgets that render as bars frozen at 0 %."
+    import nbformat, papermill
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("from clir_llm.progress import progress_bar\nfor _ in progress_bar(range(3), desc='three'): pass")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    with pytest.MonkeyPatch.context() as mp:
+        for k in ("CLIR_LLM_PROGRESS", "CLIR_LLM_WIDGETS"): mp.delenv(k, raising=False)
+        papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False, kernel_name="python3")
+    out = (tmp_path / "out.ipynb").read_text()
+    assert "application/vnd.jupyter.widget-view+json" not in out and "three: 100%" in out
