@@ -906,6 +906,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'clir_llm.llm_openai._ServerPool.release': ( 'llm_openai.html#_serverpool.release',
                                                                                   'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._as_asked': ('llm_openai.html#_as_asked', 'clir_llm/llm_openai.py'),
+                                     'clir_llm.llm_openai._choices': ('llm_openai.html#_choices', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._failure': ('llm_openai.html#_failure', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._finite_logprobs': ('llm_openai.html#_finite_logprobs', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._retry_after': ('llm_openai.html#_retry_after', 'clir_llm/llm_openai.py'),

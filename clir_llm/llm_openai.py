@@ -182,12 +182,6 @@ class OpenAIBackend(CachedBackend):
                                              organization=self._org)
         return self._clients[i]
 
-    def _timeout(self, left: float | None = None) -> httpx.Timeout:
-        "The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left)."
-        cap = lambda t: t if left is None else max(0.01, min(t, left))
-        o = self.options
-        return httpx.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
-
     @property
     def client(self): return self.client_for(0)
     @property
@@ -199,6 +193,14 @@ class OpenAIBackend(CachedBackend):
     def _render_score(self, prompt, candidates) -> dict:
         return self.renderer._render_score(prompt, candidates) if self.renderer else {"messages": chat_messages(prompt), "cands": list(candidates)}
     def _generate_batch(self, items, params): return [self._generate_one(items[0], params)]
+
+# %% ../nbs/10b_llm_openai.ipynb #7cb01217
+@patch
+def _timeout(self: OpenAIBackend, left: float | None = None) -> httpx.Timeout:
+    "The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left)."
+    cap = lambda t: t if left is None else max(0.01, min(t, left))
+    o = self.options
+    return httpx.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
 
 # %% ../nbs/10b_llm_openai.ipynb #57d26c3b
 class _LocalRenderer(HFRenderMixin):
@@ -260,6 +262,17 @@ def _finite_logprobs(choices):
             raise _BadResponse("nonfinite_logprobs", "log-probabilities that are not finite numbers")
 
 # %% ../nbs/10b_llm_openai.ipynb #36a1464d
+def _choices(resp, endpoint: str) -> list:
+    """The choices of an answer sorted by index, or a `_BadResponse`: no choices list, no choice, a chat choice without
+    a message, or NaN or infinite logprobs (a failed attempt, retried)."""
+    if not isinstance(getattr(resp, "choices", None), list):
+        raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
+    if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
+    if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
+    _finite_logprobs(resp.choices)
+    return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0)
+
+# %% ../nbs/10b_llm_openai.ipynb #861a104b
 @patch
 def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
     """One request (`chat` or `completions`) with retries, sent to the least busy live server of the pool; a refused
@@ -271,18 +284,12 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
     while True:
         wait, i, ok = None, self.pool.acquire(), False
         try:
-            t0 = time.perf_counter()
-            c = self.client_for(i)
+            t0, c = time.perf_counter(), self.client_for(i)
             resp = (c.chat.completions if endpoint == "chat" else c.completions).create(
                 model=self.model, timeout=self._timeout(deadline - time.monotonic()), **kw)
             dt = time.perf_counter() - t0
-            if not isinstance(getattr(resp, "choices", None), list):
-                raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
-            if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
-            if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
-            _finite_logprobs(resp.choices)
-            ok = True
-            return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0), resp.usage, getattr(resp, "model", None), dt
+            choices = _choices(resp, endpoint); ok = True
+            return choices, resp.usage, getattr(resp, "model", None), dt
         except openai.APIStatusError as e:
             code = e.status_code
             kind = f"http_{code}"
