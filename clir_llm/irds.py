@@ -76,9 +76,10 @@ _END = object()
 
 @contextlib.contextmanager
 def _quiet_downloads():
-    "INFO records (ir_datasets' download attempts) dropped in the block, unless the command line asked for -v."
+    """INFO and WARNING records (ir_datasets' download attempts and failures) dropped in the block, unless the command
+    line asked for -v: a failed download is the one line `_read` raises."""
     prev = logging.root.manager.disable
-    if logging.getLogger("clir_llm").getEffectiveLevel() > logging.DEBUG: logging.disable(logging.INFO)
+    if logging.getLogger("clir_llm").getEffectiveLevel() > logging.DEBUG: logging.disable(logging.WARNING)
     try: yield
     finally: logging.disable(prev)
 
