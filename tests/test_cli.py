@@ -267,3 +267,11 @@ def test_quiet_prints_only_errors(tmp_path):
     R.hostile("arguments", "-q prints progress or a summary", ok)
     assert ok, (quiet.stdout, quiet.stderr[-1000:])
     assert (tmp_path / "b.trec").read_text() == (tmp_path / "a.trec").read_text()
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/b", "os; rm -rf x"])
+def test_plugin_names_must_be_module_names(tmp_path, bad):
+    "issue 26 item 10: a --plugin that is a path or not a name was a traceback of importlib; now one line before any work."
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--plugin", bad, "--out", tmp_path / "r.trec")
+    R.expect_one_line_error(f"--plugin {bad!r}", p, "arguments", "is not a module name")
+    assert not (tmp_path / "r.trec").exists()
