@@ -5,15 +5,16 @@ notebook, opens it in headless Chromium (Debian's `chromium` package: `apt-get i
 
 * saves a PNG screenshot of the page (`--out`, default `<notebook stem>-lab.png` in the current folder);
 * reads the rendered page (Chromium's `--dump-dom` after the scripts ran) and checks that the notebook's stored
-  output is shown (an HTML table and an image, when the notebook's outputs hold them) and that Lab did not ask
-  for a kernel ("Select Kernel" dialog: the notebook names no kernel).
+  output is shown (an HTML table and an image, when the notebook's outputs hold them), that Lab did not ask
+  for a kernel ("Select Kernel" dialog: the notebook names no kernel) and that it did not mark the notebook
+  modified on opening it (`jp-mod-dirty`: Lab rewrote something while loading it).
 
 Prints one line per check and exits 1 when one fails.
 
-    python benchmarks/screenshot.py results/demo/1_first_stage.ipynb --out /tmp/first_stage.png
+    python benchmarks/screenshot.py results/demo/1_first_stage.ipynb --out first_stage.png
 """
 from __future__ import annotations
-import argparse, json, os, secrets, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, re, secrets, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
 from pathlib import Path
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
@@ -89,7 +90,9 @@ def screenshot(nb_path, out_png, size: str = "1400,2400", budget_ms: int = 30000
     checks = {"screenshot": (out_png.exists() and out_png.stat().st_size > 10_000,
                              f"{out_png} ({out_png.stat().st_size if out_png.exists() else 0} bytes){'' if out_png.exists() else ': ' + shot.stderr[-300:]}"),
               "notebook open": ("jp-Notebook" in dom and nb_path.stem in dom, "the notebook panel is in the page"),
-              "no kernel dialog": ("Select Kernel" not in dom, "Lab did not ask which kernel to use")}
+              "no kernel dialog": ("Select Kernel" not in dom, "Lab did not ask which kernel to use"),
+              "opens unmodified": (re.search(r'class="[^"]*\bjp-mod-dirty\b', dom) is None,
+                                   "Lab did not mark the notebook modified on opening it (no element of class jp-mod-dirty)")}
     if want["table"]: checks["table rendered"] = ("<table" in dom, "a stored HTML table is shown")
     if want["image"]: checks["figure rendered"] = ('src="data:image/png' in dom or "<svg" in dom, "a stored figure is shown")
     return checks

@@ -1,7 +1,7 @@
 """The nbdev documentation site builds where Quarto exists (issue 16 item 6): its Quarto files are committed as nbdev
 generates them (so `nbdev-docs` leaves git clean), and every notebook passes `nbdev-proc-nbs` (slow: it executes
 each notebook's import and export cells)."""
-import os, shutil, subprocess, sys
+import os, re, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -33,11 +33,52 @@ def test_quarto_yml_is_nbdevs_default():
     assert (NBS / "_quarto.yml").read_text() == _quarto_yml
 
 
-def test_sidebar_lists_every_notebook():
-    side = (NBS / "sidebar.yml").read_text()
-    nbs = sorted(p.relative_to(NBS).as_posix() for p in NBS.glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.parts))
-    missing = [n for n in nbs if Path(n).name not in side]
-    assert not missing, missing
+def test_sidebar_lists_every_notebook_grouped_by_stage():
+    """Every page notebook is in the sidebar, in a section per stage; nothing else is (no nbdev.yml or styles.css as
+    pages). The experiment notebooks are papermill templates without outputs: their executed copies live in
+    results/<config>/, so the site does not list them."""
+    import yaml
+    side = yaml.safe_load((NBS / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]
+    flat = lambda items: [x for i in items for x in ([i] if isinstance(i, str) else flat(i["contents"]))]
+    listed = flat(side)
+    nbs = sorted(p.relative_to(NBS).as_posix() for p in NBS.glob("**/*.ipynb")
+                 if not any(s.startswith((".", "_")) for s in p.parts) and p.parts[-2] != "experiments")
+    assert sorted(listed) == nbs, (set(nbs) - set(listed), set(listed) - set(nbs))
+    sections = [i["section"] for i in side if isinstance(i, dict)]
+    assert {"Guides", "Collections", "Translation", "First stage", "Rerankers", "Evaluation", "Experiments", "Engine"} <= set(sections)
+
+
+MACHINE_PATH = re.compile(r"/work/|/root/|/home/[a-z]|/Users/[A-Za-z]|/tmp/tmp\w+|/private/var/")
+
+
+def test_no_machine_paths_in_tracked_files():
+    "No absolute path of the machine a file was written on (checkouts, home folders, temporary folders) in any tracked text file."
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not files: pytest.skip("not a git checkout")
+    bad = []
+    for f in files:
+        try: text = (ROOT / f).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError): continue
+        bad += [f"{f}:{i}: {m.group(0)}" for i, line in enumerate(text.splitlines(), 1)
+                for m in [MACHINE_PATH.search(line)] if m and "MACHINE_PATH" not in line]
+    assert not bad, bad[:30]
+
+
+def test_readme_is_short_and_opens_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)
+    first_code = next(i for i, l in enumerate(lines) if l.startswith("```"))
+    cmds = lines[first_code + 1:first_code + 3]
+    assert lines[first_code + 3] == "```" and all(c.startswith("python3 -m venv .venv") for c in cmds)
+    assert not any(l.startswith(("$ ", ".venv/", "python")) for l in lines[:first_code])   # no command before them
+    assert cmds[0].endswith("clir-llm reproduce configs/demo.yaml") and "pytest" in cmds[1]
+    assert "build machine" not in " ".join(lines)
+
+
+def test_readme_is_never_overwritten_by_nbdev():
+    "README.md is written by hand: nbdev-readme skips a readme_nb that does not exist."
+    from nbdev.config import get_config
+    assert not (NBS / get_config(path=ROOT).readme_nb).exists()
 
 
 @pytest.mark.slow

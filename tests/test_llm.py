@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------- identity v1: literal values of the code before (7ce5228)
-KEYS_V1 = {   # spec -> BackendSpec.key(), captured from 7ce5228 (PYTHONPATH=/work/baseline)
+KEYS_V1 = {   # spec -> BackendSpec.key(), captured from 7ce5228 (a checkout of that commit on PYTHONPATH)
     "gguf:/m/x.gguf": "gguf:/m/x.gguf",
     "gguf:/m/x.gguf[max_model_len=2048]": "gguf:/m/x.gguf[max_model_len=2048]",
     "gguf:/models/a@b/x.gguf": "gguf:/models/a@b/x.gguf",

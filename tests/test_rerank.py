@@ -280,7 +280,7 @@ def test_run_identity_of_shipped_rows_hashes_as_the_first_release(method, option
     assert stable_hash(ident, n=10) == hashed
 
 
-# ---------- (a) names and runs on the oracle: the first release's (captured at 7ce5228 by /work/tools/capture_rerank_ids.py)
+# ---------- (a) names and runs on the oracle: the first release's (captured at 7ce5228 by running the same calls on that commit)
 
 _R0 = {"q0": {"q0d00": 1.0, "q0d01": 5.0, "q0d02": 7.0, "q0d03": 8.0, "q0d04": 6.0, "q0d05": 2.0, "q0d06": 4.0, "q0d07": 3.0},
        "q1": {"q1d00": 4.0, "q1d01": 6.0, "q1d02": 3.0, "q1d03": 8.0, "q1d04": 7.0, "q1d05": 5.0, "q1d06": 1.0, "q1d07": 2.0}}

@@ -35,5 +35,18 @@ def test_executed_notebook_renders_in_lab(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert shot.expected_outputs(executed) == {"table": True, "image": True}
     checks = shot.screenshot(executed, tmp_path / "shot.png")
-    assert set(checks) == {"screenshot", "notebook open", "no kernel dialog", "table rendered", "figure rendered"}
-    assert all(ok for ok, _ in checks.values()), checks
+    assert set(checks) == {"screenshot", "notebook open", "no kernel dialog", "opens unmodified", "table rendered", "figure rendered"}
+    assert all(ok for name, (ok, _) in checks.items() if name != "opens unmodified"), checks
+
+
+@pytest.mark.xfail(strict=True, reason="JupyterLab 4 marks every notebook modified once its kernel session starts, even a "
+                   "one-cell notebook nbformat just wrote (seen with the screenshot script; cause not found yet)")
+def test_a_notebook_opens_unmodified(tmp_path):
+    import nbformat
+    shot = _screenshot_module()
+    if shot.find_chromium() is None: pytest.skip("no chromium (apt-get install -y chromium)")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}})
+    nb.cells = [nbformat.v4.new_markdown_cell("# one cell")]
+    nbformat.write(nb, tmp_path / "one.ipynb")
+    ok, detail = shot.screenshot(tmp_path / "one.ipynb", tmp_path / "one.png")["opens unmodified"]
+    assert ok, detail
