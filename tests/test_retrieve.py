@@ -258,3 +258,9 @@ def test_out_of_range_numbers_are_one_line(tmp_path, kind, args, says):
     p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", *args, "--out", tmp_path / "r.trec")
     R.expect_one_line_error(f"retrieve {kind}", p, "numbers", says)
     assert not (tmp_path / "r.trec").exists()
+
+
+def test_a_negative_doc_max_length_is_refused_by_the_api():
+    "issue 26 item 11: `get_retriever('dense:e5-small', doc_max_length=-1)` was accepted without a word (the CLI flag was checked)."
+    with pytest.raises(ClirError, match=r"doc_max_length: Input should be greater than 0 \(got -1\)"):
+        get_retriever("dense:e5-small", doc_max_length=-1)
