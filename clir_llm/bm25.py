@@ -16,7 +16,7 @@ from .cache import Cache, default_cache_dir
 from .languages import language
 from .specs import Options, opt
 
-_log = logging.getLogger(__name__)   # warnings go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.bm25")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',

@@ -25,6 +25,7 @@ COMMANDS = {
     "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
     "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
     "methods":   ("clir_llm.methods:cli_methods",       "every registered method, model and collection, as the strings the CLI and configs accept, with its options"),
+    "serve":     ("clir_llm.serve:cli_serve",           "serve configured rerankers over HTTP (Cohere's and Jina's rerank API)"),
 }
 
 def _usage() -> str:

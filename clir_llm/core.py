@@ -13,10 +13,11 @@ from typing import Iterable, Iterator, Mapping
 import yaml
 
 # %% auto #0
-__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH', 'SCORE_DECIMALS', 'ClirError',
-           'FormatError', 'yaml_error', 'load_yaml', 'writable_target', 'atomic_write', 'write_json', 'check_outputs',
-           'check_output_folder', 'secret_env', 'SecretError', 'redact', 'check_no_secret', 'Query', 'Document', 'cut',
-           'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised', 'Retriever']
+__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH', 'SCORE_DECIMALS',
+           'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml', 'writable_target',
+           'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env', 'SecretError', 'redact',
+           'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage',
+           'usage_path', 'stable_hash', 'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -437,6 +438,67 @@ def write(self: Run, path, tag: str | None = None) -> Path:
 def top(self: Run, k: int, name: str | None = None) -> "Run":
     "A new run keeping the first `k` documents of every query."
     return Run({q: dict(self.ranking(q, k)) for q in self}, name=name or self.name)
+
+# %% ../nbs/00_core.ipynb #28d0dcb2
+RUN_COLUMNS = ("qid", "docno", "score", "rank")   # PyTerrier's names; rank from 0 (pt.model.add_ranks)
+QRELS_COLUMNS = ("qid", "docno", "label")          # PyTerrier's qrels names
+_ALIASES = {"qid": ("qid", "query_id"), "docno": ("docno", "doc_id"), "label": ("label", "relevance")}   # ir-measures' names too
+
+def _frame_column(df, name: str, what: str) -> str:
+    "The column of `df` that holds `name` (PyTerrier's or ir-measures' spelling); a ClirError naming the columns there are."
+    cols = list(getattr(df, "columns", ()))
+    for c in _ALIASES.get(name, (name,)):
+        if c in cols: return c
+    raise ClirError(f"{what}: a DataFrame needs a column {' or '.join(map(repr, _ALIASES.get(name, (name,))))}; "
+                    f"its columns: {', '.join(map(str, cols)) or 'none'}")
+
+# %% ../nbs/00_core.ipynb #87954889
+@patch
+def to_df(self: Run):
+    "This run as a DataFrame with PyTerrier's columns `qid, docno, score, rank` (rank from 0), queries sorted, documents by rank."
+    import pandas as pd   # heavy: only callers that ask for a DataFrame import pandas
+    rows = [(q, d, s, r) for q in sorted(self) for r, (d, s) in enumerate(self.ranking(q))]
+    return pd.DataFrame(rows, columns=list(RUN_COLUMNS)).astype({"qid": str, "docno": str, "score": float, "rank": int})
+
+# %% ../nbs/00_core.ipynb #465818d9
+@patch(cls_method=True)
+def from_df(cls: Run, df, name: str = "run") -> Run:
+    """A run from a DataFrame with columns `qid`, `docno` and `score` (or ir-measures' `query_id`, `doc_id`); without
+    `score`, its `rank` column orders each query (smallest first). Other columns are ignored; ids are read as strings."""
+    q, d = _frame_column(df, "qid", f"run {name!r}"), _frame_column(df, "docno", f"run {name!r}")
+    if "score" in df.columns: scores, what = list(df["score"]), "score"
+    elif "rank" in df.columns: scores, what = [-x for x in df["rank"]], "rank"
+    else: raise ClirError(f"run {name!r}: a DataFrame needs a 'score' or a 'rank' column; its columns: {', '.join(map(str, df.columns))}")
+    ranked: dict[str, list] = {}
+    for qid, docno, s in zip(df[q], df[d], scores):
+        try: s = float(s)
+        except (TypeError, ValueError): raise ClirError(f"run {name!r}: query {str(qid)!r}: document {str(docno)!r} has {what} {s!r} (not a number)") from None
+        ranked.setdefault(str(qid), []).append((str(docno), s))
+    return cls.from_ranked(ranked, name=name)
+
+# %% ../nbs/00_core.ipynb #58c3c17f
+@patch
+def to_df(self: Qrels):
+    "These judgements as a DataFrame with PyTerrier's columns `qid, docno, label`, sorted by query and document."
+    import pandas as pd   # heavy: only callers that ask for a DataFrame import pandas
+    rows = [(q, d, g) for q in sorted(self) for d, g in sorted(self[q].items())]
+    return pd.DataFrame(rows, columns=list(QRELS_COLUMNS)).astype({"qid": str, "docno": str, "label": int})
+
+# %% ../nbs/00_core.ipynb #0a5cbd89
+@patch(cls_method=True)
+def from_df(cls: Qrels, df) -> Qrels:
+    "Judgements from a DataFrame with columns `qid, docno, label` (or ir-measures' `query_id, doc_id, relevance`); grades are integers."
+    q, d, g = (_frame_column(df, c, "qrels") for c in QRELS_COLUMNS)
+    out = cls()
+    for qid, docno, grade in zip(df[q], df[d], df[g]):
+        qid, docno = str(qid), str(docno)
+        try: grade_f = float(grade)
+        except (TypeError, ValueError): grade_f = math.nan
+        if not grade_f.is_integer() or not GRADE_MIN <= grade_f <= GRADE_MAX:
+            raise ClirError(f"qrels: query {qid!r}: document {docno!r} has grade {grade!r} (an integer is needed)")
+        if docno in out.get(qid, {}): raise ClirError(f"qrels: document {docno!r} judged twice for query {qid!r}")
+        out.setdefault(qid, {})[docno] = int(grade_f)
+    return out
 
 # %% ../nbs/00_core.ipynb #cb1c6548
 @dataclass

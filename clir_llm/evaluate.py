@@ -17,7 +17,7 @@ from .core import ClirError, Qrels, Run, cut
 from .collections import load_collection
 from .specs import ArgumentParser
 
-_log = logging.getLogger(__name__)   # warnings go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.evaluate")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',

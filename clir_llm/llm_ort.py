@@ -19,7 +19,7 @@ from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError
                           rebuild_backend)
 from .llm_hf import HFRenderMixin, load_tokenizer
 
-_log = logging.getLogger(__name__)   # messages go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.llm_ort")   # messages go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ort_export_dir', 'export_ort', 'ort_exports', 'ort_export_listing', 'ORTOptions', 'ORTBackend']

@@ -18,6 +18,7 @@ from .llm import BackendSpec, add_backend_arguments, backend_spec_from_args
 from .cache import Cache
 from .collections import load_collection
 from .retrieve import DT_SOURCES, docs_view
+from .rank_llm_io import RecordingBackend, invocations, read_requests, results, write_results
 
 # %% auto #0
 __all__ = ['SCORING_NEEDS', 'RERANKERS', 'V1_OPTIONS', 'RerankerOptions', 'Reranker', 'doc_text', 'check_scoring', 'TextStats',
@@ -343,9 +344,11 @@ def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> a
     ap = ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise "
                                  "PRP, setwise, pointwise) or any registered reranker. `--method M --help` lists M's options; "
                                  "`--llm KIND:MODEL --help` the backend's.")
-    ap.add_argument("--collection", required=True, help="collection name (demo, fixture, ciral, clef2003)")
+    ap.add_argument("--collection", help="collection name (demo, fixture, ciral, clef2003); not with --input")
     ap.add_argument("--pair", required=True, help="language pair, e.g. en-de")
-    ap.add_argument("--run", required=True, help="first-stage run (TREC format)")
+    ap.add_argument("--run", help="first-stage run (TREC format); not with --input")
+    ap.add_argument("--input", metavar="REQUESTS.jsonl", help="rank_llm Request JSONL (query, candidates with docid, score, doc): "
+                    "the queries, documents and first-stage order, instead of --collection and --run")
     ap.add_argument("--method", required=True, choices=methods, help="a registered reranker")
     ap.add_argument("--plugin", action="append", default=[], metavar="MODULE", help="import MODULE first (it registers a reranker of its own); repeatable")
     ap.add_argument("--llm", help="backend spec: hf:<id or path>, openai:<model>, vllm:<id>, gguf:<path> (not for a method without a model)")
@@ -359,6 +362,8 @@ def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> a
     ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     ap.add_argument("--cache-mode", default="readwrite", choices=("readwrite", "readonly", "replay", "off"))
     ap.add_argument("--out", required=True, help="where to write the reranked run")
+    ap.add_argument("--output-format", default="trec", choices=("trec", "rank_llm"),
+                    help="a TREC run (default), or rank_llm Result JSONL with each query's invocations_history")
     if method in methods:
         add_spec_arguments(ap, RERANKERS[method].options_for(method), group=f"{method} options")
     if llm: add_backend_arguments(ap, llm)   # the kind's options: --llm-<option> and --llm-option KEY=VALUE
@@ -381,18 +386,24 @@ def cli_rerank(argv=None) -> int:
     spec = RerankerSpec.parse(a.method, **spec.flat(defaults=False))
     llm = backend_spec_from_args(a)      # bad backend options fail here, before any input is read
     if spec.reranker.needs_backend and llm is None: raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
-    run = Run.read(a.run)
+    if a.input and (a.collection or a.run) or not a.input and not (a.collection and a.run):
+        raise ClirError("give --collection and --run, or --input (a rank_llm Request file) alone")
+    requests = read_requests(a.input, a.pair) if a.input else None   # rank_llm requests: the collection and the run
+    run = requests.run if requests else Run.read(a.run)
     if a.max_queries is not None:
         if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
         run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
-    og = load_collection(a.collection, a.pair)
-    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, *og.files()])   # before any model call
-    check_run(a.run, run, og, a.top_k)
+    og = requests.collection if requests else load_collection(a.collection, a.pair)
+    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()])   # before any model call
+    if not requests: check_run(a.run, run, og, a.top_k)
     collection = docs_view(og, a.docs, a.translator, a.dt_source)
     backend = llm.build(cache=Cache(a.cache, mode=a.cache_mode)) if llm is not None else None
+    if a.output_format == "rank_llm" and backend is not None: backend = RecordingBackend(backend)   # calls kept for the Results
     rr = spec.build(backend)
     out = rr.rerank(collection, run, k=a.top_k)
-    out.write(a.out, tag=f"{rr.name}-{a.docs}")
+    if a.output_format == "trec": out.write(a.out, tag=f"{rr.name}-{a.docs}")
+    else: write_results(a.out, results(out, og, run, backend and invocations(lambda b: spec.build(b, progress=False), backend,
+                                                                             collection, run, a.top_k), requests))
     rr.save(a.out)
     u = rr.usage
     print(f"{a.out}: {len(out)} queries reranked by {rr.name} ({a.docs.upper()}); {u.calls} model calls, "

@@ -145,3 +145,19 @@ def export_cells_of(cells):
 def test_each_public_definition_is_followed_by_an_example_with_its_output(nb):
     cells, ex = export_cells(nb)
     assert not missing_examples(cells, ex), missing_examples(cells, ex)
+
+
+ALL_NBS = sorted(p for p in (ROOT / "nbs").glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.relative_to(ROOT).parts))
+_BAR = re.compile(r"\d+%\|[^|\n]*\|\s*\d+/\d*|\|\s*\d+/\d+ \[\d")
+
+
+@pytest.mark.parametrize("nb", ALL_NBS, ids=lambda p: p.relative_to(ROOT / "nbs").as_posix())
+def test_notebooks_keep_no_tool_metadata_and_no_progress_bars(nb):
+    """A notebook's metadata is its kernel and language only (no jupytext pairing or widget state left by a tool), and
+    no output is a progress bar (a stored tqdm widget renders as a bar frozen at 0 %)."""
+    d = json.loads(nb.read_text())
+    assert set(d["metadata"]) <= {"kernelspec", "language_info"}, set(d["metadata"])
+    bars = [(i, o.get("text") or o.get("data", {}).get("text/plain")) for i, c in enumerate(d["cells"]) for o in c.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+            or (o.get("output_type") == "display_data" and set(o.get("data", {})) == {"text/plain"} and _BAR.search(o["data"]["text/plain"]))]
+    assert not bars, bars[:3]
