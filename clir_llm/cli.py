@@ -4,13 +4,13 @@
 
 # %% ../nbs/14_cli.ipynb #201bd9fe
 from __future__ import annotations
-import importlib, logging, os, sys, warnings
+import contextlib, importlib, logging, os, re, sys, traceback, warnings
 from . import __version__
-from .core import ClirError
+from .core import ClirError, redact
 from .progress import quiet_libraries, setup_logging
 
 # %% auto #0
-__all__ = ['COMMANDS', 'main']
+__all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
@@ -47,11 +47,26 @@ def _verbosity(argv: list[str]) -> list[str]:
     return [a for a in argv if a not in _LEVELS]
 
 # %% ../nbs/14_cli.ipynb #2b189241
+QUIET_SUMMARIES = {"retrieve", "rerank", "translate", "build-demo", "prepare"}   # their output only says what they wrote
+
+def _command(func, name: str, rest: list[str]) -> int:
+    "Run a command; under `-q` the summary a command prints of the files it wrote is left out (errors only)."
+    if name not in QUIET_SUMMARIES or logging.getLogger("clir_llm").level < logging.ERROR: return int(func(rest) or 0)
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null): return int(func(rest) or 0)
+
+# %% ../nbs/14_cli.ipynb #f704fdb2
+LONG_WORD = 300   # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
+
+def _said(e) -> str:
+    "An error's line as printed: every credential the process holds redacted (`core.redact`), a word over `LONG_WORD` characters cut."
+    return re.sub(r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e))
+
+# %% ../nbs/14_cli.ipynb #5ef80862
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)
     try: argv = _verbosity(argv)
-    except ClirError as e: print(f"clir-llm: error: {e}", file=sys.stderr); return 2
+    except ClirError as e: print(f"clir-llm: error: {_said(e)}", file=sys.stderr); return 2
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage()); return 0
     if argv[0] == "--version":
@@ -66,13 +81,15 @@ def main(argv=None) -> int:
     except (ImportError, AttributeError) as e:
         print(f"clir-llm {name}: not available in this installation ({e})", file=sys.stderr); return 2
     try:
-        return int(func(rest) or 0)
+        return _command(func, name, rest)
     except ClirError as e:
-        print(f"clir-llm {name}: error: {e}", file=sys.stderr); return 1
+        print(f"clir-llm {name}: error: {_said(e)}", file=sys.stderr); return 1
     except BrokenPipeError:   # output piped into `head` and closed early: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 0
     except KeyboardInterrupt:
         print(f"clir-llm {name}: interrupted; finished work is cached and a re-run resumes from there", file=sys.stderr); return 130
+    except Exception:   # a bug, not bad input: its traceback, with every credential the process holds redacted
+        print(redact(traceback.format_exc()).rstrip(), file=sys.stderr); return 1
 
 # %% ../nbs/14_cli.ipynb #f90d08ee
 if __name__ == "__main__" and not hasattr(sys, "ps1") and "ipykernel" not in sys.modules:   # python -m clir_llm.cli

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 from urllib.parse import urlsplit
 from fastcore.basics import patch
-from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
+from .core import ClirError, FormatError, Query, Document, Qrels, check_id, stable_hash
 from .cache import default_cache_dir
 from .languages import parse_pair, language
 from .progress import progress_bar as tqdm
@@ -92,6 +92,10 @@ class Collection(ABC):
         "Raise a `FormatError` when a judgement names a document that is not in the collection (by default: no check)."
         return self
 
+    def files(self) -> list[Path]:
+        "The files this collection is read from (a command never writes over one of them; by default none known)."
+        return []
+
 # %% ../nbs/03_collections.ipynb #de30bcb0
 def check_collection(obj, where: str = "") -> Collection:
     "`obj` when it meets the `Collection` contract, else a `ClirError` that says what it lacks."
@@ -157,6 +161,7 @@ class StreamedCollection(Collection):
 
     @property
     def has_translations(self) -> bool: return self._translations is not None
+    def files(self) -> list[Path]: return [Path(p) for p in (self.qrels_path, self.corpus_path) if p is not None]
 
     def __repr__(self):
         n = self._num_docs if self._num_docs is not None else "?"
@@ -257,8 +262,8 @@ def _read_manifest(folder: Path) -> dict:
 # %% ../nbs/03_collections.ipynb #233b1d13
 def _stream_docs(path: Path, lang: str) -> Callable[[], Iterator[Document]]:
     def gen():
-        for _, r in read_jsonl(path, ("docid", "text")):
-            yield Document(str(r["docid"]), r["text"], r.get("title") or "", lang)
+        for i, r in read_jsonl(path, ("docid", "text")):
+            yield Document(check_id(str(r["docid"]), "document id", path, i), r["text"], r.get("title") or "", lang)
     return gen
 
 # %% ../nbs/03_collections.ipynb #9f8eb2eb
@@ -276,7 +281,7 @@ def load_folder_collection(folder, pair: str, name: str | None = None, check: bo
     allq = {}
     for i, r in read_jsonl(qfile, ("qid", "text")):
         if not str(r["text"]).strip(): raise FormatError(qfile, i, f"query {r['qid']!r} has an empty text")  # as the TSV topic reader
-        allq[str(r["qid"])] = Query(str(r["qid"]), r["text"], ql.code)
+        allq[str(r["qid"])] = Query(check_id(str(r["qid"]), "query id", qfile, i), r["text"], ql.code)
     missing = sorted(set(qrels) - set(allq))
     if missing: raise FormatError(qpath, _qrels_line(qpath, missing[0], next(iter(qrels[missing[0]]))),
                                   f"query {missing[0]!r} is judged but not in {qfile}")
@@ -306,8 +311,6 @@ class ShippedOptions(SourceOptions):
 class CountedOptions(SourceOptions):
     "The options of a collection whose counts are published (CIRAL, CLEF 2003)."
     check_counts: bool = opt(True, "check the queries, judgements and documents against the published counts", identity=False)
-
-
 
 # %% ../nbs/03_collections.ipynb #a0825ede
 @dataclass(frozen=True)
@@ -342,8 +345,6 @@ def missing(self: CollectionSource, name: str, root=None) -> str | None:
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     return (f"${self.env} is unset: {name} would be downloaded from {self.remote}"
             + (" but HF_HUB_OFFLINE is set: the run fails" if offline else " on first use (needs network)"))
-
-
 
 # %% ../nbs/03_collections.ipynb #82778820
 @patch
@@ -381,12 +382,6 @@ def collection_pairs(name: str) -> list[str]:
 def list_collections() -> dict[str, list[str]]:
     "Every registered collection name with its language pairs (prefix entries, which need an argument, are left out)."
     return {e.name: collection_pairs(e.name) for e in COLLECTIONS.entries() if not e.is_prefix}
-
-# %% ../nbs/03_collections.ipynb #4f1d17ea
-def _info(name: str) -> dict:
-    "The registered entry of `name` as the dict the first registry kept (`reproduce.describe_collection` reads it)."
-    e = COLLECTIONS.lookup(name)[0]
-    return dict(loader=e.obj.load, pairs=e.obj.pairs, description=e.summary)
 
 # %% ../nbs/03_collections.ipynb #8c1be914
 def load_collection(name: str, pair: str, /, root=None, cache_root=None, **options) -> Collection:
@@ -474,7 +469,7 @@ def read_ciral_topics(path, lang: str = "en") -> dict[str, Query]:
             if not line.strip(): continue
             parts = line.rstrip("\r\n").split("\t")
             if len(parts) != 2 or not parts[1].strip(): raise FormatError(path, i, f"expected 'qid<TAB>query', got {line.strip()[:80]!r}")
-            qid = parts[0].strip()
+            qid = check_id(parts[0].strip(), "query id", path, i)
             if qid in out: raise FormatError(path, i, f"query {qid!r} appears twice")
             out[qid] = Query(qid, " ".join(parts[1].split()), lang)
     if not out: raise FormatError(path, None, "no topics in file")
@@ -620,6 +615,7 @@ def parse_clef_doc(block: str, lang: str, path=None, line: int | None = None) ->
     docid = _clean(ids[0]) if ids else ""
     if not docid: raise FormatError(path or "<DOC> block", line, "document without <DOCNO> (or <DOCID>)")
     if len(ids) > 1: raise FormatError(path or "<DOC> block", line, f"document {docid!r} has {len(ids)} id tags (a missing </DOC>?)")
+    check_id(docid, "document id", path or "<DOC> block", line)
     up = docid.upper()
     fields = next((fs for p, _, fs in CLEF_SOURCES if up.startswith(p)), _CLEF_OTHER)
     parts = (_clean(x) for tag, every in fields for x in (f.get(tag, ()) if every else f.get(tag, ())[:1]))
@@ -771,7 +767,7 @@ def cli_datasets(argv=None) -> int:
     ap.add_argument("--pair", dest="pairs", action="append", default=[], help="pair to show of a collection that takes any pair (files:)")
     a = ap.parse_args(argv)
     entries = [(COLLECTIONS.lookup(n)[0], n) for n in a.names] or [(e, e.name) for e in COLLECTIONS.entries()]
-    print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description")
+    print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description"); broken = []
     for e, n in entries:
         src, desc = e.obj, e.summary
         if e.is_prefix and n.strip().lower() == e.name:   # a prefix without its argument: what it takes (and, for irds:, the ids)
@@ -789,7 +785,7 @@ def cli_datasets(argv=None) -> int:
         for p in pairs:
             try: c = load_collection(n, p)
             except ClirError as err:
-                print(f"{n:<10} {p:<6} {'-':>7} {'-':>9} {'-':>7} {'-':>8}  not available: {err}"); continue
+                print(f"{n:<10} {p:<6} {'-':>7} {'-':>9} {'-':>7} {'-':>8}  not available: {err}"); broken.append(f"{n} {p}"); continue
             nd = c.num_docs if (src.shipped or a.count) else "?"
             judged = sum(map(len, c.qrels.values())); rel = sum(len(c.qrels.relevant(q)) for q in c.qrels)
             print(f"{n:<10} {p:<6} {len(c.queries):>7} {nd:>9} {judged:>7} {rel:>8}  {desc}")
@@ -797,4 +793,5 @@ def cli_datasets(argv=None) -> int:
     print("options (load_collection(name, pair, **options); a configuration gives root:)")
     w = max(len(e.example) for e in COLLECTIONS.entries())
     for e in COLLECTIONS.entries(): print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
+    if broken: raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
     return 0

@@ -11,7 +11,7 @@ import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
                       StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
-from .core import ClirError, load_yaml
+from .core import MAX_DEPTH, ClirError, load_yaml
 from .languages import parse_pair
 from .llm import BackendSpec
 from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unknown_options, run_identity
@@ -23,10 +23,9 @@ from .evaluate import AVG_RULES, parse_measures
 from .engine import ExecutionSpec
 
 # %% auto #0
-__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MAX_DEPTH', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name',
-           'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config',
-           'resolve_config', 'load_config', 'ConfigHead', 'load_config_head', 'repo_root', 'experiment_notebook',
-           'results_dir']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name', 'FirstStageConfig',
+           'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config',
+           'load_config', 'ConfigHead', 'load_config_head', 'repo_root', 'experiment_notebook', 'results_dir']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -46,7 +45,6 @@ Translator = Annotated[TranslatorSpec, BeforeValidator(_field(TranslatorSpec.par
 Backend = Annotated[BackendSpec, BeforeValidator(_field(BackendSpec.parse)), PlainSerializer(str, return_type=str)]
 
 # %% ../nbs/13a_config.ipynb #2618aa49
-MAX_DEPTH = 10_000                                         # documents per query a first stage keeps or a reranker reads
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"   # a plugin: a dotted module name, nothing else
 NOTEBOOK_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"            # an experiment: a notebook's name in nbs/experiments
 

@@ -13,11 +13,11 @@ from typing import Iterable, Iterator, Mapping
 import yaml
 
 # %% auto #0
-__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'SCORE_DECIMALS', 'RUN_COLUMNS',
-           'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml', 'writable_target', 'atomic_write',
-           'write_json', 'check_outputs', 'secret_env', 'SecretError', 'redact', 'check_no_secret', 'Query', 'Document',
-           'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash', 'memoised',
-           'Retriever']
+__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH', 'SCORE_DECIMALS',
+           'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml', 'writable_target',
+           'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env', 'SecretError', 'redact',
+           'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage',
+           'usage_path', 'stable_hash', 'memoised', 'Retriever']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -46,7 +46,11 @@ def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
 YAML_LIMITS = dict(depth=64, nodes=200_000, scalar=10_000)   # nesting, expanded nodes (aliases followed), characters per scalar
 
 class _StrictLoader(yaml.SafeLoader):
-    "PyYAML's safe loader that counts nesting and refuses duplicate keys and oversized scalars as it composes."
+    "PyYAML's safe loader that counts nesting and refuses duplicate keys, oversized scalars and integers of hundreds of digits."
+    def construct_yaml_int(self, node):
+        if len(node.value) > 100: raise yaml.YAMLError(f"line {node.start_mark.line + 1}: an integer of {len(node.value):,} digits")
+        return super().construct_yaml_int(node)
+
     def compose_node(self, parent, index):
         self._depth = getattr(self, "_depth", 0) + 1
         try:
@@ -63,6 +67,8 @@ class _StrictLoader(yaml.SafeLoader):
                     if k.value in seen: raise yaml.YAMLError(f"line {k.start_mark.line + 1}: key {k.value!r} given twice (first on line {seen[k.value]})")
                     seen[k.value] = k.start_mark.line + 1
         return node
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 # %% ../nbs/00_core.ipynb #f623933b
 def _expanded(node, memo: dict) -> int:
@@ -97,16 +103,22 @@ def load_yaml(path, what: str = "not valid YAML"):
 def _kind(st) -> str:
     "What a path is, in words, from its `lstat`."
     m = st.st_mode
-    return ("a link" if stat.S_ISLNK(m) else "a folder" if stat.S_ISDIR(m) else "a named pipe (FIFO)" if stat.S_ISFIFO(m)
+    return ("a file" if stat.S_ISREG(m) else "a link" if stat.S_ISLNK(m) else "a folder" if stat.S_ISDIR(m) else "a named pipe (FIFO)" if stat.S_ISFIFO(m)
             else "a device" if stat.S_ISCHR(m) or stat.S_ISBLK(m) else "a socket" if stat.S_ISSOCK(m) else "not a regular file")
 
 # %% ../nbs/00_core.ipynb #a132aa6f
+def _short(path) -> str:
+    "`path` for a one-line message: a file name over 80 characters shown by its start and its length."
+    p = Path(path)
+    return str(p) if len(p.name) <= 80 else str(p.parent / f"{p.name[:40]}...") + f" ({len(p.name):,}-character name)"
+
+# %% ../nbs/00_core.ipynb #619c2530
 def writable_target(path) -> Path:
     "`path` if a file may be written there: nothing there yet, or a regular file (never a link, FIFO, device or folder)."
     path = Path(path)
     try: st = os.lstat(path)
     except FileNotFoundError: return path
-    except OSError as e: raise ClirError(f"{path}: cannot write there: {e.strerror}") from None
+    except OSError as e: raise ClirError(f"{_short(path)}: cannot write there: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode): raise ClirError(f"{path}: is {_kind(st)}; an output is written only as a regular file")
     return path
 
@@ -139,8 +151,27 @@ def write_json(path, obj, private: bool = False, **kw) -> Path:
     return atomic_write(path, json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False, default=str, **kw) + "\n", private=private)
 
 # %% ../nbs/00_core.ipynb #fbd9b51d
+def _probe_folder(o: Path, what: str):
+    "A ClirError unless a file named like `o` (and its temporary sibling) can be created in its folder, checked before any work."
+    d = o.parent if str(o.parent) else Path(".")
+    probe = d
+    while not os.path.lexists(probe) and probe != probe.parent: probe = probe.parent
+    if not probe.is_dir(): raise ClirError(f"{what} {o}: {probe} is not a folder")
+    try: room = os.pathconf(probe, "PC_NAME_MAX")
+    except (OSError, ValueError): room = 255
+    if len(f".{o.name}.12345678.tmp".encode()) > room:   # atomic_write's temporary name is the longest
+        raise ClirError(f"{what} {_short(o)}: file name too long ({len(o.name.encode())} bytes; at most {room - 14} here)")
+    if probe != d:   # the folder is made when the file is written: its nearest existing folder must be writable
+        if not os.access(probe, os.W_OK | os.X_OK): raise ClirError(f"{what} {o}: the folder {probe} is not writable")
+        return
+    try: fd, tmp = tempfile.mkstemp(prefix=f".{o.name}.", suffix=".tmp", dir=d)
+    except OSError as e: raise ClirError(f"{what} {_short(o)}: cannot write in the folder {d}: {e.strerror}") from None
+    os.close(fd); os.unlink(tmp)
+
+# %% ../nbs/00_core.ipynb #d9f42b74
 def check_outputs(outputs, inputs=(), what: str = "--out") -> list[Path]:
-    "The `outputs` (paths) checked before any work: regular files or nothing yet, none of the `inputs`, in writable folders."
+    """The `outputs` (paths) checked before any work: regular files or nothing yet, none of the `inputs` (the same file
+    by path, link or inode), each creatable in its folder (writable, a name the file system takes)."""
     ins = [Path(i) for i in inputs if i is not None]
     out = []
     for o in outputs:
@@ -151,13 +182,25 @@ def check_outputs(outputs, inputs=(), what: str = "--out") -> list[Path]:
                 try: same = os.path.samefile(o, i)
                 except OSError: pass
             if same: raise ClirError(f"{what} {o} is also an input of this command ({i}); choose another output file")
-        d = o.parent if str(o.parent) else Path(".")
-        probe = d
-        while not probe.exists() and probe != probe.parent: probe = probe.parent
-        if not probe.is_dir(): raise ClirError(f"{what} {o}: {probe} is not a folder")
-        if not os.access(probe, os.W_OK | os.X_OK): raise ClirError(f"{what} {o}: the folder {probe} is not writable")
+        _probe_folder(o, what)
         out.append(o)
     return out
+
+# %% ../nbs/00_core.ipynb #dae62466
+def check_output_folder(folder, what: str = "--out", inputs=(), replaced: bool = False) -> Path:
+    """`folder` checked before any work as a place a command writes files into: nothing there yet or a folder (a link to
+    one is followed, unless the command `replaced` the folder as a whole), writable, and none of the `inputs`."""
+    folder = Path(folder)
+    if os.path.lexists(folder):
+        st = os.lstat(folder)
+        if stat.S_ISLNK(st.st_mode) and (replaced or not folder.is_dir()):
+            raise ClirError(f"{what} {folder}: is a link; {'the folder is replaced as a whole, give' if replaced else 'give'} a folder")
+        if not folder.is_dir(): raise ClirError(f"{what} {folder}: is {_kind(os.stat(folder))}, not a folder")
+    for i in inputs:
+        if i is not None and os.path.lexists(i) and os.path.lexists(folder) and os.path.samefile(folder, i):
+            raise ClirError(f"{what} {folder} is also an input of this command; choose another folder")
+    _probe_folder(folder / "x", what)
+    return folder
 
 # %% ../nbs/00_core.ipynb #b768ca31
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
@@ -231,11 +274,15 @@ def cut(text: str, n: int = 80) -> str:
     return repr(text) if len(text) <= n else f"{text[:n]!r}... ({len(text):,} characters)"
 
 # %% ../nbs/00_core.ipynb #f5e7b86b
-def check_id(s, what: str = "id") -> str:
-    "`s` if a TREC line can hold it as a query or document id: a non-empty string without whitespace; else a ClirError."
-    if not isinstance(s, str) or not s: raise ClirError(f"{what} is empty" if s == "" else f"{what} must be a string, got {s!r}")
-    if any(c.isspace() for c in s): raise ClirError(f"{what} {cut(s, 40)} contains whitespace (a TREC line would break on it)")
-    return s
+def check_id(s, what: str = "id", path=None, line: int | None = None) -> str:
+    """`s` if a TREC line can hold it as a query or document id: a non-empty string without whitespace; else a ClirError
+    (a `FormatError` naming `path` and `line` when the id was read from a file)."""
+    if isinstance(s, str) and s and not _SPACE.search(s): return s
+    msg = (f"{what} is empty" if s == "" else f"{what} must be a string, got {s!r}" if not isinstance(s, str)
+           else f"{what} {cut(s, 40)} contains whitespace (a TREC line would break on it)")
+    raise FormatError(path, line, msg) if path is not None else ClirError(msg)
+
+_SPACE = re.compile(r"\s")   # what str.split() splits a TREC line on
 
 # %% ../nbs/00_core.ipynb #8429ba33
 def _lines(path) -> Iterator[tuple[int, str]]:
@@ -259,6 +306,7 @@ def _lines(path) -> Iterator[tuple[int, str]]:
                 if line: yield i, line
 
 GRADE_MIN, GRADE_MAX = -2**31, 2**31 - 1
+MAX_DEPTH = 10_000   # documents per query a run holds at most (a first stage's k and depth, a reranker's top-k)
 
 # %% ../nbs/00_core.ipynb #6d033ae6
 class Qrels(dict):
@@ -290,6 +338,9 @@ class Qrels(dict):
 
     def write(self, path) -> Path:
         "Write in TREC qrels format (sorted by qid, then docid), atomically."
+        for qid in self:
+            check_id(qid, "qrels: query id")
+            for d in self[qid]: check_id(d, f"qrels: query {qid!r}: document id")
         lines = [f"{qid} 0 {d} {g}" for qid in sorted(self) for d, g in sorted(self[qid].items())]
         return atomic_write(path, "\n".join(lines) + "\n")
 

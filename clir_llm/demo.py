@@ -8,7 +8,7 @@ from .specs import ArgumentParser
 import argparse, gzip, hashlib, json, os, re, shutil, subprocess, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import ClirError, atomic_write, write_json
+from .core import ClirError, atomic_write, check_output_folder, write_json
 from .collections import CLEF_LANGS, data_dir
 from .progress import progress_bar as tqdm
 
@@ -240,7 +240,10 @@ def cli_build_demo(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="build into a temporary folder and compare with --out byte for byte")
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else data_dir() / "demo"
-    if not a.check:
+    if not a.check:   # the folder is replaced as a whole: never through a link, never a folder that holds no collection
+        check_output_folder(out, inputs=[a.debs], replaced=True)
+        if out.is_dir() and any(out.iterdir()) and not (out / "MANIFEST.json").is_file():
+            raise ClirError(f"--out {out}: holds files but no collection (no MANIFEST.json); build-demo replaces the whole folder")
         m = build_demo(out, deb_dir=a.debs, min_pages=a.min_pages, workers=a.workers)
         for p, s in m["pair_stats"].items(): print(f"{p}: {s['queries']} queries, {s['docs']} documents")
         print(f"wrote {out}"); return 0

@@ -8,7 +8,7 @@ import bisect, json, re
 from pathlib import Path
 from typing import Optional
 from urllib.parse import parse_qsl
-from .core import ClirError, FormatError, Query, Document, Qrels, stable_hash
+from .core import ClirError, FormatError, Query, Document, Qrels, check_id, stable_hash
 from .languages import parse_pair
 from .collections import (AnyPair, ShippedOptions, StreamedCollection, register_collection, read_text_lines, _TOP, _clean,
                                   _qrels_line)
@@ -37,7 +37,7 @@ def read_topics(path, lang: str) -> dict[str, Query]:
             parts = line.rstrip("\r\n").split("\t")
             if len(parts) != 2: raise FormatError(path, i, f"expected 'qid<TAB>text', got {len(parts)} column(s): {line.strip()[:80]!r}")
             qid, text = parts
-        qid, text = str(qid).strip(), " ".join(str(text).split())
+        qid, text = check_id(str(qid), "query id", path, i), " ".join(str(text).split())
         if not text: raise FormatError(path, i, f"query {qid!r} has an empty text")
         if qid in out: raise FormatError(path, i, f"query {qid!r} appears twice")
         out[qid] = Query(qid, text, lang)
@@ -64,7 +64,7 @@ def _trec_topics(path, lines, lang) -> dict[str, Query]:
     if not out: raise FormatError(path, None, "no <top> topics in file")
     return out
 
-# %% ../nbs/03a_files.ipynb #71298019
+# %% ../nbs/03a_files.ipynb #f082c9ce
 def iter_corpus(path, lang: str):
     "Stream the `Document`s of a JSONL (`docid`/`_id`/`id`, `title`?, `text`) or TSV (`docid<TAB>[title<TAB>]text`) corpus."
     path = Path(path)
@@ -80,11 +80,11 @@ def iter_corpus(path, lang: str):
             docid = next((r[k] for k in ("docid", "_id", "id", "doc_id") if k in r), None) if isinstance(r, dict) else None
             if docid is None or "text" not in r:
                 raise FormatError(path, i, f"a document needs an id (docid, _id or id) and a text: keys are {sorted(r) if isinstance(r, dict) else type(r).__name__}")
-            yield Document(str(docid), str(r["text"] or ""), str(r.get("title") or ""), lang)
+            yield Document(check_id(str(docid), "document id", path, i), str(r["text"] or ""), str(r.get("title") or ""), lang)
         else:
             parts = line.rstrip("\r\n").split("\t")
             if len(parts) not in (2, 3): raise FormatError(path, i, f"expected 'docid<TAB>text' or 'docid<TAB>title<TAB>text', got {len(parts)} column(s)")
-            yield Document(parts[0].strip(), parts[-1], parts[1] if len(parts) == 3 else "", lang)
+            yield Document(check_id(parts[0], "document id", path, i), parts[-1], parts[1] if len(parts) == 3 else "", lang)
 
 # %% ../nbs/03a_files.ipynb #6a528166
 _EXTS = ("", ".jsonl.gz", ".jsonl", ".tsv.gz", ".tsv", ".txt.gz", ".txt", ".xml", ".trec", ".json")

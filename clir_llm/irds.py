@@ -4,10 +4,10 @@
 
 # %% ../nbs/03b_irds.ipynb #c8b3848d
 from __future__ import annotations
-import difflib
+import contextlib, difflib, logging
 from typing import Optional
 from urllib.parse import parse_qsl
-from .core import ClirError, Query, Document, Qrels, FormatError, stable_hash
+from .core import ClirError, Query, Document, Qrels, FormatError, check_id, stable_hash
 from .languages import parse_pair, language
 from .collections import CountedOptions, StreamedCollection, register_collection
 from .specs import opt
@@ -69,7 +69,32 @@ def _query_text(q, fields: list[str], prefix: str = "") -> str:
 def _doc(d, lang: str, field: str | None = None) -> Document:
     title = str(getattr(d, "title", "") or "")
     text = getattr(d, field) if field else (d.text if "text" in d._fields else d.default_text())
-    return Document(str(d.doc_id), str(text or ""), title if not field else "", lang)
+    return Document(check_id(str(d.doc_id), "irds: document id"), str(text or ""), title if not field else "", lang)
+
+# %% ../nbs/03b_irds.ipynb #d219a7b0
+_END = object()
+
+@contextlib.contextmanager
+def _quiet_downloads():
+    """INFO and WARNING records (ir_datasets' download attempts and failures) dropped in the block, unless the command
+    line asked for -v: a failed download is the one line `_read` raises."""
+    prev = logging.root.manager.disable
+    if logging.getLogger("clir_llm").getEffectiveLevel() > logging.DEBUG: logging.disable(logging.WARNING)
+    try: yield
+    finally: logging.disable(prev)
+
+# %% ../nbs/03b_irds.ipynb #a6ad6e7d
+def _read(did: str, what: str, items):
+    """Iterate `items()` (an ir_datasets iterator of `what`); a failed download or an unreadable file is one line naming
+    the id. ir_datasets downloads on the first item: its INFO lines (attempts, retries) only with -v."""
+    try:
+        with _quiet_downloads():
+            it = iter(items()); first = next(it, _END)
+        if first is not _END: yield first; yield from it
+    except ClirError: raise
+    except Exception as e:   # ir_datasets' download and format errors ('All download sources failed', IOError, ...)
+        raise ClirError(f"irds:{did}: cannot read its {what} ({type(e).__name__}: {' '.join(str(e).split())[:160]}...); ir_datasets "
+                        "downloads them on first use: check the network, or the copy under $IR_DATASETS_HOME") from None
 
 # %% ../nbs/03b_irds.ipynb #b5c7bb07
 _DT_FIELDS = ("translated_text", "mt_text")
@@ -111,18 +136,19 @@ def irds_parts(pair: str, options: IrdsOptions, arg: str = "", cache_root=None) 
     pair = irds_languages(ds, did, opts.get("pair") or pair)
     ql, dl = pair.split("-")
     fields = (opts.get("fields") or "title,description").replace("+", ",").split(",")
-    raw = {str(q.query_id): q for q in ds.queries_iter()}
+    raw = {str(q.query_id): q for q in _read(did, "queries", ds.queries_iter)}
     qrels = Qrels()
-    for r in ds.qrels_iter(): qrels.setdefault(str(r.query_id), {})[str(r.doc_id)] = int(r.relevance)
+    for r in _read(did, "qrels", ds.qrels_iter): qrels.setdefault(str(r.query_id), {})[str(r.doc_id)] = int(r.relevance)
     if not qrels: raise ClirError(f"irds:{did}: no judgements in the dataset's qrels")
     if missing := sorted(set(qrels) - set(raw)): raise ClirError(f"irds:{did}: query {missing[0]!r} is judged but not among the dataset's queries")
-    queries = {q: Query(q, _query_text(raw[q], fields), ql) for q in sorted(qrels)}
+    queries = {q: Query(check_id(q, f"irds:{did}: query id"), _query_text(raw[q], fields), ql) for q in sorted(qrels)}
     if empty := [q for q, v in queries.items() if not v.text]: raise ClirError(f"irds:{did}: query {empty[0]!r} has an empty text (fields {'+'.join(fields)})")
     dt = _dt_source(did, opts, ds)
     qt = {q: Query(q, _query_text(raw[q], fields, "mt_"), dl) for q in queries} if "mt_title" in raw[next(iter(qrels))]._fields else None
-    return dict(name=f"irds:{did}", pair=pair, queries=queries, qrels=qrels, docs=lambda: (_doc(d, dl) for d in ds.docs_iter()),
+    return dict(name=f"irds:{did}", pair=pair, queries=queries, qrels=qrels,
+                docs=lambda: (_doc(d, dl) for d in _read(did, "documents", ds.docs_iter)),
                 key=stable_hash("irds", did, pair, "+".join(fields), opts.get("dt")),
-                translations=(lambda: (_doc(d, "en", dt[1]) for d in dt[0].docs_iter())) if dt else None, store="sqlite",
+                translations=(lambda: (_doc(d, "en", dt[1]) for d in _read(did, "translated documents", dt[0].docs_iter))) if dt else None, store="sqlite",
                 cache_root=cache_root, num_docs=None, query_translations=qt, corpus_path=f"irds:{did}",
                 expected_num_docs=ds.docs_count() if options.check_counts and opts.get("check", "1") != "0" else None)
 

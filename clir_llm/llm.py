@@ -441,6 +441,18 @@ def _check_length(self: CachedBackend, items: list, params: dict):
         if n > limit: raise LLMError(f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}")
 
 # %% ../nbs/10_llm.ipynb #872d7c8e
+def _finite(rec) -> bool:
+    "Whether a record's scores (if it has any) are all finite numbers."
+    return not isinstance(rec, dict) or all(isinstance(v, (int, float)) and math.isfinite(v) for v in rec.get("scores") or ())
+
+# %% ../nbs/10_llm.ipynb #2180d5b9
+def _checked(b: CachedBackend, rec: dict) -> dict:
+    "`rec` if its scores are finite; else a failed call (counted, never stored): NaN or infinity never ranks a document."
+    if _finite(rec): return rec
+    b._count("errors_nonfinite_scores"); b._count("failed_calls")
+    raise LLMError(f"{b.name}: the model returned scores that are not finite numbers ({rec.get('scores')}); a broken model or server")
+
+# %% ../nbs/10_llm.ipynb #64b6508a
 @patch
 def _serve(self: CachedBackend, op: str, params: dict, items: list, method: str, on_error: str = "raise",
            progress: bool = True, notes: list | None = None) -> list[dict | None]:
@@ -449,7 +461,7 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, method: str,
     if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
     self._check_length(items, params)
     ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
-    hits = ns.get_many(items)
+    hits = {i: r for i, r in ns.get_many(items).items() if _finite(r)}   # a stored non-finite score (an older version's) is asked again
     for r in hits.values(): self._account(r, cached=True)
     keys = [ns.key(it) for it in items]
     todo, seen = [], set()
@@ -466,26 +478,26 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, method: str,
     finally: bar.close()
     return [hits[i] if i in hits else done[keys[i]] for i in range(len(items))]
 
-# %% ../nbs/10_llm.ipynb #2180d5b9
+# %% ../nbs/10_llm.ipynb #50620753
 @patch
 def _batched_misses(self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar) -> dict:
     "Misses sorted (`_order`), in batches of `batch_size` computed by the executor group by group; each group committed."
     done = {}
     todo = sorted(todo, key=self._order)
     for items, recs in run_groups(self.executor, self, method, batches_of(todo, self.batch_size), params):
-        ns.put_many(zip(items, recs), [note.get(ns.key(it)) for it in items])
+        ns.put_many(zip(items, [_checked(self, r) for r in recs]), [note.get(ns.key(it)) for it in items])
         for it, rec in zip(items, recs):
             self._account(rec, cached=False); done[ns.key(it)] = rec
         bar.update(len(items))
     return done
 
-# %% ../nbs/10_llm.ipynb #64b6508a
+# %% ../nbs/10_llm.ipynb #53eca64a
 @patch
 def _threaded_misses(self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar) -> dict:
     "Misses one per call in `_workers()` threads, each committed by its thread; failed calls: None with `on_error='empty'`."
     fn, done = getattr(self, method), {}
     def one(it):
-        rec = fn([it], params)[0]
+        rec = _checked(self, fn([it], params)[0])
         ns.put(it, rec, note.get(ns.key(it)))      # committed by the worker before it takes the next prompt
         return rec
     with ThreadPoolExecutor(max_workers=self._workers()) as pool:

@@ -434,15 +434,29 @@ def _choose_dtype(self: HFBackend, dtype, stand_in: bool, card: ModelCard | None
     self._named_dtype = None if stand_in and named == STAND_IN_DTYPE else named   # the stand-in's fixed default names nothing
 
 # %% ../nbs/10a_llm_hf.ipynb #624b0b23
+def _hub_lookup(model: str, revision: str | None, filename: str):
+    """One look-up of `model`'s `filename` on the Hub before the config is loaded, without the Hub client's retries (issue
+    26): an unknown id, or no network, is one line within seconds; a copy in the local Hugging Face cache needs none."""
+    import huggingface_hub as H   # heavy: the Hub client, only for Hub ids
+    if H.constants.HF_HUB_OFFLINE: return
+    try:
+        if H.try_to_load_from_cache(model, filename, revision=revision) is not None: return
+        H.get_hf_file_metadata(H.hf_hub_url(model, filename, revision=revision), timeout=10)
+    except Exception as e:   # the Hub's answer (no such repo or file, gated) or the network's (no route, no name)
+        raise LLMError(f"hf:{model}: not in the local Hugging Face cache and the Hub look-up of {filename} failed "
+                       f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+
+# %% ../nbs/10a_llm_hf.ipynb #81c7472b
 @patch
 def _read_config(self: HFBackend, hf_model, local: bool, chat: bool | None):
     "Read the model's config (encoder-decoder or not, chat or not) and the commit the Hub served."
     from transformers import AutoConfig   # heavy: transformers is imported when an hf: backend is built
     if hf_model is not None: cfg = hf_model.config
     else:
+        if is_hub_id(self._source): _hub_lookup(self._source, self.revision, self._load_gguf or "config.json")
         try: cfg = AutoConfig.from_pretrained(self._source, revision=None if Path(self._source).exists() else self.revision,
                                               gguf_file=self._load_gguf, trust_remote_code=self._trust)
-        except OSError as e: raise LLMError(f"cannot load model config for {self.model!r}: {e}") from None
+        except OSError as e: raise LLMError(f"cannot load model config for {self.model!r}: {' '.join(str(e).split())[:300]}") from None
     self.config = cfg
     self.resolved_revision = getattr(cfg, "_commit_hash", None) if not local else self.revision   # the commit the Hub served
     self.is_encoder_decoder = bool(getattr(cfg, "is_encoder_decoder", False))

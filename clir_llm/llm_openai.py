@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 from fastcore.basics import patch
 from pydantic import field_validator
+import httpx
 from .cache import Cache, redact
+from .core import secret_env
 from .executor import LOCAL, Executor
 from .specs import opt
 from .prices import PRICES, load_prices, price_of
@@ -18,7 +20,7 @@ from .llm import BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError,
 from .llm_hf import HFRenderMixin, is_hub_id, load_tokenizer, truncate_with
 
 # %% auto #0
-__all__ = ['OpenAIOptions', 'endpoint', 'OpenAIBackend']
+__all__ = ['ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'OpenAIBackend']
 
 # %% ../nbs/10b_llm_openai.ipynb #e4a22db8
 class OpenAIOptions(BackendOptions):
@@ -35,7 +37,10 @@ class OpenAIOptions(BackendOptions):
     api_key_env: Optional[str] = opt(None, "the NAME of the environment variable holding the key (default OPENAI_API_KEY)", identity=False)
     endpoint: Optional[str] = opt(None, "the server's name in cache keys (default: the first base_url without credentials)", identity=False)
     concurrency: int = opt(4, "requests in flight per server", identity=False, gt=0)
-    timeout: float = opt(60.0, "seconds before a request is abandoned (and retried)", identity=False, gt=0)
+    timeout: float = opt(30.0, "seconds a request may take (connect, send, answer) before it is abandoned and retried", identity=False, gt=0)
+    connect_timeout: float = opt(5.0, "seconds to connect to a server (a server that is not there fails in seconds)", identity=False, gt=0)
+    read_timeout: Optional[float] = opt(None, "seconds to wait for the answer once connected (default: timeout)", identity=False, gt=0)
+    total_timeout: float = opt(60.0, "seconds one call may take in all, its retries and waits included", identity=False, gt=0)
     max_retries: int = opt(6, "retries of a failed request", identity=False, ge=0)
     backoff: float = opt(1.0, "seconds of the first retry's backoff (doubled each time, full jitter)", identity=False, ge=0)
     max_wait: float = opt(120.0, "longest wait before a retry (a server's Retry-After included)", identity=False, ge=0)
@@ -52,6 +57,11 @@ class OpenAIOptions(BackendOptions):
             if isinstance(u, str) and not u.lower().startswith(("http://", "https://")):
                 raise ValueError(("" if u == v else f"{u!r} is ") + "not an http:// or https:// URL (e.g. http://localhost:8000/v1)")
         return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _secret(cls, v):   # its value is a credential: redacted wherever text leaves this process (core.secret_env)
+        return secret_env(v) if v else v
 
 # %% ../nbs/10b_llm_openai.ipynb #de1ab9b0
 def endpoint(url: str | None) -> str | None:
@@ -146,6 +156,7 @@ class OpenAIBackend(CachedBackend):
         self.supports_prefill = o.prefill   # chat API: vLLM / SGLang servers continue a final assistant message on request
         self.__key, self._key_env = api_key, o.api_key_env   # the key is never stored elsewhere; read when a client is built
         self.concurrency, self.timeout, self.max_retries, self.backoff, self.max_wait = o.concurrency, o.timeout, o.max_retries, o.backoff, o.max_wait
+        self.total_timeout = o.total_timeout
         self.supports_logprobs, self.top_logprobs = o.logprobs, o.top_logprobs
         self.prices, self._tokenizer_spec, self._org = load_prices(prices), o.tokenizer, o.organization
         self.api, self.max_model_len = o.api, o.max_model_len
@@ -167,7 +178,7 @@ class OpenAIBackend(CachedBackend):
                 if self._key_env: raise LLMError(f"{self.name}: the environment variable {self._key_env} (api_key_env) is not set")
                 if not self.base_url: raise LLMError(f"{self.name}: set OPENAI_API_KEY (or pass base_url= for a local server)")
                 key = "not-needed"   # local OpenAI-compatible servers usually accept any key
-            self._clients[i] = openai.OpenAI(api_key=key, base_url=self.base_urls[i], timeout=self.timeout, max_retries=0,
+            self._clients[i] = openai.OpenAI(api_key=key, base_url=self.base_urls[i], timeout=self._timeout(), max_retries=0,
                                              organization=self._org)
         return self._clients[i]
 
@@ -182,6 +193,14 @@ class OpenAIBackend(CachedBackend):
     def _render_score(self, prompt, candidates) -> dict:
         return self.renderer._render_score(prompt, candidates) if self.renderer else {"messages": chat_messages(prompt), "cands": list(candidates)}
     def _generate_batch(self, items, params): return [self._generate_one(items[0], params)]
+
+# %% ../nbs/10b_llm_openai.ipynb #7cb01217
+@patch
+def _timeout(self: OpenAIBackend, left: float | None = None) -> httpx.Timeout:
+    "The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left)."
+    cap = lambda t: t if left is None else max(0.01, min(t, left))
+    o = self.options
+    return httpx.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
 
 # %% ../nbs/10b_llm_openai.ipynb #57d26c3b
 class _LocalRenderer(HFRenderMixin):
@@ -233,25 +252,44 @@ def _account(self: OpenAIBackend, rec, cached):
     if price_of(self.model, self.prices) is None: self._count("unpriced_calls")
 
 # %% ../nbs/10b_llm_openai.ipynb #3cdc3719
+def _finite_logprobs(choices):
+    "A `_BadResponse` when the logprobs of an answer hold NaN or infinity (a broken server): never a score, never stored."
+    for ch in choices:
+        lp = getattr(ch, "logprobs", None)
+        vals = list(getattr(lp, "token_logprobs", None) or [])   # completions (prompt logprobs with echo)
+        for t in getattr(lp, "content", None) or []: vals += [t.logprob, *(x.logprob for x in (t.top_logprobs or []))]
+        if any(isinstance(v, (int, float)) and not math.isfinite(v) for v in vals):
+            raise _BadResponse("nonfinite_logprobs", "log-probabilities that are not finite numbers")
+
+# %% ../nbs/10b_llm_openai.ipynb #36a1464d
+def _choices(resp, endpoint: str) -> list:
+    """The choices of an answer sorted by index, or a `_BadResponse`: no choices list, no choice, a chat choice without
+    a message, or NaN or infinite logprobs (a failed attempt, retried)."""
+    if not isinstance(getattr(resp, "choices", None), list):
+        raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
+    if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
+    if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
+    _finite_logprobs(resp.choices)
+    return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0)
+
+# %% ../nbs/10b_llm_openai.ipynb #861a104b
 @patch
 def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
     """One request (`chat` or `completions`) with retries, sent to the least busy live server of the pool; a refused
-    or dropped connection fails over to another replica at once. Returns (choices, usage, model, seconds)."""
+    or dropped connection fails over to another replica at once. Every attempt and wait fits in `total_timeout`
+    seconds; an answer with NaN or infinite logprobs is a failed attempt. Returns (choices, usage, model, seconds)."""
     import openai   # optional: only when a call needs the server
-    kinds, attempt, failovers, n = [], 0, 0, len(self.base_urls)
+    kinds, attempt, failovers, n, refused = [], 0, 0, len(self.base_urls), set()
+    t_start = time.monotonic(); deadline = t_start + self.total_timeout
     while True:
         wait, i, ok = None, self.pool.acquire(), False
         try:
-            t0 = time.perf_counter()
-            c = self.client_for(i)
-            resp = (c.chat.completions if endpoint == "chat" else c.completions).create(model=self.model, **kw)
+            t0, c = time.perf_counter(), self.client_for(i)
+            resp = (c.chat.completions if endpoint == "chat" else c.completions).create(
+                model=self.model, timeout=self._timeout(deadline - time.monotonic()), **kw)
             dt = time.perf_counter() - t0
-            if not isinstance(getattr(resp, "choices", None), list):
-                raise _BadResponse("malformed", f"response without a choices list: {str(resp)[:200]}")
-            if not resp.choices: raise _BadResponse("empty_choices", "response with empty choices")
-            if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
-            ok = True
-            return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0), resp.usage, getattr(resp, "model", None), dt
+            choices = _choices(resp, endpoint); ok = True
+            return choices, resp.usage, getattr(resp, "model", None), dt
         except openai.APIStatusError as e:
             code = e.status_code
             kind = f"http_{code}"
@@ -260,7 +298,7 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
                 raise LLMError(redact(f"{self.name}: HTTP {code} (not retried): {e.message}")) from None
             wait = _retry_after(e)
         except openai.APITimeoutError: kind = "timeout"
-        except openai.APIConnectionError: kind = "connection"; self.pool.mark_down(i)
+        except openai.APIConnectionError: kind = "connection"; self.pool.mark_down(i); refused.add(i)
         except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError): kind = "malformed"
         except _BadResponse as e: kind = e.kind
         finally: self.pool.release(i, ok)
@@ -270,13 +308,22 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
         if attempt == self.max_retries: break
         attempt += 1
         if wait is None: wait = random.uniform(0, self.backoff * 2 ** (attempt - 1))   # full jitter
+        if time.monotonic() + min(wait, self.max_wait) >= deadline: break   # no time left for another attempt
         time.sleep(min(wait, self.max_wait))
     self._count("failed_calls")
-    down = f"; all {n} servers are down: {', '.join(map(str, self.base_urls))}" if n > 1 and self.pool.all_down() else ""
-    raise LLMError(redact(f"{self.name}: call failed after {len(kinds)} attempts ({', '.join(kinds)})"
-                          f"{' at ' + self.base_url if self.base_url and n == 1 else ''}{down}"))
+    raise LLMError(redact(_failure(self, kinds, refused, time.monotonic() - t_start)))
 
-# %% ../nbs/10b_llm_openai.ipynb #36a1464d
+# %% ../nbs/10b_llm_openai.ipynb #d4865c78
+def _failure(b: OpenAIBackend, kinds: list, refused: set, seconds: float) -> str:
+    "The one line of a call that failed for good: its attempts, the time it took, the server or the pool's state."
+    n = len(b.base_urls)
+    out = f"{b.name}: call failed after {len(kinds)} attempts ({', '.join(kinds)}) in {seconds:.0f} s"
+    if seconds >= b.total_timeout - 0.5: out += f" (total_timeout {b.total_timeout:g} s)"
+    if n == 1: return out + (f" at {b.base_url}" if b.base_url else "")
+    if len(refused) == n or b.pool.all_down(): return out + f"; all {n} servers are down: {', '.join(map(str, b.base_urls))}"
+    return out
+
+# %% ../nbs/10b_llm_openai.ipynb #c0887822
 @patch
 def _generate_one(self: OpenAIBackend, it: dict, params: dict) -> dict:
     "One prompt: token ids to the completions endpoint, or messages to the chat API."
@@ -294,6 +341,19 @@ def _generate_one(self: OpenAIBackend, it: dict, params: dict) -> dict:
     if lp is not None and getattr(lp, "content", None):
         rec["logprobs"] = [{"token": t.token, "logprob": t.logprob,
                             "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
+    return _as_asked(self, rec, params.get("max_new_tokens"))
+
+# %% ../nbs/10b_llm_openai.ipynb #3927dc2f
+ANSWER_CHARS = 32            # characters per asked token an answer may hold before it is cut (tokens average about 4)
+MAX_ANSWER = 1_000_000       # characters of an answer to an uncapped call
+
+def _as_asked(b: OpenAIBackend, rec: dict, cap: int | None) -> dict:
+    "`rec` holding no more than was asked: a server answering beyond `max_tokens` has its text cut to `cap` tokens (counted)."
+    limit = ANSWER_CHARS * cap if cap else MAX_ANSWER
+    if len(rec["text"]) > limit:
+        rec = {**rec, "text": b.truncate(rec["text"][:limit], cap) if cap else rec["text"][:limit], "finish_reason": "length"}
+        if cap and "logprobs" in rec: rec["logprobs"] = rec["logprobs"][:cap]
+        b._count("answers_cut")
     return rec
 
 # %% ../nbs/10b_llm_openai.ipynb #0ed07406

@@ -487,6 +487,7 @@ def plan(cfg: Config, gpu: str | None = "H200", counts: bool = True) -> list[str
     check_files(cfg)
     if gpu: _check_gpu(gpu)
     lines = [f"config {cfg.name}: {cfg.description}".rstrip(": "), f"collection {cfg.collection}: {describe_collection(cfg.collection)}"]
+    if cfg.plugins: lines.insert(2, f"this configuration imports code: {', '.join(cfg.plugins)} (its plugins:, imported to resolve its names)")
     for p in cfg.pairs: describe_collection(cfg.collection, p)
     lines.append(f"pairs: {', '.join(cfg.pairs)}; measure {cfg.measure} (+ {', '.join(cfg.extra_measures)})")
     fs = cfg.first_stage

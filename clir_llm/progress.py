@@ -8,10 +8,11 @@ import argparse, contextlib, json, logging, os, shutil, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
 from tqdm.std import tqdm as std_tqdm
+from .core import redact
 
 # %% auto #0
 __all__ = ['CHANNEL', 'WIDGETS', 'QUIET_ENV', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail',
-           'quiet_libraries', 'add_verbosity_arguments', 'setup_logging', 'verbosity']
+           'quiet_libraries', 'add_verbosity_arguments', 'RedactFilter', 'setup_logging', 'verbosity']
 
 # %% ../nbs/00b_progress.ipynb #bba16bc7
 CHANNEL = "CLIR_LLM_PROGRESS"
@@ -72,7 +73,9 @@ def _widgets() -> bool:
 # %% ../nbs/00b_progress.ipynb #3daaec02
 def progress_bar(*args, **kw):
     """A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set; tqdm's widget when `$CLIR_LLM_WIDGETS=1` in Jupyter;
-    else text (in a kernel redrawn at most every 2 s, so a stored notebook keeps a few lines, not hundreds)."""
+    else text (in a kernel redrawn at most every 2 s, so a stored notebook keeps a few lines, not hundreds). None at all
+    under `-q` (the `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
+    if logging.getLogger("clir_llm").level >= logging.ERROR: kw["disable"] = True
     if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
     if _widgets():
         from tqdm.notebook import tqdm as nb_tqdm   # optional: needs ipywidgets, only inside a kernel
@@ -167,15 +170,31 @@ class _CommandLineHandler(logging.StreamHandler):
     "The handler `setup_logging` adds (a second call replaces it)."
 
 # %% ../nbs/00b_progress.ipynb #06608e0e
+class RedactFilter(logging.Filter):
+    "A logging filter that redacts every credential the process holds (`core.redact`) from a record's message and traceback."
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if (clean := redact(msg)) != msg: record.msg, record.args = clean, ()
+        if record.exc_info:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info)); record.exc_info = None
+        return True
+
+# %% ../nbs/00b_progress.ipynb #ab96ea56
 def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
-    "Send the `clir_llm` logger to stderr at DEBUG (`verbose`), ERROR (`quiet`) or INFO; return the level."
+    """Send the `clir_llm` logger to stderr at DEBUG (`verbose`), ERROR (`quiet`) or INFO; return the level. Every
+    record is redacted (`RedactFilter`) on the logger and on its handler (records of the `clir_llm.*` loggers too)."""
     level = logging.DEBUG if verbose else logging.ERROR if quiet else logging.INFO
     logger = logging.getLogger("clir_llm")
     for h in [h for h in logger.handlers if isinstance(h, _CommandLineHandler)]: logger.removeHandler(h)
     h = _CommandLineHandler(sys.stderr)
     h.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
+    h.addFilter(RedactFilter())
+    if not any(isinstance(f, RedactFilter) for f in logger.filters): logger.addFilter(RedactFilter())
     logger.addHandler(h); logger.setLevel(level); logger.propagate = False
-    if verbose: logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        for rh in logging.getLogger().handlers:   # the libraries' logs too (-v): a request URL may carry a key
+            if not any(isinstance(f, RedactFilter) for f in rh.filters): rh.addFilter(RedactFilter())
     return level
 
 # %% ../nbs/00b_progress.ipynb #d6184e52

@@ -8,7 +8,7 @@ import json, logging, os, sys, time
 from contextlib import contextmanager
 from pathlib import Path
 from . import __version__
-from .core import ClirError, atomic_write, redact, write_json, stable_hash
+from .core import ClirError, atomic_write, check_output_folder, check_outputs, redact, write_json, stable_hash
 from .assets import models_table, offline_model
 from .cache import Cache
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
@@ -56,11 +56,11 @@ def clean_stale(out: Path) -> list[Path]:
     return gone
 
 # %% ../nbs/13_reproduce.ipynb #074798ad
-def _scrub(nb: Path):
-    "Redact credentials from an executed notebook in place (atomically)."
+def _scrub(nb: Path, private: bool = True):
+    "Redact credentials from an executed notebook or a log in place (atomically; `private`: readable by its owner only)."
     if not nb.exists(): return
     text = nb.read_text(encoding="utf-8")
-    if (clean := redact(text)) != text: atomic_write(nb, clean)
+    if (clean := redact(text)) != text: atomic_write(nb, clean, private=private)
 
 # %% ../nbs/13_reproduce.ipynb #8d8fe41c
 def _directions(cfg: Config, m, pair: str) -> set[str]:
@@ -156,6 +156,13 @@ def tidy_notebook(path, log_path=None, root=None) -> int:
     return removed
 
 # %% ../nbs/13_reproduce.ipynb #2ff8c6bc
+def _private(path: Path) -> Path:
+    "`path` created empty (or emptied) with mode 600 (a file that may hold run details: a running notebook, a kernel log)."
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    return path
+
+# %% ../nbs/13_reproduce.ipynb #334c8795
 def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progress: bool, verbose: bool):
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
     import papermill as pm   # heavy: only when notebooks run
@@ -163,7 +170,8 @@ def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progres
     channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"   # absolute: papermill chdirs to `cwd` while it runs
     channel.write_text("")
     env = {CHANNEL: str(channel), **({} if verbose else KERNEL_ENV)}
-    with open(log_path, "w", encoding="utf-8") as log_file:
+    _private(tmp)   # papermill writes the notebook as it runs: outputs, tracebacks (redacted once it ends), readable by its owner only
+    with open(_private(log_path), "w", encoding="utf-8") as log_file:
         km = kernel_manager(None if verbose else log_file, env)
         tail = ProgressTail(channel, prefix, interval=0 if verbose else None) if progress else None
         try:
@@ -231,7 +239,10 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
     if only and (unknown := set(only) - set(cfg.experiments)):
         raise ClirError(f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({', '.join(cfg.experiments)})")
-    out = results_dir(cfg, results_root); out.mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg, results_root)
+    for folder, what in ((results_root, "--results"), (out, "--results"), (figures_dir, "--figures")): check_output_folder(folder, what)
+    if not recorded and recorded_path(cfg) is not None: check_outputs([recorded_path(cfg)], [cfg.path], "recorded:")
+    out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
     prepare(cfg, log)   # every download and model build happens here, said on the terminal; the notebooks fetch nothing
@@ -254,7 +265,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
                                        f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
             except BaseException:
                 _scrub(tmp); raise
-            tidy_notebook(tmp, log_path); _scrub(tmp); _scrub(log_path)
+            _scrub(tmp); tidy_notebook(tmp, log_path); _scrub(log_path)   # tidied once redacted: the results' notebook reads like any file
             os.replace(tmp, target)
             atomic_write(stamp_file, stamp + "\n")
             status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
@@ -291,7 +302,8 @@ def cli_reproduce(argv=None) -> int:
     if a.dry_run:
         print(execution.describe())
         for l in plan(cfg, gpu=a.gpu): print(l)
-        print("dry run: nothing was loaded or downloaded"); return 0
+        print("dry run: nothing was loaded or downloaded" + (f"; the configuration's code was imported ({', '.join(cfg.plugins)})"
+                                                             if cfg.plugins else "")); return 0
     quiet = verbosity() >= logging.ERROR
     st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet,
                    recorded=a.recorded)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, ClassVar, Optional
 from fastcore.basics import patch
 from pydantic import SerializeAsAny, field_validator, model_validator
-from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
+from .core import ClirError, FormatError, Run, Usage, check_outputs, usage_path, write_json
 from .specs import ArgumentParser, Options, Registry, Spec, add_spec_arguments, import_plugins, opt, spec_from_args, validated
 from .templates import PromptTemplate, squash
 from .llm import BackendSpec, add_backend_arguments, backend_spec_from_args
@@ -404,6 +404,7 @@ def cli_rerank(argv=None) -> int:
         if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
         run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
     og = requests.collection if requests else load_collection(a.collection, a.pair)
+    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()])   # before any model call
     if not requests: check_run(a.run, run, og, a.top_k)
     collection = docs_view(og, a.docs, a.translator, a.dt_source)
     backend = llm.build(cache=Cache(a.cache, mode=a.cache_mode)) if llm is not None else None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import field_validator
-from .core import ClirError, Retriever, Run, Usage, usage_path
+from .core import MAX_DEPTH, ClirError, Retriever, Run, Usage, check_outputs, usage_path
 from .bm25 import BM25, BM25Options
 from .cache import Cache
 from .collections import COLLECTIONS, load_collection
@@ -418,17 +418,19 @@ def _retrieve_parser() -> argparse.ArgumentParser:
 def cli_retrieve(argv=None) -> int:
     "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
     a = _retrieve_parser().parse_args(argv)
-    executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
-    if a.k < 1: raise ClirError(f"--k must be at least 1, got {a.k}")
+    if not 1 <= a.k <= MAX_DEPTH: raise ClirError(f"--k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.k}")
     if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
     if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
     import_plugins(a.plugin)
     method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
     BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
     options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
+    if a.out: check_outputs([a.out, usage_path(a.out)])   # a link, FIFO, folder or unwritable place: refused before any work
+    executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
     if a.shard: return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
+    check_outputs([a.out, usage_path(a.out)], coll.files())   # never one of the collection's own files
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
                               executor=executor, **_cli_options(a))
     run = retriever.retrieve(coll, k=a.k)

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal, Optional, Sequence
 from fastcore.basics import patch
 from pydantic import Field
 from .progress import progress_bar as tqdm
-from .core import ClirError, Document, Query, Usage, stable_hash, write_json, atomic_write
+from .core import ClirError, Document, Query, Usage, stable_hash, write_json, atomic_write, check_output_folder, check_outputs
 from .languages import language
 from .cache import Cache
 from .collections import StreamedCollection, load_collection
@@ -694,29 +694,37 @@ def _translate_parser(spec: TranslatorSpec) -> argparse.ArgumentParser:
     return p
 
 # %% ../nbs/06_translate.ipynb #a6ed6cb6
+def _translation_file(coll, what: str) -> str:
+    "The file `clir-llm translate` writes: queries in the document language (TSV), or documents in the query language (JSONL)."
+    return f"queries.{coll.doc_lang}.tsv" if what == "queries" else f"documents.{coll.query_lang}.jsonl"
+
+# %% ../nbs/06_translate.ipynb #d834e034
 def _write_translation(v, coll, out: Path, what: str, limit: int | None) -> tuple[Path, int]:
     "Write the translated queries (TSV) or documents (JSONL) of view `v`; (path, items written)."
     if what == "queries":
-        path = out / f"queries.{v.query_lang}.tsv"
+        path = out / _translation_file(coll, what)
         atomic_write(path, "".join(f"{q}\t{v.queries[q].text}\n" for q in sorted(v.queries)))
         return path, len(v.queries)
-    path, lines = out / f"documents.{v.doc_lang}.jsonl", []
+    path, lines = out / _translation_file(coll, what), []
     for d in tqdm(v.iter_docs(), total=coll.num_docs if limit is None else limit, desc="documents", unit="doc"):
         lines.append(json.dumps({"docid": d.docid, "title": d.title, "text": d.text}, ensure_ascii=False))
         if limit is not None and len(lines) >= limit: break
     atomic_write(path, "\n".join(lines) + "\n")
     return path, len(lines)
 
-# %% ../nbs/06_translate.ipynb #d834e034
+# %% ../nbs/06_translate.ipynb #5ae43fc9
 def cli_translate(argv=None) -> int:
     "`clir-llm translate`: translate a collection's queries (QT) or documents (DT) and save them with their accounting."
     pre = ArgumentParser(add_help=False); pre.add_argument("--translator", default="dict:freedict")
     spec = TranslatorSpec.parse(pre.parse_known_args(argv)[0].translator)
     a = _translate_parser(spec).parse_args(argv)
+    if a.limit is not None and a.limit < 1: raise ClirError(f"--limit must be at least 1 (documents to translate), got {a.limit}")
     opts = {k: v for k in spec.translator_class.Options.flat_fields() if (v := getattr(a, k, None)) is not None}
     coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
+    out = check_output_folder(a.out, inputs=coll.files())   # before the translator is built: nothing is replaced, nothing is lost
+    check_outputs([out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files())
     tr = spec.build(**opts)
-    out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     v = translate_queries(coll, tr) if a.what == "queries" else translate_documents(coll, tr)
     path, n = _write_translation(v, coll, out, a.what, a.limit)

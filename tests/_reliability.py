@@ -1,9 +1,10 @@
-"""Shared pieces of the reliability suite (tests/test_reliability*.py): the counters behind the summary table
-printed by tests/conftest.py, a deterministic fake LLM answering over a real HTTP server, the reduced demo
-configuration, and file checks (complete, not temporary, not corrupted)."""
+"""Shared pieces of the reliability tests (spread over tests/test_<module>.py, issue 25): the counters behind the summary
+table printed by tests/conftest.py (hostile inputs tried and mishandled, by class), the CLI run as a subprocess or in
+this process, a deterministic fake LLM answering over a real HTTP server, a server that echoes the credential it was
+sent, the reduced demo configuration, and file checks (complete, not temporary, not corrupted). Not a test file."""
 from __future__ import annotations
-import hashlib, json, os, re, sqlite3, subprocess, sys, time
-from collections import Counter
+import contextlib, hashlib, http.server, io, json, os, re, socketserver, sqlite3, subprocess, sys, threading, time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import yaml
@@ -15,7 +16,26 @@ CLI = str(Path(sys.executable).parent / "clir-llm")
 STATS = {"faults": Counter(), "bad_input": set(), "kills": 0, "resumes_finished": 0, "calls_lost": 0,
          "calls_repeated": 0, "files_checked": 0, "files_corrupted": 0, "observations": 0, "partial_visible": 0,
          "sqlite_checked": 0, "secret_files_scanned": 0, "secret_leaks": 0,
-         "hostile_tried": 0, "hostile_mishandled": 0, "hypothesis_examples": 0, "table_runs": [], "table_mismatches": 0}
+         "hostile_tried": 0, "hostile_mishandled": 0, "hypothesis_examples": 0, "table_runs": [], "table_mismatches": 0,
+         "classes": defaultdict(lambda: [0, 0])}   # class of hostile input -> [tried, mishandled]
+CLASSES = {   # the classes of hostile input the summary counts (issue 14's and issue 26's findings)
+    "input files": "malformed runs, qrels, topics, corpora, encodings",
+    "outputs": "links, FIFOs, devices, folders, inputs, unwritable or too long names as outputs",
+    "secrets": "keys in variables, custom key variables, URL user info and query strings, server echoes",
+    "configs": "unknown keys, wrong types, duplicate keys, alias bombs, nesting, paths outside their folder",
+    "identifiers": "query and document ids with whitespace, empty, or a newline",
+    "numbers": "NaN/inf scores and log-probabilities, out-of-range k, depth, batch sizes, limits, tolerances",
+    "servers": "slow, dead, lying or oversized servers; unreachable hubs and datasets",
+    "arguments": "bad plugins, experiment names, huge arguments, bad measures, bad options",
+}
+
+
+def hostile(cls: str, kind: str, ok: bool) -> bool:
+    "Count one hostile input of class `cls` (a key of `CLASSES`) and whether it was handled (`ok`); returns `ok`."
+    assert cls in CLASSES, cls
+    STATS["hostile_tried"] += 1; STATS["bad_input"].add(kind); STATS["classes"][cls][0] += 1
+    if not ok: STATS["hostile_mishandled"] += 1; STATS["classes"][cls][1] += 1
+    return ok
 SESSION_START = time.time()
 
 
@@ -39,6 +59,7 @@ def summary_lines() -> list[str]:
         f"files corrupted          {s['files_corrupted']:>6}   (of {s['files_checked']} file reads at {s['observations']} observations; "
         f"partial/temporary files visible: {s['partial_visible']}; sqlite files integrity-checked: {s['sqlite_checked']})",
         f"hostile inputs mishandled{s['hostile_mishandled']:>6}   (goal 0; of {s['hostile_tried']} tried for a one-line error)",
+        *(f"  {c:<23}{s['classes'][c][1]:>6}   (of {s['classes'][c][0]} tried: {CLASSES[c]})" for c in CLASSES if s["classes"][c][0]),
         f"hypothesis examples run  {s['hypothesis_examples']:>6}   (generated runs, qrels, scores)",
         f"tables differing         {s['table_mismatches']:>6}   (goal 0; reproduce runs compared byte for byte: {', '.join(s['table_runs']) or 'none'})",
         f"secrets found in output  {s['secret_leaks']:>6}   (goal 0; outputs and files scanned: {s['secret_files_scanned']})",
@@ -214,14 +235,165 @@ def sqlite_integrity(cache: Path) -> list[str]:
     return bad
 
 
-def expect_one_line_error(kind: str, p) -> str:
-    "A CLI result `p` for hostile input `kind`: exit 1 and one line on stderr, no traceback (counted in the summary)."
-    STATS["hostile_tried"] += 1; STATS["bad_input"].add(kind)
-    ok = p.returncode == 1 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
-    if not ok: STATS["hostile_mishandled"] += 1
+def expect_one_line_error(kind: str, p, cls: str = "input files", says: str | None = None) -> str:
+    """A CLI result `p` for hostile input `kind` of class `cls`: exit 1 and one line on stderr (saying `says`), no
+    traceback (counted in the summary). Returns that line."""
+    ok = (p.returncode == 1 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+          and (says is None or says in p.stderr))
+    hostile(cls, kind, ok)
     assert ok, (kind, p.returncode, p.stdout[-500:], p.stderr[-2000:])
     return p.stderr.strip()
 
 
 def run_cli(*args, env=None, timeout=600, cwd=ROOT):
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+
+
+def run_main(*args):
+    """`clir-llm ARGS` in this process (`cli.main`, no interpreter start): a CompletedProcess-like result. A bug that
+    escapes `main` ends up in stderr as a traceback, as in the real command."""
+    from clir_llm.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try: rc = main([str(a) for a in args])
+        except SystemExit as e: rc = e.code
+        except BaseException as e:   # noqa: BLE001 - what the real command would print
+            import traceback; err.write("Traceback (most recent call last):\n" + "".join(traceback.format_exception(e))); rc = 1
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
+# ---------- a server that answers 401 and echoes the credential it was sent, without "Bearer" (as some gateways do)
+class EchoKeyServer:
+    "An HTTP server on 127.0.0.1 that answers every request with 401 and the raw key of its Authorization header in the body."
+    def __init__(self):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a): pass
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                key = (self.headers.get("Authorization") or "").split()[-1]
+                body = json.dumps({"error": {"message": f"key {key} is not valid here", "type": "auth"}}).encode()
+                self.send_response(401); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+    def __enter__(self): threading.Thread(target=self.httpd.serve_forever, daemon=True).start(); return self
+    def __exit__(self, *a): self.httpd.shutdown(); self.httpd.server_close()
+
+
+def scan_for(needles, *roots) -> list[str]:
+    "Files under `roots` (files or folders) that hold any of `needles` (counted in the summary's secret line)."
+    leaks = []
+    for root in map(Path, roots):
+        files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file() and not p.is_symlink()] if root.exists() else []
+        for f in files:
+            STATS["secret_files_scanned"] += 1
+            data = f.read_bytes()
+            if any(n.encode() in data for n in needles): leaks.append(str(f))
+    STATS["secret_leaks"] += len(leaks)
+    return leaks
+
+
+# ---------- small TREC files and the CLI's one-line errors, shared by the tests of several modules
+FIX = ROOT / "clir_llm" / "data" / "fixture"
+FIX_QRELS = "t1 0 de-1 1\nt1 0 de-2 0\nt2 0 de-3 1\n"
+FIX_RUN = "t1 Q0 de-2 1 3.0 x\nt1 Q0 de-1 2 2.0 x\nt2 Q0 de-3 1 1.5 x\nt2 Q0 de-1 2 1.0 x\n"
+GOOD_RUN = "t1 Q0 de-1 1 3.0 x\nt1 Q0 de-2 2 2.0 x\nt2 Q0 de-2 1 1.5 x\nt2 Q0 de-3 2 1.0 x\n"
+
+
+def trec_files(tmp_path, qrels=FIX_QRELS, run=FIX_RUN, bom=False, crlf=False):
+    "A qrels and a run file of the fixture collection under `tmp_path` (optionally with a byte-order mark and CRLF ends)."
+    def enc(text):
+        if crlf: text = text.replace("\n", "\r\n")
+        return (b"\xef\xbb\xbf" if bom else b"") + text.encode()
+    q, r = tmp_path / f"qrels{bom}{crlf}.txt", tmp_path / f"run{bom}{crlf}.trec"
+    q.write_bytes(enc(qrels)); r.write_bytes(enc(run))
+    return q, r
+
+
+def good_run(tmp_path, name: str = "good.trec") -> Path:
+    "A well-formed run of the fixture collection (en-de) to rerank or evaluate."
+    p = tmp_path / name
+    p.write_text(GOOD_RUN)
+    return p
+
+
+def fail_cli(kind, *args, env=None, cls: str = "input files", says: str | None = None):
+    "The CLI (a subprocess) fails with exit 1 and one line on stderr, no traceback. Returns that line."
+    return expect_one_line_error(kind, run_cli(*args, env=env, timeout=300), cls, says)
+
+
+def err_cli(kind: str, *args, env=None, cls: str = "input files"):
+    "Run the real CLI; it must fail with exit 1 and no traceback (one clear error). Returns stderr."
+    p = run_cli(*args, env=env, timeout=300)
+    hostile(cls, kind, p.returncode == 1 and "Traceback" not in p.stderr)
+    assert p.returncode == 1, (p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    return p.stderr
+
+
+def expect_rc(kind, rc, err, what, cls: str = "configs"):
+    "Exit 1 and one line on stderr holding `what`, no traceback (counted in the summary)."
+    ok = rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1 and what in err
+    hostile(cls, kind, ok)
+    assert ok, (kind, rc, err[-2000:])
+
+
+def dry_run(path) -> tuple[int, str]:
+    "`clir-llm reproduce PATH --dry-run` in this process: (exit status, stderr)."
+    p = run_main("reproduce", path, "--dry-run")
+    return p.returncode, p.stderr
+
+
+def unshare_ok() -> bool:
+    "Whether a private mount namespace may be made here (root): read-only and tiny file systems for the tests."
+    import shutil
+    if not shutil.which("unshare"): return False
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True).returncode == 0
+
+
+# ---------- a first stage whose scores differ below the precision of a run file (the canonical-run tests)
+def _register_nearties():
+    from clir_llm.core import Retriever, Run, Usage
+    from clir_llm.retrieve import FIRST_STAGES, FirstStage
+    if "nearties:" in FIRST_STAGES.names(): return
+
+    class _NearTies(Retriever):
+        "Every document of every query within 1e-6 of 0.5: the raw order (docid ascending) is the opposite of the file's."
+        def __init__(self, seed: int): self.seed, self.name, self.usage = seed, f"nearties:{seed}", Usage()
+        def retrieve(self, collection, k=100):
+            ids = sorted(d.docid for d in collection.iter_docs())
+            step = 1e-7 * self.seed
+            return Run({q: {d: 0.5 + 4e-7 - i * step for i, d in enumerate(ids)} for q in collection.queries}, name=self.name)
+
+    @FIRST_STAGES.register("nearties:", example="nearties:<n>")
+    class NearTiesMethod(FirstStage):
+        "Test first stage: scores that differ below the precision of a run file."
+        seed: int
+        @classmethod
+        def parse(cls, name, arg): return cls(seed=int(arg))
+        def __str__(self): return f"nearties:{self.seed}"
+        def label(self): return str(self)
+        def describe(self, translator=None, dense_title=None): return "near ties"
+        def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=None, **kw): return _NearTies(self.seed)
+    NEARTIES.append(_NearTies)
+
+
+NEARTIES: list = []   # the retriever class, once registered
+
+
+def near_ties(seed: int):
+    "A retriever of the `nearties:<seed>` first stage."
+    _register_nearties()
+    return NEARTIES[0](seed)
+
+
+def near_config(tmp_path) -> Path:
+    "A configuration of two near-tie first stages and their fusion on the fixture collection (the nearties: stage registered)."
+    import yaml
+    _register_nearties()
+    cfg = dict(name="near", collection="fixture", pairs=["en-de"], measure="MAP", extra_measures=["nDCG@20"],
+               first_stage=dict(methods=["nearties:1", "nearties:3", "rrf:nearties:1+nearties:3"], depth=4),
+               experiments=["1_first_stage"])
+    p = tmp_path / "near.yaml"; p.write_text(yaml.safe_dump(cfg)); return p

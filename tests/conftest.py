@@ -1,5 +1,5 @@
-"""Shared pytest hooks and fixtures: the reliability suite's summary table (tests/test_reliability*.py) at the end of the
-session, and the offline stand-ins' pinned files, fetched once per session into the cache ($CLIR_LLM_CACHE)."""
+"""Shared pytest hooks and fixtures: the reliability summary (hostile inputs, faults, kills, secrets: tests/_reliability.py) at
+the end of the session, and the offline stand-ins' pinned files, fetched once per session into the cache ($CLIR_LLM_CACHE)."""
 import sys
 from pathlib import Path
 
@@ -12,7 +12,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     mod = sys.modules.get("_reliability")
     lines = mod.summary_lines() if mod else []
     if lines:
-        terminalreporter.write_sep("=", "reliability summary (observed by tests/test_reliability*.py)")
+        terminalreporter.write_sep("=", "reliability summary (observed by the tests through tests/_reliability.py)")
         for line in lines: terminalreporter.write_line(line)
 
 

@@ -9,6 +9,8 @@ from clir_llm.core import ClirError, Document, Query, stable_hash
 from clir_llm import bm25 as B
 from clir_llm.collections import collection_pairs, load_collection, load_folder_collection
 from clir_llm.languages import language
+import subprocess, sys
+import _reliability as R
 
 ZHFA = Path(__file__).parent / "fixtures" / "zhfa"
 IDS = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").read_text())
@@ -162,3 +164,65 @@ def test_index_folders_v1(tmp_path):
            for n in ("demo", "fixture") for p in collection_pairs(n)}
     want = {k: v for k, v in IDS.items() if k.startswith("bm25 ")}
     assert len(got) == len(want) == 18 and got == want
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+def test_damaged_index_is_rebuilt_with_a_warning(tmp_path, caplog):
+    "The warning goes through logging (the command line prints it; a library user decides)."
+    from clir_llm import bm25 as B
+    from clir_llm.cache import Cache
+    from clir_llm.collections import load_collection
+    coll = load_collection("fixture", "en-de")
+    before = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll)
+    idx = B.index_dir(coll, Cache(tmp_path))
+    caplog.clear()
+    target = next(iter(idx.glob("*.nvd")), None) or max((f for f in idx.iterdir() if f.name != "meta.json"), key=lambda f: f.stat().st_size)
+    data = bytearray(target.read_bytes()); n = min(600, len(data) // 2)
+    data[:n] = os.urandom(n); target.write_bytes(bytes(data))
+    killed = idx.parent / f".{idx.name}.{2**22 + 12345}.tmpabc"; (killed / "input").mkdir(parents=True)   # a killed build's work folder
+    legacy = idx.parent / f".{idx.name}.oldtmp"; legacy.mkdir()                                          # one of an older version
+    alive = idx.parent / f".otherindex.{os.getpid()}.tmpxyz"; alive.mkdir()                               # a live build of another index
+    after = B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll)
+    err = caplog.text
+    warnings = [r.getMessage() for r in caplog.records if r.name == "clir_llm.bm25" and r.levelname == "WARNING"]
+    assert after == before and len(warnings) == 1 and f"BM25 index {idx} is damaged ({target.name}" in warnings[0], err
+    assert not killed.exists() and not legacy.exists() and alive.exists()
+    assert json.loads((idx / "meta.json").read_text())["files"] and B._damage(idx) is None
+    caplog.clear()
+    assert B.BM25(cache=Cache(tmp_path), progress=False).retrieve(coll) == before and "warning" not in caplog.text
+
+
+JVM = r"""
+import os, signal, sys, threading, time
+# SIGINT as a terminal would give it, whatever this process inherited (a blocked or ignored SIGINT from the test
+# runner's process, left by a native library loaded in it, is not what is tested here): the JVM loaded below must leave it to Python
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); signal.signal(signal.SIGINT, signal.default_int_handler)
+from clir_llm.collections import load_collection
+from clir_llm.bm25 import BM25
+import jnius_config
+run = BM25(progress=False).retrieve(load_collection("fixture", "en-de"))
+print("options", jnius_config.get_options())
+try:
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT); time.sleep(20)   # to Python's thread: os.kill may wake a JVM thread
+    print("SIGINT lost")
+except KeyboardInterrupt:
+    print("KeyboardInterrupt reached Python")
+print("run", sum(map(len, run.values())))
+"""
+
+
+def test_jvm_leaves_sigint_to_python_and_no_crash_file_in_cwd(tmp_path):
+    cwd = tmp_path / "cwd"; cwd.mkdir()
+    cache = tmp_path / "cache"
+    p = subprocess.run([sys.executable, "-c", JVM], cwd=cwd, capture_output=True, text=True, timeout=400,
+                       env=R.env_for(cache))
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr[-3000:])
+    assert "KeyboardInterrupt reached Python" in p.stdout and "run " in p.stdout, p.stdout
+    assert "-Xrs" in p.stdout and f"-XX:ErrorFile={cache / 'jvm' / 'hs_err_pid%p.log'}" in p.stdout, p.stdout
+    assert not list(cwd.glob("hs_err_pid*.log")) and not list(cache.glob("jvm/hs_err_pid*.log"))
+
+
+# ---------- summary: JVM crash files of this session
+def test_no_jvm_crash_files():
+    n = R.jvm_crash_files()
+    assert n == 0, f"{n} hs_err_pid*.log files appeared during this session"

@@ -94,3 +94,184 @@ def test_bad_option_is_one_line_not_the_usage_block(args):
     cmd = f"clir-llm {args[0]}"
     assert p.returncode == 2 and "usage:" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith(f"{cmd}: error: ") and p.stderr.endswith(f" (see {cmd} --help)\n"), p.stderr
+
+
+# ---------- issue 26 items 1 and 2: no command replaces what it should not; every output is checked before any work
+import os, stat   # noqa: E402
+import _reliability as R   # noqa: E402
+from clir_llm.testing import FakeOpenAIServer   # noqa: E402
+
+
+def _unsafe(d: Path) -> dict:
+    "Paths inside `d` that must never be written over: a link to a file, a link to /dev/null, a FIFO, a folder, a device (root)."
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "precious.txt").write_text("keep")
+    os.symlink(d / "precious.txt", d / "link"); os.symlink(os.devnull, d / "devnull"); os.mkfifo(d / "fifo"); (d / "folder").mkdir()
+    out = {k: d / k for k in ("link", "devnull", "fifo", "folder")}
+    try: os.mknod(d / "chardev", stat.S_IFCHR | 0o666, os.makedev(1, 3)); out["chardev"] = d / "chardev"   # as /dev/null, made here
+    except OSError: pass
+    return out
+
+
+def _unchanged(d: Path):
+    assert (d / "precious.txt").read_text() == "keep" and os.path.islink(d / "link") and os.readlink(d / "devnull") == os.devnull
+    assert stat.S_ISFIFO(os.lstat(d / "fifo").st_mode) and (d / "folder").is_dir() and not any((d / "folder").iterdir())
+    if (d / "chardev").exists(): assert stat.S_ISCHR(os.lstat(d / "chardev").st_mode)
+    assert not list(d.glob(".*.tmp")) and not list(d.glob("*.usage.json")) and not list(d.glob("*.rerank.json"))
+
+
+def _refused(kind, p, says="an output is written only as a regular file"):
+    "One line on stderr, exit 1, saying `says`: counted under 'outputs'."
+    return R.expect_one_line_error(kind, p, "outputs", says)
+
+
+def test_retrieve_refuses_unsafe_outputs(tmp_path):
+    "retrieve --out (and its .usage.json) never a link, FIFO, device or folder: one line, before BM25 runs."
+    targets = _unsafe(tmp_path / "t")
+    for kind, p in targets.items():
+        _refused(f"retrieve --out {kind}", R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--out", p))
+    os.mkfifo(tmp_path / "r.trec.usage.json")
+    _refused("retrieve usage sidecar fifo", R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og",
+                                                       "--out", tmp_path / "r.trec"))
+    _unchanged(tmp_path / "t")
+    assert not (tmp_path / "r.trec").exists()
+
+
+def _rerank(run, out, srv, *extra):
+    return R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise", "--llm",
+                      "openai:fake-ranker", "--llm-base-url", srv.url, "--top-k", "2", "--window", "2", "--step", "1", "--out", out, *extra)
+
+
+def test_rerank_refuses_unsafe_outputs_before_any_model_call(tmp_path):
+    "rerank --out, .rerank.json and .usage.json: never a link, FIFO, device or folder; no model call is made."
+    run = R.good_run(tmp_path)
+    targets = _unsafe(tmp_path / "t")
+    with FakeOpenAIServer(responder=R.fake_answer) as srv:
+        for kind, p in targets.items(): _refused(f"rerank --out {kind}", _rerank(run, p, srv))
+        os.symlink(tmp_path / "t" / "precious.txt", tmp_path / "o.trec.rerank.json")
+        _refused("rerank .rerank.json a link", _rerank(run, tmp_path / "o.trec", srv))
+        os.mkfifo(tmp_path / "p.trec.usage.json")
+        _refused("rerank .usage.json a FIFO", _rerank(run, tmp_path / "p.trec", srv))
+        assert not srv.requests, "no model call before the outputs are known to be writable"
+    _unchanged(tmp_path / "t")
+
+
+def test_rerank_never_writes_over_its_run(tmp_path):
+    "--out equal to --run (the same path, another spelling, a hard link): one line, the run untouched, no model call."
+    run = R.good_run(tmp_path)
+    os.link(run, tmp_path / "hard.trec")
+    with FakeOpenAIServer(responder=R.fake_answer) as srv:
+        for out in (run, tmp_path / "." / run.name, tmp_path / "hard.trec"):
+            _refused("rerank --out equal to --run", _rerank(run, out, srv), "is also an input of this command")
+        assert not srv.requests
+    assert run.read_text() == R.GOOD_RUN and not list(tmp_path.glob("*.json"))
+
+
+def test_outputs_in_a_read_only_folder_fail_before_any_model_call(tmp_path):
+    "A read-only file system as rerank's --out folder: one line naming it, no model call (a private mount namespace)."
+    if not R.unshare_ok(): pytest.skip("needs a private mount namespace (root) for a read-only mount")
+    run = R.good_run(tmp_path)
+    ro = tmp_path / "ro"; ro.mkdir()
+    with FakeOpenAIServer(responder=R.fake_answer) as srv:
+        args = ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", str(run), "--method", "listwise", "--llm",
+                "openai:fake-ranker", "--llm-base-url", srv.url, "--top-k", "2", "--out", str(ro / "out.trec")]
+        p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            'mount -t tmpfs -o ro,size=64k tmpfs "$1" && shift && exec "$@"', "sh", str(ro), R.CLI, *args],
+                           capture_output=True, text=True, timeout=300, env=R.env_for(tmp_path / "cache"))
+        _refused("rerank --out in a read-only folder", p, "Read-only file system")
+        assert not srv.requests
+
+
+def test_a_file_name_too_long_fails_before_any_work(tmp_path):
+    "A 250-character --out (too long once atomic_write's temporary suffix is added): one line, cut, before any work."
+    with FakeOpenAIServer(responder=R.fake_answer) as srv:
+        err = _refused("rerank --out name too long", _rerank(R.good_run(tmp_path), tmp_path / ("r" * 250), srv), "file name too long")
+        assert not srv.requests and len(err) < 400
+    err = _refused("retrieve --out name too long", R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method",
+                                                             "bm25-og", "--out", tmp_path / ("r" * 300)), "File name too long")
+    assert len(err) < 400
+
+
+def test_translate_refuses_unsafe_outputs(tmp_path):
+    "translate --out (a folder): not a file or a FIFO; the files it writes there never links; before the translator is built."
+    targets = _unsafe(tmp_path / "t")
+    args = ["translate", "--collection", "fixture", "--pair", "en-de", "--what", "queries", "--translator", "dict:freedict"]
+    for kind in ("fifo", "chardev"):
+        if kind in targets: _refused(f"translate --out {kind}", R.run_main(*args, "--out", targets[kind]), "not a folder")
+    out = tmp_path / "out"; out.mkdir()
+    os.symlink(tmp_path / "t" / "precious.txt", out / "queries.de.tsv")
+    _refused("translate output file a link", R.run_main(*args, "--out", out))
+    os.mkfifo(out / "documents.translation.json")
+    _refused("translate accounting file a FIFO", R.run_main(*args[:-4], "--what", "documents", "--translator", "dict:freedict",
+                                                            "--out", out))
+    _unchanged(tmp_path / "t")
+    p = R.run_main(*args, "--out", tmp_path / "o", "--limit", "0")
+    R.expect_one_line_error("translate --limit 0", p, "numbers", "--limit must be at least 1")
+
+
+def test_build_demo_never_replaces_what_is_not_a_demo_folder(tmp_path):
+    "build-demo replaces its --out folder as a whole: never through a link, never a file, never a folder that holds no collection."
+    (tmp_path / "home").mkdir(); (tmp_path / "home" / "notes.txt").write_text("keep")
+    os.symlink(tmp_path / "home", tmp_path / "link")
+    (tmp_path / "file").write_text("keep")
+    for kind, out, says in (("a folder of other files", tmp_path / "home", "no collection (no MANIFEST.json)"),
+                            ("a link to a folder", tmp_path / "link", "is a link"), ("a file", tmp_path / "file", "not a folder")):
+        _refused(f"build-demo --out {kind}", R.run_main("build-demo", "--out", out, "--debs", tmp_path / "no-debs"), says)
+    assert (tmp_path / "home" / "notes.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
+
+
+def test_reproduce_refuses_unsafe_result_folders(tmp_path):
+    "reproduce --results / --figures that are files, FIFOs or devices: one line before any notebook runs."
+    targets = _unsafe(tmp_path / "t")
+    cfg = R.near_config(tmp_path)
+    for kind in ("fifo", "link", "chardev"):
+        if kind not in targets: continue
+        _refused(f"reproduce --results {kind}", R.run_main("reproduce", cfg, "--results", targets[kind], "--figures", tmp_path / "f"),
+                 "is a link" if kind == "link" else "not a folder")
+        _refused(f"reproduce --figures {kind}", R.run_main("reproduce", cfg, "--results", tmp_path / "r", "--figures", targets[kind]),
+                 "is a link" if kind == "link" else "not a folder")
+    _unchanged(tmp_path / "t")
+    assert not (tmp_path / "r").exists()
+
+
+# ---------- issue 26 item 4 (the command line's part): every error printed is redacted, a bug's traceback too
+def boom(argv):
+    "A command with a bug whose message holds a credential (tests/test_cli.py::test_errors_and_tracebacks_are_redacted)."
+    raise RuntimeError(f"failed at http://u:{os.environ['CANARY_SECRET']}@h/v1 with {os.environ['CANARY_SECRET']}")
+
+
+def test_errors_and_tracebacks_are_redacted(monkeypatch):
+    from clir_llm import cli
+    monkeypatch.setenv("CANARY_SECRET", "cnry-0123456789abcdef")
+    monkeypatch.setitem(cli.COMMANDS, "boom", ("test_cli:boom", "a command with a bug"))
+    p = R.run_main("boom")
+    assert p.returncode == 1 and "RuntimeError" in p.stderr and "cnry-0123456789abcdef" not in p.stderr, p.stderr
+    p = R.run_main("evaluate", "--qrels", "http://u:cnry-0123456789abcdef@h/v1?api-key=cnry-query-42", "--run", "r.trec")
+    ok = p.returncode == 1 and "cnry-" not in p.stderr
+    R.hostile("secrets", "a key in an argument echoed by an error", ok)
+    assert ok, p.stderr
+
+
+# ---------- issue 26 item 13: -q prints nothing but errors (no bar, no summary)
+def test_quiet_prints_only_errors(tmp_path):
+    run = R.good_run(tmp_path)
+    with FakeOpenAIServer(responder=R.slow_answer(0.2)) as srv:
+        args = ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise", "--llm", "openai:fake-ranker",
+                "--llm-base-url", srv.url, "--top-k", "3", "--window", "2", "--step", "1"]
+        env = {**R.env_for(tmp_path / "cache"), "TQDM_MININTERVAL": "0"}
+        env.pop("TQDM_DISABLE")
+        loud = R.run_cli(*args, "--out", tmp_path / "a.trec", env=env)
+        quiet = R.run_cli("-q", *args, "--out", tmp_path / "b.trec", env={**env, "CLIR_LLM_CACHE": str(tmp_path / "cache2")})
+    assert loud.returncode == 0 and "a.trec" in loud.stdout and loud.stderr, (loud.stdout, loud.stderr[-500:])
+    ok = quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == ""
+    R.hostile("arguments", "-q prints progress or a summary", ok)
+    assert ok, (quiet.stdout, quiet.stderr[-1000:])
+    assert (tmp_path / "b.trec").read_text() == (tmp_path / "a.trec").read_text()
+
+
+@pytest.mark.parametrize("bad", ["../evil", "a/b", "os; rm -rf x"])
+def test_plugin_names_must_be_module_names(tmp_path, bad):
+    "issue 26 item 10: a --plugin that is a path or not a name was a traceback of importlib; now one line before any work."
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--plugin", bad, "--out", tmp_path / "r.trec")
+    R.expect_one_line_error(f"--plugin {bad!r}", p, "arguments", "is not a module name")
+    assert not (tmp_path / "r.trec").exists()

@@ -8,6 +8,7 @@ from clir_llm.core import ClirError, FormatError, Qrels
 from clir_llm.collections import (COLLECTIONS, CIRAL_COUNTS, CIRAL_JUDGED, CIRAL_LANGS, CLEF_COUNTS, CLEF_LANGS, CLEF_PAIRS, CLEF_TOPICS,
                                   CountedOptions, ShippedOptions, clef_doc_files, collection_pairs, data_dir, list_collections,
                                   load_ciral, load_clef2003, load_collection, load_folder_collection, read_ciral_topics, read_jsonl)
+import _reliability as R
 CLI = [str(Path(sys.executable).parent / "clir-llm")]
 
 
@@ -458,3 +459,45 @@ def test_keys_v1(tmp_path):
             if c.has_translations: got[f"collection {name} {p} translated key"] = c.translated().key
     want = {k: v for k, v in IDS.items() if k.startswith(("collection demo ", "collection fixture "))}
     assert len(got) == len(want) == 40 and got == want
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+FIX = R.FIX
+
+
+def test_empty_query_is_rejected_at_load(tmp_path):
+    "An empty query text is a format error of the topic file (as CIRAL's TSV topics), not a silent empty run."
+    from clir_llm.collections import load_collection
+    shutil.copytree(FIX, tmp_path / "fx")
+    qf = tmp_path / "fx" / "queries.en.jsonl"
+    lines = qf.read_text().splitlines()
+    rec = json.loads(lines[1]); rec["text"] = "   "; lines[1] = json.dumps(rec)
+    qf.write_text("\n".join(lines) + "\n")
+    R.STATS["bad_input"].add("empty query")
+    with pytest.raises(FormatError, match=rf"{qf}:2: query '{rec['qid']}' has an empty text"):
+        load_collection("fixture", "en-de", root=tmp_path / "fx")
+
+
+def test_non_utf8_clef_file(tmp_path):
+    "A byte that is not UTF-8 in the (UTF-8) Izvestia collection: file, line and byte."
+    from clir_llm.collections import load_collection
+    src = R.ROOT / "tests" / "fixtures" / "clef2003"
+    shutil.copytree(src, tmp_path / "clef")
+    izv = tmp_path / "clef" / "DocumentData" / "DataCollections" / "Russian_data" / "xml" / "izv95_01.xml"
+    lines = izv.read_bytes().split(b"\n")
+    n = next(i for i, l in enumerate(lines) if "а".encode() in l or "о".encode() in l)
+    lines[n] = lines[n] + b" \xff\xfe"
+    izv.write_bytes(b"\n".join(lines))
+    R.STATS["bad_input"].add("non-UTF-8 CLEF file")
+    with pytest.raises(FormatError) as e:
+        coll = load_collection("clef2003", "en-ru", root=tmp_path / "clef", check_counts=False)
+        for _ in coll.iter_docs(): pass
+    assert e.value.path == str(izv) and e.value.line == n + 1 and "0xff" in str(e.value), str(e.value)
+
+
+def test_datasets_fails_on_a_broken_folder(tmp_path):
+    "issue 26 item 13: `clir-llm datasets files:<folder>` of a folder that is not a collection said so and exited 0; now exit 1."
+    broken = tmp_path / "broken"; broken.mkdir(); (broken / "queries.en.tsv").write_text("q1\thello\n")
+    p = R.run_main("datasets", f"files:{broken}", "--pair", "en-de")
+    R.hostile("input files", "datasets of a broken folder", p.returncode == 1 and "Traceback" not in p.stderr)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and f"files:{broken} en-de" in p.stderr, (p.returncode, p.stderr)

@@ -118,3 +118,27 @@ def test_options_and_translations_known_without_loading(tmp_path):
     c = load_collection("files:", "en-en", root=f, cache_root=tmp_path, name="mine", corpus="corpus.jsonl")
     assert c.name == "mine" and c.corpus_path == f / "corpus.jsonl"
     with pytest.raises(ClirError, match="topic"): load_collection("files:", "en-en", root=f, topic="x")
+
+
+# ---------- issue 26 item 6: ids a TREC line cannot hold are refused at load, naming the file and the line
+BAD_IDS = [
+    ("corpus", '{"_id": "d1", "text": "x"}\n{"_id": "d 2", "text": "y"}\n', "corpus.jsonl:2", "document id 'd 2' contains whitespace"),
+    ("corpus", '{"_id": "d1", "text": "x"}\n{"_id": "", "text": "y"}\n', "corpus.jsonl:2", "document id is empty"),
+    ("corpus", '{"_id": "d1", "text": "x"}\n{"_id": "d2 ", "text": "y"}\n', "corpus.jsonl:2", "document id 'd2 ' contains whitespace"),
+    ("corpus", '{"_id": "d1", "text": "x"}\n{"_id": "d2\\nq1 Q0 d1 1 9 x", "text": "y"}\n', "corpus.jsonl:2", "contains whitespace"),
+    ("topics", "q1\tNairobi sunny\nq 2\tLagos rain\n", "topics.tsv:2", "query id 'q 2' contains whitespace"),
+    ("topics", "q1\tNairobi sunny\n\tLagos rain\n", "topics.tsv:2", "query id is empty"),
+]
+
+
+@pytest.mark.parametrize("what,content,where,msg", BAD_IDS, ids=[f"{b[0]}: {b[3]}" for b in BAD_IDS])
+def test_ids_a_trec_line_cannot_hold_are_refused_at_load(tmp_path, what, content, where, msg):
+    "A document or query id with a space, a trailing space, a newline, or none: a FormatError at its file and line, not a broken run later."
+    import _reliability as R
+    f = _own(tmp_path, **{what: content})
+    try:
+        c = load_collection(f"files:{f}", "en-en", cache_root=tmp_path); list(c.iter_docs())
+        err = None
+    except ClirError as e: err = str(e)
+    R.hostile("identifiers", f"files: {what} {msg}", err is not None and err.startswith(f"{f}/{where}: ") and msg in err)
+    assert err is not None and err.startswith(f"{f}/{where}: ") and msg in err, err

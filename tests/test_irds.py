@@ -123,3 +123,16 @@ def test_fields_joined_by_plus_in_the_id(tmp_path):
     comma = load_collection("irds:clir-llm-test/neuclir-like?fields=title,description", "en-zh", cache_root=tmp_path)
     assert {q: t.text for q, t in plus.queries.items()} == {q: t.text for q, t in comma.queries.items()}
     assert plus.queries["2"].text == "railway station travellers Travellers at Shanghai railway station."
+
+
+def test_a_dataset_that_cannot_be_downloaded_is_one_line(tmp_path):
+    """issue 26 item 10: `irds:` without network (every download refused: a proxy nothing listens at) was a 52-line
+    traceback; now one line naming the id, the network and $IR_DATASETS_HOME."""
+    import os
+    import _reliability as R
+    env = {**os.environ, "IR_DATASETS_HOME": str(tmp_path / "irds"), "HTTP_PROXY": "http://127.0.0.1:1", "HTTPS_PROXY": "http://127.0.0.1:1",
+           "http_proxy": "http://127.0.0.1:1", "https_proxy": "http://127.0.0.1:1", "CLIR_LLM_CACHE": str(tmp_path / "cache")}
+    env.pop("NO_PROXY", None); env.pop("no_proxy", None)
+    err = R.fail_cli("irds: without network", "retrieve", "--collection", "irds:vaswani", "--pair", "en-en", "--method", "bm25-og",
+                     "--out", tmp_path / "r.trec", env=env, cls="servers", says="irds:vaswani: cannot read its queries")
+    assert "IR_DATASETS_HOME" in err and not (tmp_path / "r.trec").exists()

@@ -12,6 +12,9 @@ from clir_llm.llm import (BACKENDS, Backend, BackendOptions, BackendSpec, Cached
                           output_options, plain_text, rebuild_backend)
 from clir_llm.specs import opt
 from clir_llm.testing import make_tiny_hf_model
+import _reliability as R
+from clir_llm.core import Run
+from clir_llm.testing import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -540,3 +543,44 @@ def test_the_worker_recipe_rebuilds_an_equivalent_backend_with_the_cache_off(tmp
         assert factory is rebuild_backend and isinstance(w, Reverse) and w.identity() == b.identity() and w.batch_size == 3
         assert w.cache.mode == "off" and w.cache.root == Cache(tmp_path).root
     finally: BACKENDS._items.pop("reverse:", None)
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+def test_backend_option_errors_name_the_option_without_pydantic_prefixes():
+    "A bad backend option is one line naming the option and the value: no 'Value error,' prefix, no dumped input dict."
+    from clir_llm.llm import BackendSpec
+    for bad, says in (({"spec": "openai:x", "base_url": "ftp://host/v1"}, "llm: base_url: not an http:// or https:// URL"),
+                      ({"spec": "openai:x", "base_url": "http://a:8000/v1,localhost:8001"}, "'localhost:8001' is not an http:// or https:// URL"),
+                      ("hf:qwen[tensor_parallel_size=2]", "llm: hf: does not take option tensor_parallel_size (it takes: dtype,")):
+        with pytest.raises(ClirError) as e: BackendSpec.parse(bad)
+        R.hostile("arguments", "bad backend option", says in str(e.value) and "Value error" not in str(e.value))
+        assert says in str(e.value) and "Value error" not in str(e.value) and "'kind'" not in str(e.value), str(e.value)
+
+
+# ---------- finding 11: a fully cached rerank spends nothing now; --sort-k 0 refused
+def test_cached_rerank_reports_work_done_now(tmp_path):
+    from clir_llm.cache import Cache
+    from clir_llm.collections import load_collection
+    from clir_llm.llm import get_backend
+    from clir_llm.rerank import get_reranker
+    coll = load_collection("fixture", "en-de")
+    run = Run.read(R.good_run(tmp_path, "in.trec"))
+    with FakeOpenAIServer(responder=R.slow_answer(0.3)) as srv:
+        usages = []
+        for _ in range(2):
+            b = get_backend("openai:gpt-4.1", cache=Cache(tmp_path / "cache"), base_url=srv.url, concurrency=1)
+            rr = get_reranker("listwise-rankzephyr", b, window=2, step=1, progress=False)
+            rr.rerank(coll, run, k=2); usages.append(rr.usage)
+    cold, warm = usages
+    assert cold.calls > 0 and cold.cost_usd > 0 and cold.seconds >= 0.3 * cold.calls
+    assert warm.calls == 0 and warm.cache_hits == cold.calls and warm.cost_usd == 0 and warm.tokens_in == 0
+    assert warm.seconds < 0.3, warm.seconds                          # not the recorded 0.3 s per call
+    assert abs(warm.counters["cached_usd"] - cold.cost_usd) < 1e-12   # what the hits would have cost, kept apart
+    assert warm.counters["cached_seconds"] >= 0.3 * cold.calls and warm.counters["cached_tokens_in"] == cold.tokens_in
+
+
+def test_an_option_given_twice_in_a_backend_spec_is_refused(tmp_path):
+    "issue 26 item 11: `hf:x[dtype=a,dtype=b]` was read with the last value winning; now one line naming the option."
+    p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                   "--llm", "hf:x[dtype=float32,dtype=bfloat16]", "--out", tmp_path / "o.trec")
+    R.expect_one_line_error("llm option given twice", p, "arguments", "option 'dtype' is given twice")

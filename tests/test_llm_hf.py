@@ -269,9 +269,10 @@ def test_min_new_tokens_reaches_generate():
 
 
 def _hub(monkeypatch, folder):
-    "Stand the Hub in: every from_pretrained reads `folder` and records the revision it was asked for."
+    "Stand the Hub in: every from_pretrained reads `folder` and records the revision it was asked for (the look-up before it answers)."
     import transformers
     seen = []
+    monkeypatch.setattr(llm_hf, "_hub_lookup", lambda *a: None)   # issue 26's one look-up of a Hub id: the stand-in Hub has the file
     def fake(orig):
         def f(name, *a, revision=None, **kw):
             if not str(name).startswith("/"): seen.append((name, revision))   # (the fixture's own loads are local)
@@ -475,3 +476,26 @@ def test_prefix_reuse_through_an_executor_counts_in_the_owners_usage(tiny, tmp_p
     assert b.generate(prompts, max_new_tokens=3, progress=False) == get_backend(
         f"hf:{tiny['qwen2']}", prefix_cache=False).generate(prompts, max_new_tokens=3, progress=False)
     assert b.usage.counters["prefix_cache_hits"] > 0
+
+
+def test_hf_identity_is_unchanged():
+    "Recorded demo calls must still hit: hf: identities carry no endpoint (issue 14 finding 2; its openai: half is in test_llm_openai)."
+    from types import SimpleNamespace
+    fp32 = SimpleNamespace(config=SimpleNamespace(is_encoder_decoder=False), dtype="torch.float32")   # a loaded model: fp32, no switch
+    hf = HFBackend("m", revision="abc", hf_model=fp32, hf_tokenizer=SimpleNamespace(chat_template=None))
+    assert hf.identity() == {"kind": "hf", "model": "m", "revision": "abc"}
+
+
+def test_an_unknown_hub_id_fails_in_seconds(tmp_path):
+    """issue 26 item 13: an id that is not in the local Hugging Face cache and that the Hub does not answer (here: nothing
+    listens at HF_ENDPOINT) is one LLMError naming it, after one look-up (7ce5228: the Hub client retried for 30 s)."""
+    import os, subprocess, sys
+    code = ("import time, torch, transformers, huggingface_hub, clir_llm.llm_hf\nfrom clir_llm.llm import get_backend\nt = time.monotonic()\n"
+            "try: get_backend('hf:no-such-org/no-such-model-26')\nexcept Exception as e: print(type(e).__name__, e)\n"
+            "print(round(time.monotonic() - t, 1))\n")
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None); env.pop("TRANSFORMERS_OFFLINE", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    *said, seconds = p.stdout.strip().splitlines()
+    assert said and said[0].startswith("LLMError hf:no-such-org/no-such-model-26: not in the local Hugging Face cache"), p.stdout + p.stderr[-2000:]
+    assert "thrown while requesting" not in p.stderr and float(seconds) < 20, (seconds, p.stderr[-2000:])

@@ -11,6 +11,11 @@ from clir_llm.llm import BackendSpec, LLMError, get_backend
 from clir_llm.llm_hf import HFBackend
 from clir_llm.llm_openai import OpenAIBackend, OpenAIOptions, _ServerPool, endpoint
 from clir_llm.testing import FakeOpenAIServer, _toy_logprobs, make_tiny_hf_model, tiny_setup
+import re
+import _reliability as R
+from clir_llm.collections import load_collection
+from clir_llm.core import Run, usage_path
+from clir_llm.rerank import get_reranker
 
 PROMPTS = ["the cat sat", "Passage A: ein Hund lief durch den Park", "Output Passage A or Passage B:",
            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "kissa nukkuu sohvalla"}],
@@ -383,7 +388,7 @@ def test_scale_benchmark_quick_meets_the_pool_target(capsys):
 def test_options_and_identity(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     o = OpenAIOptions()
-    assert (o.concurrency, o.max_retries, o.timeout, o.api, o.prefill, o.logprobs) == (4, 6, 60.0, "auto", False, True)
+    assert (o.concurrency, o.max_retries, o.timeout, o.api, o.prefill, o.logprobs) == (4, 6, 30.0, "auto", False, True)   # issue 26: timeouts in seconds
     assert OpenAIBackend("gpt-4.1").identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None}   # the default API: no endpoint
     b = OpenAIBackend.create("gpt-4.1", base_url="http://user:sk-URLKEY-1@Host:8000/v1/", concurrency=2)
     assert b.identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None, "endpoint": "http://host:8000/v1"}
@@ -398,3 +403,303 @@ def test_price_is_the_kinds_answer():
     assert OpenAIBackend.price("gpt-4.1-2025-04-14") == {"input": 2.00, "output": 8.00} and OpenAIBackend.price("llama") is None
     d = BackendSpec.parse({"spec": "openai:m", "base_url": ["http://u:sk-1@a:1/v1", "http://b:1/v1"]}).describe()
     assert d.startswith("OpenAI-compatible servers http://***@a:1/v1, http://b:1/v1 model m") and "sk-1" not in d
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+# every transport fault once, each followed by a healthy answer (the retry); requests are sequential (concurrency=1)
+TRANSPORT = ["429", "429:0.4", "500", "slow:2", "drop", "malformed", "empty"]
+
+
+COUNTER_OF = {"429": "errors_http_429", "429:0.4": "errors_http_429", "500": "errors_http_500", "slow:2": "errors_timeout",
+              "drop": "errors_connection", "malformed": "errors_malformed", "empty": "errors_empty_choices"}
+
+
+LISTWISE_KINDS = ["ok", "duplicate", "out_of_range", "missing", "wrong_language", "zero"]
+
+
+PRP_KINDS = ["A", "B", "wrong_language", "B", "unknown_letter", "A"]
+
+
+class BadRanker:
+    """A scripted model whose answers cycle through bad kinds; it records, per prompt, what its answer should cost
+    the parser (a prompt asked twice, e.g. after a client timeout, gets the same answer)."""
+    def __init__(self):
+        self.n, self.answers = 0, {}
+
+    @property
+    def expect(self) -> Counter:
+        return sum((c for _, c, _ in self.answers.values()), Counter())
+
+    def count_faults(self):
+        for kind, *_ in self.answers.values():
+            if kind not in ("ok", "A", "B"): R.STATS["faults"]["bad answer: " + kind.replace("_", " ")] += 1
+
+    def __call__(self, msgs, body):
+        text = "\n".join(m["content"] for m in msgs)
+        if text in self.answers: k = self.answers[text][2]     # asked again (the client timed out): the same answer
+        else: k = self.n; self.n += 1
+        exp = Counter()
+        if "Output Passage A or Passage B" in text:
+            kind = PRP_KINDS[k % len(PRP_KINDS)]
+            exp["parse_failures"] += kind not in "AB"
+            self.answers[text] = (kind, exp, k)
+            return {"A": "Passage A", "B": "Passage B", "wrong_language": "Durchgang A ist relevanter",
+                    "unknown_letter": "Passage C"}[kind]
+        n = int(re.search(r"provide you with (\d+) passages", text).group(1))
+        kind = LISTWISE_KINDS[k % len(LISTWISE_KINDS)]
+        self.answers[text] = (kind, exp, k)
+        ids = list(range(1, n + 1))[::-1]
+        if kind == "duplicate": ids = [ids[0]] + ids; exp["repair_duplicates"] += 1
+        if kind == "out_of_range": ids = [n + 7] + ids; exp["repair_out_of_range"] += 1
+        if kind == "zero": ids = [0] + ids; exp["repair_out_of_range"] += 1
+        if kind == "missing": ids = ids[:1]; exp["repair_missing"] += n - 1
+        if kind == "wrong_language":
+            exp["repair_missing"] += n; exp["repair_unparsed"] += 1; exp["parse_failures"] += 1
+            return "Die erste Passage ist die relevanteste, dann die anderen."
+        return " > ".join(f"[{i}]" for i in ids)
+
+
+def _faults():
+    return [x for f in TRANSPORT for x in (f, None)]
+
+
+def _first_stage(coll) -> Run:
+    docs = sorted(d.docid for d in coll.iter_docs())
+    return Run.from_ranked({q: docs[i:] + docs[:i] for i, q in enumerate(sorted(coll.queries))}, name="first")
+
+
+def _backend(srv, cache):
+    # endpoint=: every test server gets a new port; the recovered server of a resume test is "the same server"
+    return get_backend("openai:fake-ranker", cache=cache, base_url=srv.url, endpoint="fake-server", concurrency=1, timeout=0.5,
+                       backoff=0.01, max_wait=1.0, max_retries=4)
+
+
+@pytest.mark.parametrize("method", ["listwise-rankzephyr", "pairwise-bubblesort"])
+def test_faulty_server_run_completes_and_counts_every_fault(method, tmp_path):
+    coll = load_collection("fixture", "en-de")
+    run = _first_stage(coll)
+    bot = BadRanker()
+    with FakeOpenAIServer(responder=bot, faults=_faults()) as srv:
+        backend = _backend(srv, Cache(tmp_path / "cache"))
+        kw = dict(window=2, step=1) if method.startswith("listwise") else dict(k=3, passage_tokens=60)
+        rr = get_reranker(method, backend, progress=False, **kw)
+        out = rr.rerank(coll, run, k=4)
+        reqs = list(srv.requests)
+    path = tmp_path / "run.trec"
+    out.write(path); rr.save(path)
+    served = [r["fault"] for r in reqs if r["fault"]]
+    assert served == TRANSPORT, "every scripted fault was served once"
+    for f in served: R.STATS["faults"]["server: " + {"429:0.4": "429 Retry-After", "slow:2": "timeout"}.get(f, f)] += 1
+    # every fault counted, in the files written beside the run
+    usage = json.loads(usage_path(path).read_text())
+    diag = json.loads(Path(str(path) + ".rerank.json").read_text())
+    want = Counter(COUNTER_OF[f] for f in TRANSPORT)
+    assert {k: v for k, v in usage["counters"].items() if k.startswith("errors_")} == dict(want)
+    assert diag["usage"]["counters"] == usage["counters"]
+    assert usage["calls"] == len(reqs) - len(TRANSPORT) == len(bot.answers)   # one answered call per prompt, none lost
+    bot.count_faults()
+    assert {k for k, *_ in bot.answers.values()} == set(LISTWISE_KINDS if method.startswith("listwise") else PRP_KINDS)
+    totals = Counter()
+    for d in diag["per_query"].values():
+        for k, v in d.items():
+            if isinstance(v, int): totals[k] += v
+    for k, v in bot.expect.items():
+        assert totals[k] == v, (k, totals[k], v)
+        assert usage["counters"].get(k, 0) == v
+    assert bot.expect["parse_failures"] > 0
+    # the Retry-After header is honoured (0.4 s), the plain 429 and the other faults back off briefly
+    i = next(j for j, r in enumerate(reqs) if r["fault"] == "429:0.4")
+    assert reqs[i + 1]["time"] - reqs[i]["time"] >= 0.39
+    # the output is a permutation of the input, query by query
+    assert sorted(out) == sorted(run)
+    for q in run:
+        assert sorted(out.docids(q)) == sorted(run.docids(q)) and len(set(out.docids(q))) == len(run.docids(q))
+
+
+def test_call_failing_for_good_stops_loudly_and_resumes(tmp_path):
+    """A call that still fails after all retries raises LLMError naming the attempts (no half-made run), and a re-run
+    after the server recovers asks only the calls that never got an answer."""
+    coll = load_collection("fixture", "en-de")
+    run = _first_stage(coll)
+    cache = Cache(tmp_path / "cache")
+    faults = [None, None, None] + ["500"] * 5      # three answers, then one call fails on all 5 attempts
+    with FakeOpenAIServer(responder=R.fake_answer, faults=faults) as srv:
+        rr = get_reranker("listwise-rankzephyr", _backend(srv, cache), window=2, step=1, progress=False)
+        with pytest.raises(LLMError, match=r"after 5 attempts \(http_500, http_500, http_500, http_500, http_500\)"):
+            rr.rerank(coll, run, k=4)
+        R.STATS["faults"]["server: 500 (for good)"] += 5
+        assert rr.backend.usage.counters["failed_calls"] == 1
+        first = [r["prompt"] for r in srv.requests if r["fault"] is None]
+    with FakeOpenAIServer(responder=R.fake_answer) as srv:
+        rr = get_reranker("listwise-rankzephyr", _backend(srv, cache), window=2, step=1, progress=False)
+        out = rr.rerank(coll, run, k=4)
+        again = [r["prompt"] for r in srv.requests]
+    assert len(first) == 3 and not set(first) & set(again), "an answered call was asked again"
+    assert rr.usage.cache_hits == 3 and rr.usage.calls == len(again)
+    for q in run: assert sorted(out.docids(q)) == sorted(run.docids(q))
+
+
+# ---------- finding 2: the LLM cache key names the server (openai:), and hf: keys stay as recorded
+def test_cache_key_names_the_server(tmp_path, monkeypatch):
+    from clir_llm.cache import Cache
+    from clir_llm.llm import get_backend
+    cache = Cache(tmp_path / "cache")
+    with FakeOpenAIServer(responder=lambda m, b: "first") as s1, FakeOpenAIServer(responder=lambda m, b: "second") as s2:
+        monkeypatch.setenv("OPENAI_BASE_URL", s1.url)
+        assert get_backend("openai:same-model", cache=cache).generate(["q"], progress=False) == ["first"]
+        monkeypatch.setenv("OPENAI_BASE_URL", s2.url)
+        b2 = get_backend("openai:same-model", cache=cache)
+        assert b2.generate(["q"], progress=False) == ["second"] and len(s2.requests) == 1 and b2.usage.cache_hits == 0
+        monkeypatch.setenv("OPENAI_BASE_URL", s1.url + "/")   # the same server written differently: a hit
+        b3 = get_backend("openai:same-model", cache=cache)
+        assert b3.generate(["q"], progress=False) == ["first"] and len(s1.requests) == 1
+
+
+# ---------- finding 3: credentials in URLs never reach a message, a log or a file
+KEY, URLKEY = "sk-envkey-" + "7" * 20, "sk-urlkey-" + "9" * 20
+
+
+def test_key_in_url_and_env_never_leaks(tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    out.mkdir()
+    args = ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path, "in.trec"), "--method", "listwise",
+            "--llm", "openai:fake-ranker", "--top-k", "2"]
+    with FakeOpenAIServer(responder=R.fake_answer, faults=["500"] * 40) as srv:
+        env = R.env_for(cache, srv.url.replace("http://", f"http://user:{URLKEY}@"), OPENAI_API_KEY=KEY)
+        bad = R.run_cli(*args, "--out", out / "bad.trec", env=env, timeout=300)
+        srv.faults.clear()
+        good = R.run_cli(*args, "--out", out / "good.trec", env=env, timeout=300)
+    assert bad.returncode == 1 and "call failed after" in bad.stderr and "***@127.0.0.1" in bad.stderr, bad.stderr[-2000:]
+    assert good.returncode == 0, good.stderr[-2000:]
+    for p in (bad, good):
+        R.STATS["secret_files_scanned"] += 1
+        if KEY in p.stdout + p.stderr or URLKEY in p.stdout + p.stderr: R.STATS["secret_leaks"] += 1
+        assert KEY not in p.stdout + p.stderr and URLKEY not in p.stdout + p.stderr
+    assert not R.scan_for((KEY, URLKEY), out, cache)
+
+
+def test_default_api_identity_is_unchanged():
+    "Recorded demo calls must still hit: the default API's identity carries no endpoint (issue 14 finding 2; hf: in test_llm_hf)."
+    os.environ.pop("OPENAI_BASE_URL", None)
+    assert OpenAIBackend("gpt-4.1").identity() == {"kind": "openai", "model": "gpt-4.1", "revision": None}
+
+
+# ---------- issue 26 item 4: a canary key, however it is given, never appears in terminal output, logs or the cache
+CANARY = {"env": "cnry-openai-7f3a9c21e5d4b6a8", "custom": "cnry-custom-1b2c3d4e5f60718293", "user": "cnry-userinfo-a1b2c3d4e5f6",
+          "query": "cnry-query-0f9e8d7c6b5a4321"}
+
+
+def test_canary_keys_never_leak(tmp_path):
+    """OPENAI_API_KEY, a custom `api_key_env` variable, a URL's user info and its `?api-key=` query string: a server that
+    echoes the key (without 'Bearer'), a server failing for good, and a good run, all with -v (debug logs): no canary in
+    stdout, stderr, the run's files or the cache."""
+    run, out, cache = R.good_run(tmp_path), tmp_path / "out", tmp_path / "cache"
+    out.mkdir()
+    env = {**R.env_for(cache), "OPENAI_API_KEY": CANARY["env"], "RERANK_CREDS_VALUE": CANARY["custom"]}
+    env.pop("OPENAI_BASE_URL", None)
+    args = ["-v", "rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise", "--llm", "openai:fake-ranker",
+            "--top-k", "2", "--window", "2", "--step", "1", "--llm-max-retries", "1", "--llm-backoff", "0.01"]
+    results = []
+    with R.EchoKeyServer() as echo:
+        results.append(("echo of the custom key", R.run_cli(*args, "--llm-base-url", echo.url, "--llm-api-key-env", "RERANK_CREDS_VALUE",
+                                                            "--out", out / "a.trec", env=env, timeout=300)))
+        results.append(("echo of OPENAI_API_KEY", R.run_cli(*args, "--llm-base-url", echo.url, "--out", out / "b.trec", env=env, timeout=300)))
+    with FakeOpenAIServer(responder=R.fake_answer, faults=["500"] * 10) as srv:
+        host = srv.url.replace("http://", "")
+        bad = f"http://user:{CANARY['user']}@{host}?api-key={CANARY['query']}"
+        results.append(("URL user info and query key, failing", R.run_cli(*args, "--llm-base-url", bad, "--out", out / "c.trec", env=env, timeout=300)))
+        srv.faults.clear()   # a good run (this test server reads no query string: the key in the user info, and in the variables)
+        results.append(("a good run", R.run_cli(*args, "--llm-base-url", f"http://user:{CANARY['user']}@{host}", "--llm-api-key-env",
+                                                "RERANK_CREDS_VALUE", "--out", out / "d.trec", env=env, timeout=300)))
+    for kind, p in results:
+        text = p.stdout + p.stderr
+        leaked = [k for k, v in CANARY.items() if v in text]
+        R.STATS["secret_files_scanned"] += 1; R.STATS["secret_leaks"] += bool(leaked)
+        R.hostile("secrets", f"canary key: {kind}", not leaked)
+        assert not leaked, (kind, leaked, text[-3000:])
+    assert [p.returncode for _, p in results] == [1, 1, 1, 0], [(k, p.returncode, p.stderr[-800:]) for k, p in results]
+    assert "HTTP 401" in results[0][1].stderr and "***" in results[0][1].stderr   # the echo was there, redacted
+    assert not R.scan_for(CANARY.values(), out, cache)
+
+
+# ---------- issue 26 item 8: NaN or infinite log-probabilities are a failed call (counted, retried), never a ranking
+NAN_TOP = lambda msgs: {"A": float("nan"), "B": -1.0, "Yes": float("nan"), "No": -1.0}
+
+
+def test_nonfinite_logprobs_are_failed_calls(secret, tmp_path):
+    "Chat API scoring (top logprobs) and completions scoring (prompt logprobs) with NaN or inf: retried, counted, then one LLMError."
+    with FakeOpenAIServer(top=NAN_TOP) as srv:
+        b = _api(srv, Cache(tmp_path / "a"), max_retries=2, api="chat")
+        with pytest.raises(LLMError, match=r"after 3 attempts \(nonfinite_logprobs, nonfinite_logprobs, nonfinite_logprobs\)"):
+            b.score(["Output Passage A or Passage B:"], ["A", "B"], progress=False)
+        assert b.usage.counters["errors_nonfinite_logprobs"] == 3 and len(srv.requests) == 3
+    R.hostile("numbers", "NaN top logprobs from a server", True)
+    flaky = iter([float("inf")] + [-0.5] * 100)
+    with FakeOpenAIServer(top=lambda msgs: {"A": next(flaky), "B": -1.5}) as srv:   # one bad answer, then good ones
+        b = _api(srv, Cache(tmp_path / "b"), api="chat")
+        assert b.score(["Output Passage A or Passage B:"], ["A", "B"], progress=False) == [[-0.5, -1.5]]
+        assert b.usage.counters["errors_nonfinite_logprobs"] == 1
+    R.hostile("numbers", "an infinite logprob once, then good answers", True)
+    assert not any(b"NaN" in f.read_bytes() or b"Infinity" in f.read_bytes() for f in (tmp_path / "b").glob("*.sqlite*"))
+
+
+def test_a_stored_nonfinite_score_is_asked_again(secret, tmp_path):
+    "A NaN score an older version stored is never served: the call is made again (and its answer stored)."
+    with FakeOpenAIServer() as srv:
+        b = _api(srv, Cache(tmp_path), api="chat")
+        item = b._render_score("Output Passage A or Passage B:", ["A", "B"])
+        ns = b.cache.namespace("llm", op="score", params={}, **b.identity())
+        ns.put(item, {"scores": [float("nan"), -1.0], "tokens_in": 1, "seconds": 0.0})
+        assert b.score(["Output Passage A or Passage B:"], ["A", "B"], progress=False) == [[-0.5, -1.5]] and len(srv.requests) == 1
+
+
+@pytest.mark.parametrize("method, opts", [("pointwise-yes-no", []), ("pairwise-bubblesort", ["--scoring", "likelihood", "--sort-k", "2"])])
+def test_nan_logprobs_never_give_a_silent_first_stage_order(tmp_path, method, opts):
+    "Pointwise and PRP likelihood on a server answering NaN log-probabilities: exit 1 naming the failure, never exit 0 with '0 failures'."
+    with FakeOpenAIServer(top=NAN_TOP, prompt_logprobs=lambda seq: [None] + [float("nan")] * (len(seq) - 1)) as srv:
+        p = R.run_cli("-q", "rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", method, *opts,
+                      "--llm", "openai:fake-scorer", "--llm-base-url", srv.url, "--llm-api", "chat", "--llm-max-retries", "1",
+                      "--llm-backoff", "0.01", "--top-k", "2", "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"), timeout=300)
+    R.expect_one_line_error(f"{method}: NaN log-probabilities", p, "numbers", "nonfinite_logprobs")
+    assert not (tmp_path / "o.trec").exists()
+
+
+# ---------- issue 26 item 9: timeouts are options; a call's retries are bounded in time
+def test_timeouts_are_options_that_bound_the_call(secret):
+    "timeout, connect_timeout, read_timeout and total_timeout are openai: options; a server that never answers fails within total_timeout."
+    import time
+    o = BackendSpec.parse("openai:x[timeout=5,connect_timeout=1,read_timeout=2,total_timeout=3]").options
+    assert (o.timeout, o.connect_timeout, o.read_timeout, o.total_timeout) == (5, 1, 2, 3)
+    d = OpenAIOptions()
+    assert d.connect_timeout <= 5 and d.total_timeout <= 60 and d.timeout <= 30   # defaults that fail in seconds, not minutes
+    with FakeOpenAIServer(faults=["slow:30"] * 10) as srv:
+        b = _api(srv, timeout=0.5, total_timeout=2, max_retries=10, backoff=0.2)
+        t0 = time.time()
+        with pytest.raises(LLMError, match=r"call failed after \d+ attempts \(timeout.*\(total_timeout 2 s\)"): b.generate(["x"], progress=False)
+        took = time.time() - t0
+        srv.release.set()
+    R.hostile("servers", "a server that never answers", took < 6)
+    assert took < 6, took
+
+
+def test_all_servers_down_says_so(secret):
+    "A pool whose every server refused during the call says 'all N servers are down', however long its retries waited."
+    with FakeOpenAIServer() as a, FakeOpenAIServer() as b:
+        a.kill(); b.kill()
+        pool = get_backend({"spec": "openai:m", "base_url": [a.url, b.url]}, max_retries=2, backoff=0.6, cooldown=0.1)
+        with pytest.raises(LLMError) as e: pool.generate(["x"], progress=False)
+    R.hostile("servers", "every server of a pool down", "all 2 servers are down" in str(e.value))
+    assert "all 2 servers are down" in str(e.value), str(e.value)
+
+
+# ---------- issue 26 item 13: a huge answer is stored as what was asked
+def test_an_oversized_answer_is_cut_to_what_was_asked(secret, tmp_path):
+    "A server answering 5 MB to a call that allowed 6 tokens: the record (returned and cached) holds no more than 6 tokens' worth."
+    huge = "[1] > [2] " * 500_000
+    with FakeOpenAIServer(responder=lambda m, b: huge) as srv:
+        b = _api(srv, Cache(tmp_path))
+        (text,) = b.generate(["rank"], max_new_tokens=6, progress=False)
+        assert len(text) <= 6 * 32 and text.startswith("[1] > [2]") and b.usage.counters["answers_cut"] == 1
+    size = sum(f.stat().st_size for f in tmp_path.glob("*.sqlite*"))
+    R.hostile("servers", "a 5 MB answer to a 6-token call", size < 1_000_000)
+    assert size < 1_000_000, size

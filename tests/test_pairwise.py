@@ -10,6 +10,7 @@ from clir_llm.pairwise import (HEAPSORT_TIES, SORTS, HeapsortOptions, HeapsortQu
 from clir_llm.rerank import RerankerSpec, TextStats, get_reranker
 from clir_llm.testing import QrelsOracle, tiny_setup
 from _rerankers import CatColl, Fixed, Recording, first_run, ideal, make, tiny, top_grades   # noqa: F401  (tiny: a fixture)
+import _reliability as R
 
 METHODS = ["pairwise-allpair", "pairwise-heapsort", "pairwise-bubblesort"]
 
@@ -486,3 +487,11 @@ def test_no_attention_mask_never_pads_a_batch(tmp_path, monkeypatch):
     get_reranker("pairwise-allpair", b, progress=False).rerank(coll, run, k=4)
     bos = b.tokenizer.bos_token_id
     assert seen and all(mask is not None or all(r[0] == bos for r in rows) for rows, mask in seen)
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+@pytest.mark.parametrize("k", ["0", "-3"])
+def test_sort_k_must_be_positive(tmp_path, k):
+    p = R.run_cli("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path, "in.trec"), "--method", "pairwise-bubblesort",
+                  "--llm", "openai:x", "--sort-k", k, "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"))
+    R.expect_rc(f"--sort-k {k}", p.returncode, p.stderr, "greater than 0", cls="numbers")

@@ -1,8 +1,12 @@
-"""The pipeline (clir_llm.pipeline): runs computed once, kept on disk, and read back the same."""
+"""clir_llm.pipeline: runs computed once, kept on disk, and read back the same; what a pipeline returns, ranks and fuses
+is exactly what its run files hold (issue 14 finding 1)."""
 import yaml
 
+import _reliability as R
 from clir_llm.config import load_config
+from clir_llm.core import Run
 from clir_llm.pipeline import Pipeline
+from clir_llm.retrieve import rrf
 
 
 def test_a_first_stage_that_finds_nothing_is_read_back_as_an_empty_run(tmp_path):
@@ -13,3 +17,26 @@ def test_a_first_stage_that_finds_nothing_is_read_back_as_an_empty_run(tmp_path)
     assert len(first) == 0
     again = Pipeline(load_config(tmp_path / "c.yaml"), tmp_path / "out", progress=False)
     assert len(again.first_stage("en-so", "bm25-og")) == 0 and list(again._paths.values())[0].exists()
+
+
+def test_cold_run_is_its_file_and_fusion_is_of_the_files(tmp_path):
+    from clir_llm.cache import Cache
+    from clir_llm.pipeline import Pipeline
+    cfg = R.near_config(tmp_path)
+    cold = Pipeline(cfg, out_dir=tmp_path / "res", cache=Cache(tmp_path / "cache"), progress=False)
+    runs = {m: cold.first_stage("en-de", m) for m in ("nearties:1", "nearties:3", "rrf:nearties:1+nearties:3")}
+    for m, run in runs.items():
+        back = Run.read(cold.first_stage_path("en-de", m))
+        assert run == back and all(run.docids(q) == back.docids(q) for q in run), m   # cold == file round trip
+    a, b = (Run.read(cold.first_stage_path("en-de", m)) for m in ("nearties:1", "nearties:3"))
+    fused = rrf([a, b], depth=4, name="f")
+    raw = [R.near_ties(1).retrieve(cold.collection("en-de")), R.near_ties(3).retrieve(cold.collection("en-de"))]
+    fused_raw = rrf(raw, depth=4, name="f")
+    for q in fused:   # fused from the files == fused now from the unrounded runs == the fused run's file
+        assert fused.docids(q) == fused_raw.docids(q) == runs["rrf:nearties:1+nearties:3"].docids(q), q
+    warm = Pipeline(cfg, out_dir=tmp_path / "res", cache=Cache(tmp_path / "cache"), progress=False)
+    for m, run in runs.items():
+        w = warm.first_stage("en-de", m)
+        assert w == run and (warm.scores("en-de", w) == cold.scores("en-de", run)).all(), m
+    raw_order = sorted(raw[0]["t1"], key=lambda d: -raw[0]["t1"][d])
+    assert raw_order != a.docids("t1")   # the test has teeth: the order of the unrounded scores is not the file's

@@ -13,6 +13,7 @@ from clir_llm.listwise import ListwiseOptions, ListwiseReranker
 from clir_llm.pairwise import HeapsortOptions, HeapsortQuirks, PairwiseOptions, PairwiseReranker
 from clir_llm.testing import QrelsOracle, tiny_setup
 from _rerankers import Fixed, ideal, make, tiny, top_grades   # noqa: F401  (tiny: a fixture)
+import _reliability as R
 
 METHODS = ["listwise", "listwise-rankgpt", "pairwise-allpair", "pairwise-heapsort", "pairwise-bubblesort"]
 ALL = RERANKERS.names()
@@ -709,3 +710,18 @@ def test_new_rerankers_in_the_rerank_and_cost_tables(tiny, tmp_path):
             assert row in table.means.index and any(c.row == row and c.baseline == "BM25-OG" for c in table.cells)   # tested against the first stage
             assert row in cost_summary(cost).index
             if fam != "setwise": assert cost_summary(cost).loc[row, "prompts_per_query"] > 0   # BM25-OG finds 1 fixture document a query: no set to ask
+
+
+# ---------- reliability (issue 14; moved from the test_reliability_* files)
+def test_unknown_query_and_missing_document_in_a_run_to_rerank(tmp_path):
+    run = R.good_run(tmp_path)
+    args = ["--collection", "fixture", "--pair", "en-de", "--method", "pairwise-bubblesort", "--llm", "openai:never-called",
+            "--out", tmp_path / "out.trec"]
+    run.write_text(run.read_text() + "t99 Q0 de-1 1 1.0 x\n")
+    err = R.err_cli("unknown query id", "rerank", "--run", run, *args)
+    assert f"{run}:5: query 't99' is not a query of collection 'fixture' en-de" in err, err
+    run = R.good_run(tmp_path)
+    run.write_text(run.read_text() + "t2 Q0 de-404 3 0.5 x\n")
+    err = R.err_cli("document missing from the collection", "rerank", "--run", run, *args)
+    assert f"{run}:5: document 'de-404' (query 't2') is not in collection 'fixture' en-de" in err, err
+    assert not (tmp_path / "out.trec").exists()

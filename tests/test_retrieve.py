@@ -257,3 +257,22 @@ def test_methods_v1(tmp_path):
                 got[f"method {k} retriever name tr={tr}"] = get_retriever(s, translator=tr, cache=cache, device="cpu").name
     want = {k: v for k, v in IDS.items() if k.startswith("method ")}
     assert len(got) == len(want) == 252 and got == want
+
+
+# ---------- issue 26 items 10, 11: numbers bounded at the edge (a Java exception, a traceback or silence on 7ce5228)
+@pytest.mark.parametrize("kind, args, says", [
+    ("--k 100000000000", ["--method", "bm25-og", "--k", "100000000000"], "--k must be between 1 and 10,000"),
+    ("--batch-size 0", ["--method", "dense:e5-small", "--batch-size", "0"], "batch_size: Input should be greater than 0"),
+    ("--doc-max-length -1", ["--method", "dense:e5-small", "--doc-max-length", "-1"], "--doc-max-length must be at least 1, got -1"),
+])
+def test_out_of_range_numbers_are_one_line(tmp_path, kind, args, says):
+    import _reliability as R
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", *args, "--out", tmp_path / "r.trec")
+    R.expect_one_line_error(f"retrieve {kind}", p, "numbers", says)
+    assert not (tmp_path / "r.trec").exists()
+
+
+def test_a_negative_doc_max_length_is_refused_by_the_api():
+    "issue 26 item 11: `get_retriever('dense:e5-small', doc_max_length=-1)` was accepted without a word (the CLI flag was checked)."
+    with pytest.raises(ClirError, match=r"doc_max_length: Input should be greater than 0 \(got -1\)"):
+        get_retriever("dense:e5-small", doc_max_length=-1)

@@ -16,6 +16,10 @@ def test_templates_load_and_cite_sources():
     ("prompt", "Given {query} {a}", "lacks placeholder(s) {b}"),
     ("prompt", "Given {query} {a} {b} {c}", "unknown placeholder(s) {c}"),
     ("prompt", "Given {query {a} {b}", "bad braces"),
+    # issue 26 item 10: a conversion or a format spec was a traceback when rendered ({a:>999999999999}: MemoryError)
+    ("prompt", "Given {query!z} {a} {b}", "has a conversion or format spec"),
+    ("prompt", "Given {query} {a:>999999999999} {b}", "has a conversion or format spec"),
+    ("prompt", "Given {query} {a[0]} {b}", "is not a plain name"),
 ])
 def test_template_placeholder_errors_name_file_and_line(tmp_path, field, bad, msg):
     src = PromptTemplate.load("prp").path

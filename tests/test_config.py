@@ -1,0 +1,135 @@
+"""clir_llm.config: a configuration is checked, before any work, in one line naming the file, the line and the value:
+unknown keys and wrong types, bad names, paths outside the configuration's folder, YAML that is not strict (duplicate
+keys, alias bombs, nesting, huge values), numbers out of range (issues 14 and 26)."""
+from __future__ import annotations
+import io, os
+from pathlib import Path
+
+import pytest
+import yaml
+
+import _reliability as R
+
+
+def test_config_with_unknown_keys_or_wrong_types_fails_before_work(tmp_path):
+    cfg = yaml.safe_load(R.reduced_config(tmp_path / "ok.yaml").read_text())
+    cfg["rerankers"][1]["windw"] = 5                       # unknown key
+    cfg["doc_length"]["tokens"] = [8, "long"]              # wrong type
+    cfg["first_stage"]["depth"] = -3                       # out of range
+    bad = tmp_path / "bad.yaml"; bad.write_text(yaml.safe_dump(cfg))
+    err = R.err_cli("invalid configuration", "reproduce", bad, "--results", tmp_path / "results", "--figures", tmp_path / "figures")
+    assert f"{bad}: rerankers.1: reranker 'pairwise-bubblesort' has no option 'windw'; its options: prompt, doc_title" in err
+    assert f"{bad}: doc_length.tokens.1: Input should be a valid integer" in err and "'long'" in err
+    assert f"{bad}: first_stage.depth: Input should be greater than 0 (got -3)" in err
+    assert not (tmp_path / "results").exists() and not (tmp_path / "figures").exists()
+
+
+DEMO = R.ROOT / "configs" / "demo.yaml"
+
+
+# ---------- findings 8/9: the dry run rejects, in one line naming the file and value, what would fail later
+def _demo(**top):
+    "The demo's configuration, to be written outside configs/: without its recorded responses and regression file (paths beside the config)."
+    c = yaml.safe_load(DEMO.read_text())
+    c.pop("regression"); c.pop("recorded")
+    for k, v in top.items():
+        if callable(v): v(c)
+        else: c[k] = v
+    return c
+
+
+def _rr(i=0, **kw): return lambda c: c["rerankers"][i].update(kw)
+
+
+BAD_CONFIGS = [
+    ("unknown measure", dict(measure="nosuch@3"), "unknown measure 'nosuch@3'"),
+    ("zero cutoff in extra_measures", dict(extra_measures=["P@0"]), "'P@0': its cutoff must be an integer >= 1"),
+    ("unknown prompt", dict(x=_rr(prompt="nosuch")), "unknown prompt template 'nosuch'"),
+    ("context 3", dict(x=_rr(context=3)), "context: Input should be greater than or equal to 64"),
+    ("doc_length tokens -5, 0", dict(x=lambda c: c["doc_length"].update(tokens=[-5, 0])), "doc_length.tokens.0"),
+    ("missing gguf file", dict(x=_rr(llm="gguf:/nonexistent/model.gguf")), "no such GGUF file '/nonexistent/model.gguf'"),
+    ("root that does not exist", dict(root="../../nonexistent"), "root: no such folder '../../nonexistent'"),
+    ("missing regression file", dict(regression="nonexistent/reg.yaml"), "nonexistent/reg.yaml: regression file not found"),
+    ("regression file outside the config's folder", dict(regression="/nonexistent/reg.yaml"), "must be a file in the configuration's folder"),
+    ("recorded responses outside the config's folder", dict(recorded="../../elsewhere.jsonl"), "must be a file in the configuration's folder"),
+    ("top_k: true", dict(x=_rr(top_k=True)), "rerankers.0.top_k: Input should be a valid integer (got True)"),
+    ("window: '5'", dict(x=_rr(window="5")), "window: Input should be a valid integer"),
+    ("sort k 0", dict(x=_rr(2, k=0)), "k: Input should be greater than 0"),
+    ("name with ../", dict(name="../evil"), "name must be a plain file name"),
+    ("absolute name", dict(name="/tmp/evil"), "name must be a plain file name"),
+]
+
+
+@pytest.mark.parametrize("kind, change, what", BAD_CONFIGS, ids=[b[0] for b in BAD_CONFIGS])
+def test_dry_run_rejects_in_one_line(tmp_path, kind, change, what):
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(**change)))
+    rc, err = R.dry_run(p)
+    R.expect_rc(f"config: {kind}", rc, err, what)
+    if "regression" not in kind and "measure" not in what: assert str(p) in err or "c.yaml" in err
+
+
+def test_dry_run_file_level_errors(tmp_path):
+    good = yaml.safe_dump(_demo())
+    (tmp_path / "dir.yaml").mkdir()
+    (tmp_path / "latin1.yaml").write_bytes(good.replace("Demo", "D\xe9mo").encode("latin-1"))
+    for name, what in (("dir.yaml", "not a folder"), ("latin1.yaml", "latin1.yaml: not UTF-8 text")):
+        rc, err = R.dry_run(tmp_path / name); R.expect_rc(f"config: {name}", rc, err, what)
+    for name, text, what in (("badyaml", b"a: [\n", "regression file is not valid YAML"), ("empty", b"", "got nothing"),
+                             ("list", b"- 1\n- 2\n", "got list")):
+        (tmp_path / f"{name}.reg.yaml").write_bytes(text)
+        p = tmp_path / f"{name}.yaml"; p.write_text(yaml.safe_dump(_demo(regression=f"{name}.reg.yaml")))
+        rc, err = R.dry_run(p); R.expect_rc(f"regression file: {name}", rc, err, what)
+    (tmp_path / "bom.yaml").write_bytes(b"\xef\xbb\xbf" + good.replace("\n", "\r\n").encode())
+    rc, err = R.dry_run(tmp_path / "bom.yaml")
+    R.hostile("configs", "config with BOM and CRLF", rc == 0)
+    assert rc == 0, err
+
+
+# ---------- issue 26 items 3, 5, 10, 11: YAML read strictly and within bounds, numbers bounded, names that stay where they belong
+def _alias_bomb(): return "a0: &a0 [x,x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"a{i}: &a{i} [{','.join(['*a%d' % (i - 1)] * 10)}]\n" for i in range(1, 9)) + yaml.safe_dump(_demo())
+
+
+def _five_thousand_digits():
+    c = _demo(); c["first_stage"]["depth"] = 7
+    return yaml.safe_dump(c).replace("depth: 7", "depth: " + "9" * 5000)
+
+
+ISSUE26_CONFIGS = [   # (kind, the file's text, what the one line says); each was a traceback, minutes, or silence on 7ce5228
+    ("duplicate key", lambda: "name: a\n" + yaml.safe_dump(_demo()), "key 'name' given twice (first on line 1)"),
+    ("alias bomb", _alias_bomb, "an alias bomb?"),
+    ("nesting 5000 deep", lambda: yaml.safe_dump(_demo()) + "stand_in_note: " + "[" * 5000 + "]" * 5000 + "\n", "nesting deeper than 64 levels"),
+    ("a 5000-digit integer", _five_thousand_digits, "an integer of 5,000 digits"),
+    ("depth 10^12", lambda: yaml.safe_dump(_demo(x=lambda c: c["first_stage"].update(depth=10**12))), "first_stage.depth: Input should be less than or equal to 10000"),
+    ("pairs: []", lambda: yaml.safe_dump(_demo(pairs=[])), "pairs: List should have at least 1 item"),
+    ("a pair given twice", lambda: yaml.safe_dump(_demo(pairs=["en-de", "en-de", "en-fi", "en-it", "en-ru", "de-fi", "de-it", "de-ru"])),
+     "pairs: pair en-de given twice"),
+    ("experiment outside nbs/experiments", lambda: yaml.safe_dump(_demo(experiments=["../../../tmp/evil"])), "experiments.0: String should match pattern"),
+    ("plugin that is a path", lambda: yaml.safe_dump(_demo(plugins=["../evil"])), "plugins: '../evil' is not a module name"),
+    ("NaN reference value", lambda: yaml.safe_dump(_demo(references=[dict(measure="MAP", row="X (copied)", source="a paper",
+                                                                         values={"en-de": float("nan")})])),
+     "references.0.values.en-de: Input should be a finite number"),
+    ("files: folder that does not exist", lambda: yaml.safe_dump(_demo(collection="files:/nonexistent/folder", x=lambda c: [
+        c.pop("rerankers"), c.pop("doc_length"), c["first_stage"].pop("only_pairs")])), "/nonexistent/folder is not a folder"),
+]
+
+
+@pytest.mark.parametrize("kind, text, what", ISSUE26_CONFIGS, ids=[b[0] for b in ISSUE26_CONFIGS])
+def test_dry_run_refuses_unbounded_or_misplaced_configs(tmp_path, kind, text, what):
+    "One line within seconds (no RecursionError, no 650 MB, no Java exception later, no silent acceptance)."
+    import time
+    p = tmp_path / "c.yaml"; p.write_text(text())
+    t0 = time.monotonic(); rc, err = R.dry_run(p)
+    R.expect_rc(f"config: {kind}", rc, err, what)
+    assert time.monotonic() - t0 < 60
+
+
+def test_dry_run_says_the_configuration_imports_code(tmp_path, monkeypatch):
+    "issue 26 item 12: a configuration with `plugins:` is said to import code (the dry run imports it to resolve its names)."
+    (tmp_path / "cfg26_plugin.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(plugins=["cfg26_plugin"])))
+    r = R.run_main("reproduce", p, "--dry-run")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "this configuration imports code: cfg26_plugin" in r.stdout and "nothing was loaded" not in r.stdout.replace(
+        "nothing was loaded or downloaded; the configuration's code was imported", ""), r.stdout[-1500:]

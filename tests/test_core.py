@@ -1,0 +1,299 @@
+"""clir_llm.core: TREC runs and qrels read and written strictly (byte-order marks, CRLF, huge grades, long lines, malformed
+input, property-based round trips), the one YAML reader, output files that never replace what they should not,
+identifiers a TREC line can hold, and the one redaction of secrets (issues 14 and 26)."""
+from __future__ import annotations
+import json, math, os, re, stat, subprocess, sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import _reliability as R
+from clir_llm.core import ClirError, FormatError, Qrels, Run, canonical_score
+
+
+def test_bom_and_crlf_read_like_plain_files(tmp_path):
+    plain_q, plain_r = R.trec_files(tmp_path)
+    for bom, crlf in [(True, False), (False, True), (True, True)]:
+        q, r = R.trec_files(tmp_path, bom=bom, crlf=crlf)
+        assert Qrels.read(q) == Qrels.read(plain_q) and Run.read(r) == Run.read(plain_r), (bom, crlf)
+        assert "\ufeff" not in "".join(Run.read(r)) + "".join(Qrels.read(q))
+    R.STATS["bad_input"].add("BOM/CRLF run and qrels")
+
+
+def test_folder_as_run_or_qrels(tmp_path):
+    q, r = R.trec_files(tmp_path)
+    assert f"{tmp_path}: is a folder, not a file" in R.fail_cli("folder as --run", "evaluate", "--qrels", q, "--run", tmp_path)
+    assert f"{tmp_path}: is a folder, not a file" in R.fail_cli("folder as --qrels", "evaluate", "--qrels", tmp_path, "--run", r)
+
+
+@pytest.mark.parametrize("grade", ["9223372036854775808", "99999999999999999999999", "4294967296", "-2147483649"])
+def test_grade_out_of_range(tmp_path, grade):
+    q, r = R.trec_files(tmp_path, qrels=R.FIX_QRELS + f"t2 0 de-4 {grade}\n")
+    err = R.fail_cli("qrels grade beyond int range", "evaluate", "--qrels", q, "--run", r)
+    assert f"{q}:4: grade '{grade}' is out of range" in err, err
+
+
+def test_long_bad_line_is_cut(tmp_path):
+    "A CR-only file is read line by line; a very long malformed line is shown cut, not in full."
+    q, r = R.trec_files(tmp_path, run=R.FIX_RUN.replace("\n", "\r") + "t3 " * 100_000 + "\r")
+    err = R.fail_cli("very long malformed line", "evaluate", "--qrels", q, "--run", r)
+    assert f"{r}:5: expected 6 columns" in err and len(err) < 400 and "(299,999 characters)" in err, err[:1000]
+
+
+TOKEN = st.text(st.characters(categories=["L", "N", "P", "S"]), min_size=1, max_size=12)
+
+
+SCORE = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+
+
+PROPS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+EXAMPLES = {"n": 0}
+
+
+@PROPS
+@given(st.dictionaries(TOKEN, st.dictionaries(TOKEN, SCORE, min_size=1, max_size=6), min_size=1, max_size=5), TOKEN,
+       st.booleans())
+def test_run_round_trip(tmp_path, data, tag, bom):
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
+    p = tmp_path / "r.trec"
+    Run(data, name=tag).write(p)
+    if bom: p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes().replace(b"\n", b"\r\n"))
+    back = Run.read(p)
+    assert back == {q: {d: round(s, 6) for d, s in docs.items()} for q, docs in data.items()} and back.name == tag
+
+
+@PROPS
+@given(st.dictionaries(TOKEN, st.dictionaries(TOKEN, st.integers(-2**31, 2**31 - 1), min_size=1, max_size=6), min_size=1, max_size=5))
+def test_qrels_round_trip(tmp_path, data):
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
+    p = tmp_path / "q.txt"
+    Qrels(data).write(p)
+    assert Qrels.read(p) == data
+
+
+LINE = st.lists(st.one_of(TOKEN, st.sampled_from(["Q0", "0", "1", "-1", "1.5", "nan", "inf", "1e999", "99999999999999999999"])),
+                max_size=8).map(" ".join)
+
+
+@PROPS
+@given(st.one_of(st.binary(max_size=300), st.lists(LINE, max_size=6).map(lambda ls: "\n".join(ls).encode()),
+                 st.lists(st.text(max_size=40), max_size=6).map(lambda ls: "\r\n".join(ls).encode("utf-8", "surrogatepass"))))
+def test_malformed_input_is_a_format_error(tmp_path, data):
+    "Anything at all: either a valid run/qrels, or a FormatError (never another exception)."
+    EXAMPLES["n"] += 1; R.STATS["hypothesis_examples"] += 1
+    p = tmp_path / "any.txt"
+    p.write_bytes(data)
+    for reader in (Run.read, Qrels.read):
+        try: reader(p)
+        except FormatError: pass
+
+
+def test_property_examples_were_run():
+    R.STATS["bad_input"].add(f"hypothesis: {EXAMPLES['n']} generated runs/qrels")
+    assert EXAMPLES["n"] >= 300 or EXAMPLES["n"] == 0   # 0 when run alone (-k)
+
+
+@pytest.mark.parametrize("line, what", [
+    ("t1 Q0 de-3 3 1.0", "expected 6 columns 'qid Q0 docid rank score tag', got 5: 't1 Q0 de-3 3 1.0'"),
+    ("t1 Q0 de-3 three 1.0 x", "rank must be an integer, got 'three'"),
+    ("t1 Q0 de-3 3 high x", "score must be a number, got 'high'"),
+    ("t1 Q0 de-3 3 nan x", "score must be finite, got 'nan'"),
+    ("t1 Q0 de-1 3 0.5 x", "document 'de-1' appears twice for query 't1' (first on line 1)"),
+])
+def test_malformed_run_via_evaluate_and_rerank(tmp_path, line, what):
+    run = R.good_run(tmp_path)
+    run.write_text(run.read_text() + line + "\n")     # line 5
+    for cmd in (["evaluate", "--collection", "fixture", "--pair", "en-de", "--run", run],
+                ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise",
+                 "--llm", "openai:never-called", "--out", tmp_path / "out.trec"]):
+        err = R.err_cli("malformed TREC run", *cmd)
+        assert f"{run}:5: {what}" in err, err
+    assert not (tmp_path / "out.trec").exists()
+
+
+@pytest.mark.parametrize("text, where, what", [
+    ("t1 0 de-1 1\nt1 0 de-2\n", 2, "expected 4 columns 'qid iter docid grade', got 3"),
+    ("t1 0 de-1 1\nt1 0 de-2 relevant\n", 2, "grade must be an integer, got 'relevant'"),
+    ("t1 0 de-1 1\nt2 0 de-2 1\nt1 0 de-1 0\n", 3, "document 'de-1' judged twice for query 't1' (first on line 1)"),
+    (b"t1 0 de-1 1\nt1 0 d\xe9-2 1\n", 2, "not UTF-8 (byte b'\\xe9' at column 7)"),
+])
+def test_malformed_qrels_via_evaluate(tmp_path, text, where, what):
+    q = tmp_path / "qrels.txt"
+    q.write_bytes(text if isinstance(text, bytes) else text.encode())
+    err = R.err_cli("malformed qrels", "evaluate", "--qrels", q, "--run", R.good_run(tmp_path))
+    assert f"{q}:{where}: {what}" in err, err
+
+
+def test_yaml_errors_name_file_and_line_not_pyyaml_stream(tmp_path):
+    "A config that is not YAML: `file:line: not valid YAML: <problem> (column c)`, not PyYAML's '<unicode string>' block."
+    bad = tmp_path / "bad.yaml"; bad.write_text("name: x\npairs: [en-de\n")
+    err = R.err_cli("config not YAML", "check", str(bad))
+    assert f"{bad}:3: not valid YAML: while parsing a flow sequence; expected ',' or ']'" in err and "unicode string" not in err, err
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, min_value=-1e12, max_value=1e12))
+def test_canonical_score_is_the_written_value(s):
+    R.STATS["hypothesis_examples"] += 1
+    assert canonical_score(s) == float(f"{s:.6f}") and canonical_score(canonical_score(s)) == canonical_score(s)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0.5, 0.500002), min_size=1, max_size=8))
+def test_ranking_of_a_run_is_the_ranking_of_its_file(tmp_path_factory, docs):
+    R.STATS["hypothesis_examples"] += 1
+    p = tmp_path_factory.mktemp("r") / "r.trec"
+    run = Run({"q": docs}, name="x"); run.write(p)
+    back = Run.read(p)
+    assert run.docids("q") == back.docids("q") and run.canonical() == back
+
+
+# ---------- issue 26 item 1: an output is written only as a regular file; nothing else at its path is ever replaced
+def _stand_ins(d: Path) -> dict:
+    "Things that are not regular files, made inside `d` (never a system path): a link to a file, a link to /dev/null, a FIFO, a folder, a device."
+    (d / "precious.txt").write_text("keep")
+    os.symlink(d / "precious.txt", d / "link.trec")
+    os.symlink(os.devnull, d / "devnull.trec")   # a link to /dev/null inside the tmp folder: refused as a link, never followed
+    os.mkfifo(d / "fifo.trec")
+    (d / "folder.trec").mkdir()
+    out = {k: d / f"{k}.trec" for k in ("link", "devnull", "fifo", "folder")}
+    try:   # a character device like /dev/null (1, 3), made here: root can, elsewhere skipped
+        os.mknod(d / "chardev.trec", stat.S_IFCHR | 0o666, os.makedev(1, 3)); out["chardev"] = d / "chardev.trec"
+    except (PermissionError, OSError): pass
+    return out
+
+
+def _intact(d: Path, kinds: dict):
+    "Every stand-in is what it was."
+    assert (d / "precious.txt").read_text() == "keep"
+    assert os.path.islink(d / "link.trec") and os.readlink(d / "devnull.trec") == os.devnull
+    assert stat.S_ISFIFO(os.lstat(d / "fifo.trec").st_mode) and (d / "folder.trec").is_dir() and not any((d / "folder.trec").iterdir())
+    if "chardev" in kinds: assert stat.S_ISCHR(os.lstat(kinds["chardev"]).st_mode)
+
+
+def test_outputs_are_regular_files_only(tmp_path):
+    "check_outputs and atomic_write refuse a link (to a file or to /dev/null), a FIFO, a folder and a device, in one line; nothing changes."
+    from clir_llm.core import atomic_write, check_outputs
+    kinds = _stand_ins(tmp_path)
+    for kind, p in kinds.items():
+        for f in (lambda: check_outputs([p]), lambda: atomic_write(p, "x"), lambda: Run({"q": {"d": 1.0}}).write(p)):
+            with pytest.raises(ClirError) as e: f()
+            R.hostile("outputs", f"{kind} as an output (core)", "an output is written only as a regular file" in str(e.value))
+            assert str(p) in str(e.value) and "\n" not in str(e.value), str(e.value)
+    _intact(tmp_path, kinds)
+
+
+def test_an_output_is_never_an_input(tmp_path):
+    "An output that is an input of the same command, by path, by another spelling, through a link or a hard link, is refused."
+    from clir_llm.core import check_outputs
+    run = R.good_run(tmp_path)
+    os.link(run, tmp_path / "hard.trec"); os.symlink(run, tmp_path / "soft.trec")
+    for out in (run, tmp_path / "." / "good.trec", tmp_path / "hard.trec"):
+        with pytest.raises(ClirError, match="is also an input of this command"): check_outputs([out], [run])
+        R.hostile("outputs", "--out equal to an input", True)
+    with pytest.raises(ClirError, match="is a link"): check_outputs([tmp_path / "soft.trec"], [run])
+    assert run.read_text() == R.GOOD_RUN
+    assert check_outputs([tmp_path / "new" / "out.trec"], [run]) == [tmp_path / "new" / "out.trec"]   # a folder made when written
+
+
+def test_an_output_that_cannot_be_created_is_named_before_any_work(tmp_path):
+    "A name too long for the file system (with the temporary name atomic_write uses), a parent that is a file: one line each."
+    from clir_llm.core import check_outputs
+    for out, says in ((tmp_path / ("r" * 250 + ".trec"), "file name too long"), (tmp_path / ("n" * 300), "cannot write there"),
+                      (tmp_path / "new" / ("r" * 250), "file name too long")):
+        with pytest.raises(ClirError) as e: check_outputs([out])
+        R.hostile("outputs", "an output name too long", says in str(e.value) and len(str(e.value)) < 400)
+        assert says in str(e.value) and len(str(e.value)) < 400, str(e.value)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ClirError, match="Not a directory|is not a folder"): check_outputs([tmp_path / "file" / "out.trec"])
+    assert not list(tmp_path.glob(".*.tmp")), "the probe leaves nothing behind"
+
+
+def test_an_output_folder_that_is_read_only_is_named_before_any_work(tmp_path):
+    "A read-only file system (a read-only tmpfs in a private mount namespace): one line naming the folder."
+    if not R.unshare_ok(): pytest.skip("needs a private mount namespace (root) for a read-only mount")
+    code = ("import sys\nfrom clir_llm.core import ClirError, check_outputs, check_output_folder\n"
+            "for f in (lambda: check_outputs([sys.argv[1] + '/out.trec']), lambda: check_output_folder(sys.argv[1] + '/sub')):\n"
+            "    try: f(); print('accepted')\n    except ClirError as e: print(e)\n")
+    ro = tmp_path / "ro"; ro.mkdir()
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs -o ro,size=64k tmpfs "$1" && exec "$2" -c "$3" "$1"', "sh", str(ro), sys.executable, code],
+                       capture_output=True, text=True, timeout=120)
+    lines = p.stdout.strip().splitlines()
+    R.hostile("outputs", "an output in a read-only folder", p.returncode == 0 and len(lines) == 2 and "accepted" not in p.stdout)
+    assert len(lines) == 2 and all("Read-only file system" in l or "not writable" in l for l in lines), (p.stdout, p.stderr[-2000:])
+
+
+def test_output_folders(tmp_path):
+    "check_output_folder: nothing yet or a folder (a link to one is followed unless the folder is replaced as a whole)."
+    from clir_llm.core import check_output_folder
+    (tmp_path / "a").mkdir(); os.symlink(tmp_path / "a", tmp_path / "alink"); (tmp_path / "f").write_text("x"); os.mkfifo(tmp_path / "p")
+    assert check_output_folder(tmp_path / "a") == tmp_path / "a" and check_output_folder(tmp_path / "alink") == tmp_path / "alink"
+    assert check_output_folder(tmp_path / "new" / "sub") == tmp_path / "new" / "sub"
+    for folder, kw, says in ((tmp_path / "alink", dict(replaced=True), "is a link"), (tmp_path / "f", {}, "not a folder"),
+                             (tmp_path / "p", {}, "named pipe"), (tmp_path / "a", dict(inputs=[tmp_path / "alink"]), "is also an input")):
+        with pytest.raises(ClirError, match=says): check_output_folder(folder, **kw)
+        R.hostile("outputs", "an output folder that is not one", True)
+
+
+# ---------- issue 26 item 6: ids a TREC line can hold
+BAD_IDS = [("space", "d 1"), ("trailing space", "d1 "), ("empty", ""), ("newline", "d1\nt1 Q0 x 1 9.0 injected"), ("tab", "d\t1"),
+           ("no-break space", "d\u00a01")]
+
+
+@pytest.mark.parametrize("what, bad", BAD_IDS, ids=[b[0] for b in BAD_IDS])
+def test_run_and_qrels_writers_refuse_ids_a_trec_line_cannot_hold(tmp_path, what, bad):
+    "Run.write and Qrels.write never write a line an id breaks (a newline in an id would inject a whole TREC line)."
+    from clir_llm.core import check_id
+    for data in ({"q1": {bad: 1.0}}, {bad: {"d1": 1.0}}):
+        with pytest.raises(ClirError) as e: Run(data, name="r").write(tmp_path / "r.trec")
+        R.hostile("identifiers", f"id with {what} (Run.write)", "\n" not in str(e.value))
+    with pytest.raises(ClirError): Qrels({"q1": {bad: 1}}).write(tmp_path / "q.txt")
+    with pytest.raises(FormatError, match=r"ids\.txt:3: document id"): check_id(bad, "document id", "ids.txt", 3)
+    assert not (tmp_path / "r.trec").exists() and not (tmp_path / "q.txt").exists()
+
+
+# ---------- issue 26 item 5 and 11: the one YAML reader (configurations, regression files, prompt templates)
+YAML_BAD = [
+    ("duplicate key", "a: 1\nb: 2\na: 3\n", ":3: not valid YAML: key 'a' given twice (first on line 1)"),
+    ("alias bomb", "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n"
+                                                                       for p, c in zip("abcdefgh", "bcdefghi")), "an alias bomb?"),
+    ("nesting 5000 deep", "x: " + "[" * 5000 + "]" * 5000 + "\n", "nesting deeper than 64 levels"),
+    ("5000-digit integer", f"n: {'9' * 5000}\n", ":1: not valid YAML: an integer of 5,000 digits"),
+    ("a 20,000-character value", f"s: {'x' * 20000}\n", "a value of 20,000 characters"),
+]
+
+
+@pytest.mark.parametrize("what, text, says", YAML_BAD, ids=[b[0] for b in YAML_BAD])
+def test_yaml_is_read_strictly_and_within_bounds(tmp_path, what, text, says):
+    "Each refused at once (no minutes, no hundreds of MB, no RecursionError) with file:line where there is one."
+    import time
+    from clir_llm.core import load_yaml
+    p = tmp_path / "c.yaml"; p.write_text(text)
+    t0 = time.time()
+    with pytest.raises(FormatError) as e: load_yaml(p)
+    ok = says in str(e.value) and time.time() - t0 < 10 and "\n" not in str(e.value) and len(str(e.value)) < 400
+    R.hostile("configs", f"YAML: {what}", ok)
+    assert ok, str(e.value)[:500]
+
+
+# ---------- issue 26 item 4: one redaction for every credential
+def test_redact_knows_every_credential(monkeypatch):
+    "Values of well-known, *_KEY/*_TOKEN-named and registered variables; URL user info and query keys; bearer tokens; sk- keys."
+    from clir_llm.core import check_no_secret, redact, secret_env, SecretError
+    monkeypatch.setenv("OPENAI_API_KEY", "canary-openai-0123456789")
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "canary-gateway-0123456789")
+    monkeypatch.setenv("RERANK_CREDS_VALUE", "canary-custom-0123456789"); secret_env("RERANK_CREDS_VALUE")
+    text = ("canary-openai-0123456789 canary-gateway-0123456789 canary-custom-0123456789 "
+            "http://user:canary-url-pass@h:8000/v1 https://h/v1?api-key=canary-query-42&x=1 "
+            "Authorization: Bearer canary-bearer-0123 sk-canaryABCDEFGHIJKLMNOP")
+    out = redact(text)
+    for c in ("canary-openai", "canary-gateway", "canary-custom", "canary-url-pass", "canary-query", "canary-bearer", "sk-canary"):
+        assert c not in out, (c, out)
+        R.hostile("secrets", f"redact: {c}", True)
+    assert redact("https://example.org/v1 and user@example.org") == "https://example.org/v1 and user@example.org"
+    with pytest.raises(SecretError): check_no_secret('{"note": "canary-custom-0123456789"}', "cache note")
