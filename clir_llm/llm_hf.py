@@ -4,7 +4,7 @@
 
 # %% ../nbs/10a_llm_hf.ipynb #5469d002
 from __future__ import annotations
-import inspect, time, warnings
+import inspect, logging, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -17,6 +17,8 @@ from .assets import build_folder, offline_model, save_hf_folder
 from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, given_names,
                           lay_over, local_revision, plain_text)
 from .prefix_cache import KVPrefixMixin
+
+_log = logging.getLogger("clir_llm.llm_hf")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['HF_MODELS', 'STAND_IN_DTYPE', 'STAND_IN_BATCH', 'ModelCard', 'model_card', 'load_tokenizer', 'truncate_with',
@@ -517,7 +519,7 @@ def _save_prepared(self: HFBackend, m):
     "Save the dequantised GGUF model and its tokenizer as a plain Hugging Face folder, once (the assets module's build-once mechanism)."
     source = {"gguf_file": self.gguf_file, "revision": self.revision}
     try: build_folder(self._prepared_dir(), lambda tmp: save_hf_folder(m, self.tokenizer, tmp, source=source))
-    except (OSError, ClirError) as e: warnings.warn(f"could not save the converted GGUF model to {self._prepared_dir()}: {e}")
+    except (OSError, ClirError) as e: _log.warning(f"clir-llm: warning: could not save the converted GGUF model to {self._prepared_dir()}: {e}")
 
 # %% ../nbs/10a_llm_hf.ipynb #cdb3bba3
 @patch

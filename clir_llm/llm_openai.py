@@ -4,7 +4,7 @@
 
 # %% ../nbs/10b_llm_openai.ipynb #e5ac294e
 from __future__ import annotations
-import json, math, os, random, threading, time, urllib.parse, warnings
+import json, logging, math, os, random, threading, time, urllib.parse, warnings
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -18,6 +18,8 @@ from .specs import opt
 from .prices import PRICES, load_prices, price_of
 from .llm import BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, plain_text
 from .llm_hf import HFRenderMixin, is_hub_id, load_tokenizer, truncate_with
+
+_log = logging.getLogger("clir_llm.llm_openai")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'OpenAIBackend']
@@ -435,7 +437,7 @@ def _encoder(self: OpenAIBackend):
                 except KeyError: enc = tiktoken.get_encoding("o200k_base")
                 self._enc = ("tiktoken", enc)
             except Exception:   # tiktoken missing, or its BPE file cannot be downloaded (offline; see TIKTOKEN_CACHE_DIR)
-                warnings.warn(f"{self.name}: no tokenizer available (pass tokenizer=); counting ~4 characters per token")
+                _log.warning(f"clir-llm: warning: {self.name}: no tokenizer available (pass tokenizer=); counting ~4 characters per token")
                 self._enc = ("approx", None)
     return self._enc
 

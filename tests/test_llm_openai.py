@@ -703,3 +703,15 @@ def test_an_oversized_answer_is_cut_to_what_was_asked(secret, tmp_path):
     size = sum(f.stat().st_size for f in tmp_path.glob("*.sqlite*"))
     R.hostile("servers", "a 5 MB answer to a 6-token call", size < 1_000_000)
     assert size < 1_000_000, size
+
+
+def test_no_tokenizer_warning_goes_through_logging(caplog, monkeypatch):
+    "issue 31 item 3: the warning was a warnings.warn that printed its own source line under the message."
+    import warnings
+    from clir_llm.llm import get_backend
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    b = get_backend("openai:no-such-org/model[api=chat]", base_url="http://127.0.0.1:9/v1", api_key="x")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a warnings.warn would raise here
+        with caplog.at_level("WARNING", logger="clir_llm.llm_openai"): n = b.count_tokens("a" * 40)
+    assert n == 10 and [r.getMessage() for r in caplog.records if "no tokenizer available" in r.getMessage()]
