@@ -295,7 +295,7 @@ def echo():
 def test_each_kind_registers_from_its_own_module():
     mods = {e.name: e.obj.__module__ for e in BACKENDS.entries()}
     assert mods == {"hf:": "clir_llm.llm_hf", "openai:": "clir_llm.llm_openai", "vllm:": "clir_llm.llm_vllm",
-                    "gguf:": "clir_llm.llm_gguf", "ort:": "clir_llm.llm_ort"}
+                    "gguf:": "clir_llm.llm_gguf", "ort:": "clir_llm.llm_ort", "ce:hf:": "clir_llm.crossencoder"}
     assert all(mods[k] in BACKENDS.plugins for k in mods)
 
 
@@ -357,14 +357,14 @@ def test_capability_flags_per_kind():
     "What the planner and the rerankers read instead of kind strings."
     flags = {e.name: (e.obj.is_api, e.obj.local_model, e.obj.throughput_engine) for e in BACKENDS.entries()}
     assert flags == {"hf:": (False, True, "hf"), "openai:": (True, False, None), "vllm:": (False, True, "serving"),
-                     "gguf:": (False, True, "hf"), "ort:": (False, True, None)}
+                     "gguf:": (False, True, "hf"), "ort:": (False, True, None), "ce:hf:": (False, True, "serving")}
     for e in BACKENDS.entries():
         for flag in ("supports_logprobs", "supports_batching", "is_chat", "is_encoder_decoder", "supports_prefill", "scores_sequences",
                      "is_api", "local_model"):
             assert isinstance(getattr(e.obj, flag), bool), (e.name, flag)
         assert issubclass(e.obj.Options, BackendOptions) and e.obj.Options is not BackendOptions
     price = {e.name: e.obj.price("gpt-4.1") for e in BACKENDS.entries()}
-    assert price == {"hf:": None, "openai:": {"input": 2.0, "output": 8.0}, "vllm:": None, "gguf:": None, "ort:": None}
+    assert price == {"hf:": None, "openai:": {"input": 2.0, "output": 8.0}, "vllm:": None, "gguf:": None, "ort:": None, "ce:hf:": None}
 
 
 def test_hub_models_and_what_a_run_misses(monkeypatch, tmp_path):
