@@ -435,6 +435,11 @@ def _choose_dtype(self: HFBackend, dtype, stand_in: bool, card: ModelCard | None
     named = _dtype_name(dtype) if dtype not in (None, "auto") else None
     self._named_dtype = None if stand_in and named == STAND_IN_DTYPE else named   # the stand-in's fixed default names nothing
 
+# %% ../nbs/10a_llm_hf.ipynb #97d19c38
+def is_hub_id(m: str | None) -> bool:
+    "Whether `m` names a Hub repository (org/name), not a local path."
+    return bool(m) and "/" in m and not m.startswith(("assets:", "/", ".", "~")) and not Path(m).expanduser().exists()
+
 # %% ../nbs/10a_llm_hf.ipynb #624b0b23
 def _hub_lookup(model: str, revision: str | None, filename: str):
     """One look-up of `model`'s `filename` on the Hub before the config is loaded, without the Hub client's retries (issue
@@ -537,11 +542,6 @@ def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
         out += f" ({card.dtype} on a GPU as the authors" + ("" if spec.revision or card.revision else
                "; WARNING revision not pinned: the commit resolved on first download is recorded in each run's .rerank.json") + ")"
     return out
-
-# %% ../nbs/10a_llm_hf.ipynb #97d19c38
-def is_hub_id(m: str | None) -> bool:
-    "Whether `m` names a Hub repository (org/name), not a local path."
-    return bool(m) and "/" in m and not m.startswith(("assets:", "/", ".", "~")) and not Path(m).expanduser().exists()
 
 # %% ../nbs/10a_llm_hf.ipynb #a6825e39
 @patch(cls_method=True)

@@ -202,9 +202,11 @@ def test_hf_pairwise_generate_and_score_on_actors_are_local(fake_ray, tmp_path):
     rerank = lambda b: [get_reranker("pairwise-bubblesort", b, k=2, scoring=s, progress=False).rerank(coll, first, k=5)
                         for s in ("generation", "likelihood")]
     rec = Recording()
-    local = HFBackend.create(str(model), cache=Cache(tmp_path / "l"), batch_size=3, device="cpu", executor=rec)
+    # prefix reuse off on both sides: with it on, the local backend's batches differ from those the actors get (the
+    # answers are equal), and this test compares the batches themselves
+    local = HFBackend.create(str(model), cache=Cache(tmp_path / "l"), batch_size=3, device="cpu", executor=rec, prefix_cache=False)
     want = rerank(local)
-    b = HFBackend.create(str(model), cache=Cache(tmp_path / "r"), batch_size=3, executor=_ray(workers=2))
+    b = HFBackend.create(str(model), cache=Cache(tmp_path / "r"), batch_size=3, executor=_ray(workers=2), prefix_cache=False)
     assert rerank(b) == want
     gen, score = _sent(fake_ray, "_generate_batch"), _sent(fake_ray, "_score_batch")
     assert gen and score and [(m, b) for _, m, b in fake_ray.calls] == rec.batches   # the local batches, in the local order
