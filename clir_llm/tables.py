@@ -65,16 +65,14 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
             qids = pipe.query_subset(pair, rc)
             base = pipe.first_stage(pair, fs)
             if base is None: continue
+            if (base_row, pair, rc.top_k) not in refs:   # the first stage and the oracle on these queries: scored once
+                orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
+                refs[(base_row, pair, rc.top_k)] = (pipe.scores(pair, base, measure, qids), pipe.scores(pair, orc, measure, qids))
+            base_scores, oracle_scores = refs[(base_row, pair, rc.top_k)]
             if (base_row, pair) not in seen:
                 seen.add((base_row, pair))
-                cells.append(Cell(base_row, pair, pipe.scores(pair, base, measure, qids)))
-                if oracle:
-                    orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
-                    cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, pipe.scores(pair, orc, measure, qids)))
-            if (base_row, pair, rc.top_k) not in refs:
-                orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
-                refs[(base_row, pair, rc.top_k)] = (float(pipe.scores(pair, base, measure, qids).mean()),
-                                                   float(pipe.scores(pair, orc, measure, qids).mean()))
+                cells.append(Cell(base_row, pair, base_scores))
+                if oracle: cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, oracle_scores))
             for docs in rc.docs:
                 run = pipe.rerank(pair, rc, fs, docs)
                 row = f"{fs.label()} » {rc.name} {docs.upper()}"
@@ -83,8 +81,8 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
                 u = pipe.usage(pair, run); nq = max(1, len(run)); c = u.counters
                 # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
                 cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=fs.label(), docs=docs.upper(),
-                                 measure=measure, score=float(scores.mean()), first_stage_score=refs[(base_row, pair, rc.top_k)][0],
-                                 oracle_score=refs[(base_row, pair, rc.top_k)][1], top_k=rc.top_k,
+                                 measure=measure, score=float(scores.mean()), first_stage_score=float(base_scores.mean()),
+                                 oracle_score=float(oracle_scores.mean()), top_k=rc.top_k,
                                  judged_at_20=float(pipe.scores(pair, run, "Judged@20", qids).mean()),
                                  calls_per_query=c.get("calls", 0) / nq, prompts_per_query=c.get("prompts", 0) / nq,
                                  tokens_in_per_query=c.get("tokens_in", 0) / nq, tokens_out_per_query=c.get("tokens_out", 0) / nq,
