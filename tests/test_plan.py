@@ -52,7 +52,7 @@ def test_demo_counts_match_an_independent_count(demo):
            for p in next(r for r in raw["rerankers"] if r["name"] == n_).get("pairs", pairs) if runs_on(f, p) for t in dl["tokens"]]
 
     c = plan_counts(cfg)
-    assert [len(c["grid"][k]) for k in ("first stage", "reranked", "document length")] == [first, rer, len(doc)] == [27, 12, 4]
+    assert [len(c["grid"][k]) for k in ("first stage", "reranked", "document length")] == [first, rer, len(doc)] == [27, 6, 4]
     assert {p: t.queries for p, t in c["texts"].items()} == queries
     for name, calls in per_run.items():
         assert sum(r["calls"] for r in c["rows"]["reranked"] if r["reranker"] == name) == calls
@@ -141,6 +141,9 @@ def test_demo_plan_one_line_per_reranker_pairs_of_only_pairs_and_singulars():
     rrf = next(l for l in lines if l.startswith("reads: first stage rrf:"))
     assert f"on {', '.join(cfg.first_stage.only_pairs[rrf.split()[3][:-1]])}]" in rrf and "en-it" not in rrf
     cache = next(l for l in lines if l.startswith("saves: the comparison cache"))
+    assert "(2 comparisons," in cache and "asks 2 comparisons a query" in cache   # top 3, k 1
+    top2 = cfg.model_copy(update={"rerankers": [r.model_copy(update={"top_k": 2}) for r in cfg.rerankers]})
+    cache = next(l for l in plan(top2) if l.startswith("saves: the comparison cache"))
     assert "(1 comparison," in cache and "asks 1 comparison a query" in cache and "1 comparisons" not in cache
 
 
