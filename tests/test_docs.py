@@ -1,7 +1,7 @@
 """The nbdev documentation site builds where Quarto exists (issue 16 item 6): its Quarto files are committed as nbdev
-generates them (so `nbdev-docs` leaves git clean), and every notebook passes `nbdev-proc-nbs` (slow: it executes
-each notebook's import and export cells)."""
-import os, re, shutil, subprocess, sys
+generates them (so `nbdev-docs` leaves git clean), and every notebook passes `nbdev-proc-nbs` with no warning (slow:
+it executes each notebook's import and export cells; the cells it executes are checked without running them too)."""
+import ast, os, re, shutil, subprocess, sys, warnings
 from pathlib import Path
 
 import pytest
@@ -48,6 +48,12 @@ def test_sidebar_lists_every_notebook_grouped_by_stage():
     assert {"Guides", "Collections", "Translation", "First stage", "Rerankers", "Evaluation", "Experiments", "Engine"} <= set(sections)
 
 
+def test_sidebar_is_not_rewritten_by_nbdev():
+    "nbdev-proc-nbs and nbdev-docs run nbdev-sidebar first, which replaces sidebar.yml by a flat list unless custom_sidebar."
+    from nbdev.config import get_config
+    assert get_config(path=ROOT).custom_sidebar
+
+
 _ROOTS = ["work/", "root/", "home/[a-z]", "Users/[A-Za-z]", "tmp/tmp\\w+", "private/var/"]   # written apart: this file names none
 MACHINE_PATH = re.compile("|".join("/" + r for r in _ROOTS))
 
@@ -82,6 +88,52 @@ def test_readme_is_never_overwritten_by_nbdev():
     assert not (NBS / get_config(path=ROOT).readme_nb).exists()
 
 
+_EXTRAS_NOT_IN_DEV = {"ray", "vllm", "accelerate", "llama_cpp"}   # pyproject's ray, gpu and gguf extras (modules)
+
+
+def _imports_only(stmt) -> bool:
+    "An import, or `try:` imports `except ImportError:` a fallback (an optional module)."
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)): return True
+    return (isinstance(stmt, ast.Try) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in stmt.body)
+            and all(ast.unparse(h.type) in ("ImportError", "ModuleNotFoundError") for h in stmt.handlers if h.type))
+
+
+def _docs_time_cells():
+    """(notebook, cell, warnings) for each non-export cell that `nbdev-proc-nbs` executes, by nbdev's own rule
+    (`_do_eval`: in a notebook with docs, every cell holding an import anywhere) and the warnings that rule gives."""
+    from fastcore.nbio import read_nb
+    from nbdev.process import NBProcessor
+    from nbdev.processors import _do_eval, _show_docs, _want_doc
+    for p in sorted(NBS.glob("**/*.ipynb")):
+        if any(s.startswith((".", "_")) for s in p.relative_to(NBS).parts): continue
+        cells = NBProcessor(nb=read_nb(p), procs=[]).nb.cells
+        if not (any(_want_doc(c) for c in cells) or _show_docs([t for c in cells for t in (c.parsed_() or [])])): continue
+        for c in cells:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                run = _do_eval(c)
+            if run and not (c.directives_.keys() & {"export", "exports", "exporti", "exec_doc"}):
+                yield p.relative_to(NBS).as_posix(), c, [str(x.message) for x in w]
+
+
+def test_cells_run_at_docs_time_hold_only_imports():
+    """`nbdev-proc-nbs` executes every cell that holds an import (warning when it also holds other code): an example
+    cell with an import anywhere would run at docs time without the cells before it. So each such cell holds imports
+    only (an optional module inside `try: ... except ImportError`), and none imports an extra that dev does not
+    install (the docs build on a dev install)."""
+    mixed, extras = [], []
+    for nb, c, warned in _docs_time_cells():
+        if warned or not all(_imports_only(s) for s in ast.parse(c.source).body): mixed.append(f"{nb} cell {c.idx_}: {c.source[:80]!r}")
+        guarded = {id(n) for s in ast.parse(c.source).body if isinstance(s, ast.Try) for n in ast.walk(s)}
+        mods = {a.name.split(".")[0] for n in ast.walk(ast.parse(c.source)) if id(n) not in guarded
+                for a in (n.names if isinstance(n, ast.Import) else [])}
+        mods |= {n.module.split(".")[0] for n in ast.walk(ast.parse(c.source))
+                 if isinstance(n, ast.ImportFrom) and n.module and id(n) not in guarded}
+        if mods & _EXTRAS_NOT_IN_DEV: extras.append(f"{nb} cell {c.idx_}: {sorted(mods & _EXTRAS_NOT_IN_DEV)}")
+    assert not mixed, mixed
+    assert not extras, extras
+
+
 @pytest.mark.slow
 def test_nbdev_proc_nbs_passes_and_leaves_git_clean(tmp_path):
     """`nbdev-proc-nbs` over all notebooks (as `nbdev-docs` runs it before Quarto). A stub `quarto` on PATH keeps
@@ -93,7 +145,11 @@ def test_nbdev_proc_nbs_passes_and_leaves_git_clean(tmp_path):
     tracked = {n: (NBS / n).read_bytes() for n in ("nbdev.yml", "sidebar.yml", "_quarto.yml")}
     modidx = (ROOT / "clir_llm" / "_modidx.py").read_bytes()
     env = dict(os.environ, PATH=f"{stub}{os.pathsep}{os.environ.get('PATH', '')}")
+    # nbdev skips notebooks older than their copy in its cache _proc/ (a second run would check nothing): emptied first.
+    # Not --force: it also makes nbdev-sidebar rewrite sidebar.yml despite custom_sidebar.
+    shutil.rmtree(ROOT / "_proc", ignore_errors=True)
     r = subprocess.run([exe, "--n-workers", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     assert r.returncode == 0, (r.stdout[-3000:] + r.stderr[-3000:])
+    assert not r.stderr.strip(), r.stderr[-3000:]   # no warnings (nbdev's "cells containing imports and other code" among them)
     for n, before in tracked.items(): assert (NBS / n).read_bytes() == before, f"nbdev-proc-nbs rewrote nbs/{n}"
     assert (ROOT / "clir_llm" / "_modidx.py").read_bytes() == modidx, "nbdev-proc-nbs rewrote clir_llm/_modidx.py"
