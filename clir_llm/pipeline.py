@@ -145,7 +145,8 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
     path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
                       + ((view_identity(self.cfg.first_stage.translator_spec),) if docs != "og" else ()))
-    if path.exists(): return self._kept(pair, _read_own(path, label), path)
+    if path.exists() and not os.environ.get("CLIR_LLM_KEY_LOG"):   # a recording run (`--no-recorded`) reranks again, from
+        return self._kept(pair, _read_own(path, label), path)       # the cache, so that every call it uses is recorded
     spec = RerankerSpec(method=rc.method, options=rc.options_at(passage_tokens))
     rr = spec.build(self.backend(rc.llm), progress=self.progress)
     with progress_context(pair=pair, step=label): run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
