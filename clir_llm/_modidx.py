@@ -1384,6 +1384,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                     'clir_llm.reproduce.cli_reproduce': ('reproduce.html#cli_reproduce', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.code_fingerprint': ('reproduce.html#code_fingerprint', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.kernel_manager': ('reproduce.html#kernel_manager', 'clir_llm/reproduce.py'),
+                                    'clir_llm.reproduce.kernelspec_of': ('reproduce.html#kernelspec_of', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.needs': ('reproduce.html#needs', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.prepare': ('reproduce.html#prepare', 'clir_llm/reproduce.py'),
                                     'clir_llm.reproduce.record_responses': ('reproduce.html#record_responses', 'clir_llm/reproduce.py'),
