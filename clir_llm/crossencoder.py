@@ -61,6 +61,9 @@ class CrossEncoderOptions(BackendOptions):
     dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "weights and activations (none: float16 on a GPU, float32 on a CPU)")
     device: Optional[str] = opt(None, "cpu, cuda, cuda:1 (none: the executor's, else cuda when available)", identity=False)
     batch_size: int = opt(32, "pairs per forward pass (sorted by length across queries)", identity=False, gt=0)
+    attention: Optional[Literal["per-pair", "padded"]] = opt(
+        None, "a batch's self-attention: each pair over its own tokens (its scores those of the pair alone) or over the "
+        "padded batch in one call (none: per-pair on a CPU, padded on a GPU)", identity=False)
     trust_remote_code: Optional[bool] = opt(None, "run the model repository's own code (none: the model table's)", identity=False)
 
 # %% ../nbs/11g_crossencoder.ipynb #07db5847
@@ -125,7 +128,7 @@ class CrossEncoderBackend(CachedBackend):
         self.activation = o.activation or (self.card.activation if self.card else "raw")
         self.trust_remote_code = o.trust_remote_code if o.trust_remote_code is not None else bool(self.card and self.card.trust_remote_code)
         self._device, self._local = o.device or executor.device, local
-        self._model = self._tok = None
+        self._model = self._tok = self._attention = None
 
     def generate(self, prompts, max_new_tokens: int = 128, on_error: str = "raise", **params):
         raise LLMError(f"{self.name} is a cross-encoder: it scores query-passage pairs (reranker cross-encoder), it does not generate")
@@ -164,9 +167,54 @@ def dtype_name(self: CrossEncoderBackend) -> str:
     return self.options.dtype or ("float16" if str(self.device).startswith("cuda") else "float32")
 
 # %% ../nbs/11g_crossencoder.ipynb #dcaae824
+def _per_pair_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
+    "Self-attention of a right-padded batch, each row over its own tokens only (one unmasked call per length): what each pair alone computes."
+    import torch   # heavy: only inside a model's forward pass
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward   # heavy: as above
+    b, _, n, _ = query.shape
+    if attention_mask is None: lengths = torch.full((b,), n)
+    else:
+        valid = attention_mask[:, 0, 0, :]   # the keys the first (never padded) token of each row sees
+        valid = valid if valid.dtype == torch.bool else valid == 0
+        lengths = valid.sum(-1).cpu()
+        prefix = torch.arange(n, device=valid.device)[None, :] < lengths.to(valid.device)[:, None]
+        if not torch.equal(valid, prefix): lengths = None   # not a right-padded pair batch
+    if (lengths is None or getattr(module, "is_causal", False) or key.shape[1] != query.shape[1] or dropout
+            or kwargs.get("position_bias") is not None):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    out = query.new_zeros(b, n, query.shape[1], value.shape[-1])
+    lengths = lengths.tolist()
+    for length in sorted(set(lengths)):
+        rows = [i for i, m in enumerate(lengths) if m == length]
+        pick = slice(rows[0], rows[-1] + 1) if rows[-1] - rows[0] + 1 == len(rows) else torch.tensor(rows, device=query.device)
+        o = torch.nn.functional.scaled_dot_product_attention(query[pick, :, :length], key[pick, :, :length], value[pick, :, :length],
+                                                            scale=scaling, is_causal=False)
+        out[pick, :length] = o.transpose(1, 2)
+    return out, None
+
+# %% ../nbs/11g_crossencoder.ipynb #50859bfa
+@patch(as_prop=True)
+def attention(self: CrossEncoderBackend) -> str:
+    "How a batch attends: `per-pair` (each pair over its own tokens) or `padded` (one masked call)."
+    if self._attention is not None: return self._attention
+    return self.options.attention or ("padded" if str(self.device).startswith("cuda") else "per-pair")
+
+# %% ../nbs/11g_crossencoder.ipynb #b40abf5c
+def _attend_per_pair(model) -> bool:
+    "Switch `model` to per-pair attention; False where it does not use transformers' attention interface (its own attention code)."
+    if not getattr(model, "_supports_attention_backend", False): return False
+    from transformers import AttentionInterface, AttentionMaskInterface   # heavy: only when a cross-encoder is loaded
+    from transformers.masking_utils import sdpa_mask   # heavy: as above
+    AttentionInterface.register("clir_per_pair", _per_pair_attention)
+    AttentionMaskInterface.register("clir_per_pair", sdpa_mask)   # boolean padding masks, none where no row is padded
+    try: model.set_attn_implementation("clir_per_pair")
+    except (ValueError, AttributeError): return False
+    return model.config._attn_implementation == "clir_per_pair"
+
+# %% ../nbs/11g_crossencoder.ipynb #21591c6d
 @patch(as_prop=True)
 def hf_model(self: CrossEncoderBackend):
-    "The sequence-classification model (loaded once, in `dtype_name`, on its device, in eval mode)."
+    "The sequence-classification model (loaded once, in `dtype_name`, on its device, in eval mode, attending as `attention` says)."
     if self._model is None:
         import torch   # heavy: only when a cross-encoder is used
         from transformers import AutoModelForSequenceClassification   # heavy: as above
@@ -174,6 +222,11 @@ def hf_model(self: CrossEncoderBackend):
                                                                     dtype=getattr(torch, self.dtype_name), trust_remote_code=self.trust_remote_code)
         except OSError as e: raise LLMError(f"cannot load cross-encoder {self.name}: {' '.join(str(e).split())[:200]}") from None
         if m.config.num_labels != 1: raise LLMError(f"{self.name} has {m.config.num_labels} labels; a cross-encoder here answers one score")
+        if self.attention == "per-pair" and not _attend_per_pair(m):
+            if self.options.attention == "per-pair":
+                raise LLMError(f"{self.name}: attention=per-pair needs a model on transformers' attention interface; "
+                               f"{type(m).__name__} has its own attention code (use attention=padded)")
+            self._attention = "padded"
         self._model = m.to(self.device).eval()
     return self._model
 

@@ -27,11 +27,12 @@ __all__ = ['HF_MODELS', 'STAND_IN_DTYPE', 'STAND_IN_BATCH', 'ModelCard', 'model_
 # %% ../nbs/10a_llm_hf.ipynb #00690269
 @dataclass(frozen=True)
 class ModelCard:
-    "What the authors' code used for one Hub model: its dtype on a GPU, the revision it names (None: none) and where that is written."
+    "How one Hub model is run: its dtype on a GPU, the revision named (None: none), where that is written and whose choice it is."
     model: str
     dtype: str | None
     revision: str | None
     source: str
+    per: str = "the authors"     # whose dtype: the paper's authors' code, else the model's own card or reference code
 
 # %% ../nbs/10a_llm_hf.ipynb #79b511fb
 HF_MODELS = {m.model: m for m in (
@@ -40,10 +41,11 @@ HF_MODELS = {m.model: m for m in (
     ModelCard("CohereLabs/aya-101", "float16", None, "llm-rankers 0.0.2 PairwiseLlmRanker, T5 path (torch_dtype=float16 on cuda)"),
     # beyond the paper (issue 29): the field's LLM rerankers, as their model cards or code load them
     ModelCard("Qwen/Qwen3-Reranker-0.6B", "float16", "e61197ed45024b0ed8a2d74b80b4d909f1255473",
-              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml"),
+              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml", "its model card"),
     ModelCard("Qwen/Qwen3-Reranker-8B", "float16", "77d193c791ed757ca307ee72715aa132723da912",
-              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml"),
-    ModelCard("jhu-clsp/rank1-7b", "float16", None, "rank1 (github.com/orionw/rank1) vLLM dtype float16; read as plain text (chat=false)"),
+              "Qwen3-Reranker model card (torch_dtype=float16 with flash_attention_2); prompt: prompts/qwen3-reranker.yaml", "its model card"),
+    ModelCard("jhu-clsp/rank1-7b", "float16", None, "rank1 (github.com/orionw/rank1) vLLM dtype float16; read as plain text (chat=false)",
+              "its reference code"),
 )}
 
 def model_card(model: str) -> ModelCard | None:
@@ -535,11 +537,11 @@ def _worker_options(self: HFBackend) -> HFOptions:
 # %% ../nbs/10a_llm_hf.ipynb #deba0078
 @patch(cls_method=True)
 def describe_spec(cls: HFBackend, spec: BackendSpec) -> str:
-    "`hf:`: a transformers model (with the model table's dtype and a warning where no revision is pinned), or an offline stand-in."
+    "`hf:`: a transformers model (the model table's dtype and whose it is, a warning where no revision is pinned), or an offline stand-in."
     if (om := offline_model(spec.base)) is not None: return f"{om.label} via transformers (offline GGUF)"
     out = f"transformers model {spec.base.partition(':')[2]}"
     if (card := model_card(spec.model)) is not None:
-        out += f" ({card.dtype} on a GPU as the authors" + ("" if spec.revision or card.revision else
+        out += f" ({card.dtype} on a GPU as {card.per}" + ("" if spec.revision or card.revision else
                "; WARNING revision not pinned: the commit resolved on first download is recorded in each run's .rerank.json") + ")"
     return out
 

@@ -25,7 +25,8 @@ logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
 __all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'needs', 'prepare', 'cli_prepare', 'kernel_manager',
-           'tidy_notebook', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce', 'cli_reproduce']
+           'kernelspec_of', 'tidy_notebook', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce',
+           'cli_reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #6c8b4fcb
 def code_fingerprint() -> str:
@@ -124,12 +125,22 @@ def kernel_manager(log_file=None, env: dict | None = None) -> type:
             return await super()._async_launch_kernel(kernel_cmd, **kw)
     return QuietKernelManager
 
+# %% ../nbs/13_reproduce.ipynb #9ef53d93
+def kernelspec_of(name: str) -> dict | None:
+    """The `kernelspec` metadata JupyterLab writes into a notebook once the installed Jupyter kernel `name` starts
+    (None: no such kernel): a notebook that stores exactly this opens unmodified (issue 31)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    try: spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel: return None
+    return {"display_name": spec.display_name, "language": spec.language, "name": name}
+
 # %% ../nbs/13_reproduce.ipynb #60907ae9
 _VOLATILE = ("start_time", "end_time", "duration", "input_path", "output_path")
 
 def tidy_notebook(path, log_path=None, root=None) -> int:
     """Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed.
-    Injected parameters under `root` (default: the working folder) are shown relative to it, not as this machine's paths."""
+    Injected parameters under `root` (default: the working folder) are shown relative to it, not as this machine's paths;
+    the `kernelspec` becomes the one of the installed kernel it names (`kernelspec_of`), as JupyterLab would write it."""
     root = f'"{Path(root or Path.cwd()).resolve()}/'
     nb, removed, moved = json.loads(Path(path).read_text(encoding="utf-8")), 0, []
     for i, cell in enumerate(nb.get("cells", [])):
@@ -149,6 +160,8 @@ def tidy_notebook(path, log_path=None, root=None) -> int:
     params = nb.get("metadata", {}).get("papermill", {}).get("parameters", {})
     for k, v in params.items():
         if isinstance(v, str) and f'"{v}'.startswith(root): params[k] = v[len(root) - 1:]
+    ks = nb.get("metadata", {}).get("kernelspec") or {}
+    if ks.get("name") and (spec := kernelspec_of(ks["name"])): nb["metadata"]["kernelspec"] = spec   # JupyterLab's own: opens unmodified
     if log_path is not None and moved:
         with open(log_path, "a", encoding="utf-8") as f:
             for i, text in moved: f.write(f"--- cell {i} (stderr) ---\n{text}\n")

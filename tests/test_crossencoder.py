@@ -64,6 +64,36 @@ def test_equal_to_sentence_transformers_cross_encoder(tiny, arch, activation):
     assert ("types" in be._render(PAIRS[0])) == (arch == "bert")
 
 
+def test_batched_scores_equal_each_pair_alone(tmp_path):
+    """Length-sorted batches across queries give every pair's score alone (CrossEncoder, batch size 1) within 1e-5, on a model
+    large enough that padding's fp32 rounding alone moves scores by more (about 3e-5: the benchmark's shape)."""
+    import random, torch
+    from sentence_transformers import CrossEncoder
+    from clir_llm.crossencoder import _TINY_WORDS
+    rng, words = random.Random(0), list(_TINY_WORDS)
+    pairs = [(" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))), " ".join(rng.choice(words) for _ in range(rng.randint(10, 200))))
+             for _ in range(48)]
+    folder = tiny_cross_encoder("xlmr", tmp_path / "xlmr-256", hidden_size=256, layers=4, max_positions=256)
+    alone = CrossEncoder(str(folder), max_length=256, activation_fn=torch.nn.Identity()).predict(pairs, batch_size=1, show_progress_bar=False)
+    be = CrossEncoderBackend(str(folder), CrossEncoderOptions(max_length=256, batch_size=16, device="cpu"))
+    batched = be.rank_pairs(pairs, progress=False)
+    assert max(abs(a - b) for a, b in zip(batched, alone.tolist())) < 1e-5
+
+
+def test_attention_per_pair_on_a_cpu_padded_on_a_gpu_or_own_attention_code(tiny, monkeypatch):
+    import clir_llm.crossencoder as ce
+    assert CrossEncoderBackend("my/ce", CrossEncoderOptions(device="cpu")).attention == "per-pair"
+    assert CrossEncoderBackend("my/ce", CrossEncoderOptions(device="cuda")).attention == "padded"
+    be = CrossEncoderBackend(str(tiny["bert"]), CrossEncoderOptions(device="cpu"))
+    assert be.hf_model.config._attn_implementation == "clir_per_pair" and be.attention == "per-pair"
+    assert "attention" not in CrossEncoderOptions(attention="padded").identity()
+    monkeypatch.setattr(ce, "_attend_per_pair", lambda model: False)   # a model with its own attention code (trust_remote_code)
+    fallback = CrossEncoderBackend(str(tiny["xlmr"]), CrossEncoderOptions(device="cpu"))
+    assert fallback.hf_model is not None and fallback.attention == "padded"
+    with pytest.raises(LLMError, match="attention=per-pair needs a model on transformers' attention interface"):
+        CrossEncoderBackend(str(tiny["xlmr"]), CrossEncoderOptions(device="cpu", attention="per-pair")).hf_model
+
+
 class Recording(LocalExecutor):
     "Two workers' groups, each batch recorded."
     workers = 2

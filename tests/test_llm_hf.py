@@ -318,6 +318,12 @@ def test_the_plan_warns_where_no_revision_is_pinned():
         d = BackendSpec.parse(f"hf:{m}").describe()
         assert "float16 on a GPU as the authors" in d and "WARNING revision not pinned" in d, d
     assert "WARNING" not in BackendSpec.parse("hf:meta-llama/Llama-3.1-8B-Instruct@0e9e39f").describe()
+    # beyond the paper: the dtype is the model card's or the reference code's, not the authors'
+    assert {m for m, c in HF_MODELS.items() if c.per == "the authors"} == {
+        "castorini/rank_zephyr_7b_v1_full", "meta-llama/Llama-3.1-8B-Instruct", "CohereLabs/aya-101"}
+    qwen, rank1 = (BackendSpec.parse(f"hf:{m}").describe() for m in ("Qwen/Qwen3-Reranker-8B", "jhu-clsp/rank1-7b"))
+    assert "float16 on a GPU as its model card)" in qwen and "float16 on a GPU as its reference code;" in rank1
+    assert "as the authors" not in qwen + rank1
 
 
 # ---------------------------------------------------------------- quantize=int8

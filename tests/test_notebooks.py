@@ -26,13 +26,27 @@ def test_notebook_names_its_kernel(nb):
 
 
 def test_nbdev_clean_keeps_the_kernelspec(tmp_path):
-    "The metadata survives `nbdev-clean` (pyproject's [tool.nbdev] allowed_metadata_keys keeps language_info)."
+    "The metadata survives `nbdev-clean` (pyproject's [tool.nbdev] allowed_metadata_keys keeps language_info, all of it)."
     from nbdev.clean import clean_nb
     from nbdev.config import get_config
     nb = json.loads(NOTEBOOKS[0].read_text())   # a module notebook (nbs/00_core.ipynb)
+    info = dict(nb["metadata"]["language_info"])
     cfg = get_config(path=ROOT)
     clean_nb(nb, allowed_metadata_keys=cfg.get("allowed_metadata_keys"), allowed_cell_metadata_keys=cfg.get("allowed_cell_metadata_keys"))
-    assert nb["metadata"]["kernelspec"]["name"] == "python3" and nb["metadata"]["language_info"]["name"] == "python"
+    assert nb["metadata"]["kernelspec"]["name"] == "python3" and nb["metadata"]["language_info"] == info
+
+
+def test_every_notebook_stores_the_language_info_its_kernel_reports():
+    """Issue 31: once the kernel starts, JupyterLab writes the kernel's `language_info` into the notebook; a notebook that
+    stores less (`{"name": "python"}`) or none is marked modified as soon as it opens. Every notebook stores the block
+    ipykernel reports (all its fields; the Python version is the one that last wrote the notebooks, the same for all)."""
+    from ipykernel.ipkernel import IPythonKernel
+    want = {k: v for k, v in IPythonKernel.language_info.items() if k != "version"}
+    infos = {nb.relative_to(ROOT).as_posix(): json.loads(nb.read_text())["metadata"].get("language_info") for nb in NOTEBOOKS}
+    partial = {nb: info for nb, info in infos.items() if not info or {k: v for k, v in info.items() if k != "version"} != want or "version" not in info}
+    assert not partial, f"{len(partial)} notebooks: {dict(list(partial.items())[:3])}"
+    versions = {info["version"] for info in infos.values()}
+    assert len(versions) == 1, versions
 
 
 def _papermill() -> str:

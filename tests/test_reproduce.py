@@ -494,3 +494,21 @@ def test_cli_prepare_lists_what_a_config_reads(tmp_path):
     p = subprocess.run([CLI_EXE, "prepare", str(cfg)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("FreeDict de-en: dict-freedict-deu-eng ")
+
+
+def test_tidy_notebook_records_the_kernel_spec_as_jupyterlab_writes_it(tmp_path):
+    """Issue 31: papermill keeps the source notebook's kernelspec, whose display_name nbdev-clean set to the kernel's name
+    ("python3"); JupyterLab rewrites it to the installed spec's display name once the kernel starts, so the executed notebook
+    opened modified. tidy_notebook records the spec of the installed kernel (tests/test_screenshot.py opens one in Lab)."""
+    import json
+    from jupyter_client.kernelspec import KernelSpecManager
+    from clir_llm.reproduce import kernelspec_of, tidy_notebook
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    nb = {"cells": [], "nbformat": 4, "nbformat_minor": 5,
+          "metadata": {"kernelspec": {"display_name": "python3", "language": "python", "name": "python3"}}}
+    (tmp_path / "t.ipynb").write_text(json.dumps(nb)); tidy_notebook(tmp_path / "t.ipynb")
+    ks = json.loads((tmp_path / "t.ipynb").read_text())["metadata"]["kernelspec"]
+    assert ks == {"display_name": spec.display_name, "language": spec.language, "name": "python3"} == kernelspec_of("python3"), ks
+    nb["metadata"]["kernelspec"]["name"] = "no-such-kernel"   # a kernel this machine lacks: left as the notebook has it
+    (tmp_path / "t.ipynb").write_text(json.dumps(nb)); tidy_notebook(tmp_path / "t.ipynb")
+    assert json.loads((tmp_path / "t.ipynb").read_text())["metadata"]["kernelspec"]["display_name"] == "python3"
