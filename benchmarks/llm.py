@@ -29,9 +29,13 @@ paper's method) on the demo collection (en-de, the package's BM25 run; the first
 top 10 in --quick, else 20; k 3 / 5; passages cut to 128 / 300 tokens, the paper's cut) run twice on the same model object, prefix reuse
 on and off (`hf:...[prefix_cache=false]`); the ratio is the prompt tokens computed with reuse over those without (the
 backend's usage counters, goal <= 0.6: lower is better), and the agreement is the number of queries whose rankings are
-identical (goal: all).
+identical (goal: all). Beside it: the padded positions computed, the schedule (comparisons, ties) with the least any prefix
+reuse computes on that prompt stream (each prompt reusing its longest common prefix with any earlier prompt, to the
+token), and for comparison the same reranking with every comparison decided (the model computes the prompts, a fixed
+order of the passages answers): a model whose answers tie (a random model's unreadable answers, a position-biased one)
+keeps bubblesort to one pass, where every document enters position A once, so the ratio cannot fall as far.
 """
-import argparse, json, sys, tempfile, time
+import argparse, json, re, sys, tempfile, time
 from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
@@ -204,6 +208,26 @@ def prefix_reuse(base, quick: bool, tmp: Path) -> bool:
     print(f"  the schedule: {len(stream)} prompts, {comps} comparisons, {ties} of them ties; the least any prefix reuse computes "
           f"on these prompts in this order (each prompt reusing its longest common prefix with any earlier one, to the token): "
           f"{floor:.2f}")
+    # the same reranking where every comparison is decided (a document that wins moves up and sits in position A again,
+    # as the issue's estimate assumes): the model still computes every prompt, its answers are replaced by a fixed order
+    b = HFBackend.create(base._source, None, revision=base.revision, gguf_file=base.gguf_file, hf_tokenizer=base.tokenizer,
+                         hf_model=base.hf_model)
+    batch, dec = b._generate_batch, []
+    def decided(items, params):
+        recs = batch(items, params)
+        for it, r in zip(items, recs):
+            m = re.search(r'Passage A: "(.*)"\n\nPassage B: "(.*)"\n\nOutput', b.tokenizer.decode(it["ids"]), re.S)
+            r["text"] = " A" if m and m.group(1) > m.group(2) else " B"      # the passage whose text sorts last wins
+            dec.append(it["ids"])
+        return recs
+    b._generate_batch = decided
+    rr = get_reranker("pairwise-bubblesort", b, progress=False, k=k, scoring="generation", passage_tokens=ptok)
+    rr.rerank(coll, run, k=depth)
+    cd = rr.usage.counters
+    print(f"  for comparison, a judge that decides every comparison (the model computes the same kind of prompts, its answers "
+          f"replaced by a fixed order of the passages): {len(dec)} prompts, {sum(d['ties'] for d in rr.diagnostics.values())} ties; "
+          f"computed {cd['prefill_tokens'] / cd['prefill_tokens_without_reuse']:.2f} of the prompt tokens "
+          f"(the least on that stream: {1 - prefix_hit_share(dec, float('inf'), block=1):.2f}); not the target, which reads the model's answers")
     print(f"target prefix-reuse-prefill-tokens: {ratio:.2f} (goal <= 0.60) {'met' if ratio <= 0.6 else 'short'}; "
           f"answer agreement: {same}/{nq} rankings identical ({'met' if same == nq else 'short'})")
     return same == nq

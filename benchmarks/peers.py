@@ -14,7 +14,9 @@ outputs (identical rankings / runs, or every difference listed with its reason) 
 single-threaded model comparisons the time is the process's CPU time with `--device cpu`, which other jobs on a shared
 machine do not inflate as they do the wall time, and the wall time with `--device cuda` (`--clock` chooses); BM25 and
 FAISS search, multi-threaded on both sides, are timed by the wall clock, best of several repetitions),
-or `target peer-<name>: skipped (<why>)` where a peer cannot run here. The peers are NOT dependencies of the
+or `target peer-<name>: skipped (<why>)` where a peer cannot run here. The LLM comparisons run each side `--repeats` times
+(2), the order reversed each round, and take the least time (a shared machine's load drifts within minutes); PRP
+generation reads the answer on both sides as llm-rankers does (one new token, exactly 'A' or 'B'). The peers are NOT dependencies of the
 package: install them in a separate environment (benchmarks/peers-requirements.txt says how); this script
 installs nothing.
 
