@@ -29,14 +29,19 @@ paper's method) on the demo collection (en-de, the package's BM25 run; the first
 top 10 in --quick, else 20; k 3 / 5; passages cut to 128 / 300 tokens, the paper's cut) run twice on the same model object, prefix reuse
 on and off (`hf:...[prefix_cache=false]`); the ratio is the prompt tokens computed with reuse over those without (the
 backend's usage counters, goal <= 0.6: lower is better), and the agreement is the number of queries whose rankings are
-identical (goal: all).
+identical (goal: all). Beside it: the padded positions computed, the schedule (comparisons, ties) with the least any prefix
+reuse computes on that prompt stream (each prompt reusing its longest common prefix with any earlier prompt, to the
+token), and for comparison the same reranking with every comparison decided (the model computes the prompts, a fixed
+order of the passages answers): a model whose answers tie (a random model's unreadable answers, a position-biased one)
+keeps bubblesort to one pass, where every document enters position A once, so the ratio cannot fall as far.
 """
-import argparse, json, sys, tempfile, time
+import argparse, json, re, sys, tempfile, time
 from pathlib import Path
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
 from clir_llm.llm import get_backend
 from clir_llm.llm_hf import HFBackend, quantize_model
+from clir_llm.prefix_cache import prefix_hit_share
 from clir_llm.testing import make_tiny_hf_model
 
 WORDS = ["Guten Morgen", "Katze", "Hund", "Haus", "Baum", "Wasser", "Brot", "Buch", "kissa", "koira", "talo", "gatto",
@@ -178,10 +183,13 @@ def prefix_reuse(base, quick: bool, tmp: Path) -> bool:
     full = BM25(cache=Cache(tmp / "bm25"), progress=False).retrieve(coll, k=depth)
     qids = [q for q in sorted(full) if len(full.docids(q)) >= depth][:nq]
     run = Run.from_ranked({q: full.docids(q, depth) for q in qids}, name="bm25")
-    out = {}
+    out, stream = {}, []
     for reuse in (True, False):
         b = HFBackend.create(base._source, None, revision=base.revision, gguf_file=base.gguf_file, prefix_cache=reuse,
                              hf_tokenizer=base.tokenizer, hf_model=base.hf_model)
+        if not reuse:   # the prompts in the order the model gets them (no LLM cache: every prompt reaches the model)
+            batch = b._generate_batch
+            b._generate_batch = lambda items, params: (stream.extend(it["ids"] for it in items), batch(items, params))[1]
         rr = get_reranker("pairwise-bubblesort", b, progress=False, k=k, scoring="generation", passage_tokens=ptok)
         t0 = time.process_time()
         ranked = rr.rerank(coll, run, k=depth)
@@ -189,10 +197,37 @@ def prefix_reuse(base, quick: bool, tmp: Path) -> bool:
     (on, c, t_on), (off, c_off, t_off) = out[True], out[False]
     same = sum(on[q] == off[q] for q in qids)
     ratio = c["prefill_tokens"] / c["prefill_tokens_without_reuse"] if c.get("prefill_tokens_without_reuse") else float("nan")
+    floor = 1 - prefix_hit_share(stream, float("inf"), block=1)
+    comps = sum(d.get("comparisons_asked", 0) for d in rr.diagnostics.values())
+    ties = sum(d.get("ties", 0) for d in rr.diagnostics.values())
     print(f"prefix reuse: PRP bubblesort k={k}, {nq} demo queries x top {depth}, passages <= {ptok} tokens: prompt tokens computed "
-          f"{c.get('prefill_tokens', 0):,} with reuse ({c.get('prefix_cache_hits', 0)} prompts reused a prefix) / "
+          f"{c.get('prefill_tokens', 0):,} with reuse ({c.get('prefix_cache_hits', 0)} prompts reused a prefix; "
+          f"{c.get('prefill_padding_tokens', 0):,} padded positions beside them) / "
           f"{c_off.get('prefill_tokens', c.get('prefill_tokens_without_reuse', 0)):,} without; CPU {t_on:.1f} s / {t_off:.1f} s; "
           f"rankings identical in {same} of {nq} queries")
+    print(f"  the schedule: {len(stream)} prompts, {comps} comparisons, {ties} of them ties; the least any prefix reuse computes "
+          f"on these prompts in this order (each prompt reusing its longest common prefix with any earlier one, to the token): "
+          f"{floor:.2f}")
+    # the same reranking where every comparison is decided (a document that wins moves up and sits in position A again,
+    # as the issue's estimate assumes): the model still computes every prompt, its answers are replaced by a fixed order
+    b = HFBackend.create(base._source, None, revision=base.revision, gguf_file=base.gguf_file, hf_tokenizer=base.tokenizer,
+                         hf_model=base.hf_model)
+    batch, dec = b._generate_batch, []
+    def decided(items, params):
+        recs = batch(items, params)
+        for it, r in zip(items, recs):
+            m = re.search(r'Passage A: "(.*)"\n\nPassage B: "(.*)"\n\nOutput', b.tokenizer.decode(it["ids"]), re.S)
+            r["text"] = " A" if m and m.group(1) > m.group(2) else " B"      # the passage whose text sorts last wins
+            dec.append(it["ids"])
+        return recs
+    b._generate_batch = decided
+    rr = get_reranker("pairwise-bubblesort", b, progress=False, k=k, scoring="generation", passage_tokens=ptok)
+    rr.rerank(coll, run, k=depth)
+    cd = rr.usage.counters
+    print(f"  for comparison, a judge that decides every comparison (the model computes the same kind of prompts, its answers "
+          f"replaced by a fixed order of the passages): {len(dec)} prompts, {sum(d['ties'] for d in rr.diagnostics.values())} ties; "
+          f"computed {cd['prefill_tokens'] / cd['prefill_tokens_without_reuse']:.2f} of the prompt tokens "
+          f"(the least on that stream: {1 - prefix_hit_share(dec, float('inf'), block=1):.2f}); not the target, which reads the model's answers")
     print(f"target prefix-reuse-prefill-tokens: {ratio:.2f} (goal <= 0.60) {'met' if ratio <= 0.6 else 'short'}; "
           f"answer agreement: {same}/{nq} rankings identical ({'met' if same == nq else 'short'})")
     return same == nq
@@ -221,7 +256,9 @@ def main(argv=None):
     mk = lambda bs, cache=None: HFBackend.create(base._source, cache, revision=base.revision, gguf_file=base.gguf_file,
                                                  batch_size=bs, hf_tokenizer=tok, hf_model=model)
     print(f"model: {label}; device {model.device}, dtype {model.dtype}, torch threads {torch.get_num_threads()}")
-    if args.only_prefix_reuse: return 0 if prefix_reuse(base, args.quick, tmp) else 1
+    if args.only_prefix_reuse:
+        model.forward = fwd     # the model as the backends get it (a wrapper on the instance hides its forward's parameters)
+        return 0 if prefix_reuse(base, args.quick, tmp) else 1
     print(f"{len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}")
     mk(args.batch_size).generate(prompts[:2], max_new_tokens=2, progress=False)          # warm-up (allocations, kernels)
 

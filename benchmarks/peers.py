@@ -14,7 +14,9 @@ outputs (identical rankings / runs, or every difference listed with its reason) 
 single-threaded model comparisons the time is the process's CPU time with `--device cpu`, which other jobs on a shared
 machine do not inflate as they do the wall time, and the wall time with `--device cuda` (`--clock` chooses); BM25 and
 FAISS search, multi-threaded on both sides, are timed by the wall clock, best of several repetitions),
-or `target peer-<name>: skipped (<why>)` where a peer cannot run here. The peers are NOT dependencies of the
+or `target peer-<name>: skipped (<why>)` where a peer cannot run here. The LLM comparisons run each side `--repeats` times
+(2), the order reversed each round, and take the least time (a shared machine's load drifts within minutes); PRP
+generation reads the answer on both sides as llm-rankers does (one new token, exactly 'A' or 'B'). The peers are NOT dependencies of the
 package: install them in a separate environment (benchmarks/peers-requirements.txt says how); this script
 installs nothing.
 
@@ -42,6 +44,9 @@ def parse_args(argv=None):
     ap.add_argument("--depth", type=int, default=None, help="first-stage documents reranked (default 5 quick, 100 full)")
     ap.add_argument("--top", type=int, default=None, help="the k of the sorts (default 2 quick, 10 full)")
     ap.add_argument("--passage-tokens", type=int, default=None, help="passage cut, tokens (default 32 quick, 300 full)")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="LLM comparisons: each side this many times, the order reversed each round; the least time counts "
+                         "(a shared machine's load drifts within minutes; CPU time rises with it too)")
     ap.add_argument("--clock", choices=["cpu", "wall"], default=None,
                     help="what is timed: the process's CPU time (default with --device cpu: a loaded shared machine does "
                          "not inflate it) or the wall time (default with --device cuda)")
@@ -84,6 +89,16 @@ def timed(fn, *a, _clock=None, **kw):
     "`fn`'s result and its time on `_clock`, else the chosen clock (CPU seconds of this process, or wall seconds)."
     clock = _clock or CLOCK[0]
     t0 = clock(); out = fn(*a, **kw); return out, clock() - t0
+
+def alternating(reps: int, runs: dict) -> dict:
+    """Each of `runs` (name -> a call returning (result, seconds, ...)) `reps` times, the order reversed every round
+    (a, b, c, then c, b, a ...): name -> the first round's return value with the least seconds of all rounds."""
+    names, out = list(runs), {}
+    for r in range(max(1, reps)):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            got = runs[n]()
+            out[n] = got if n not in out else (out[n][0], min(out[n][1], got[1]), *out[n][2:])
+    return out
 
 WALL = time.perf_counter   # the multi-threaded comparisons (BM25 on 2 Java threads a side, FAISS's OpenMP search) use
                            # wall time: their parallelism is part of the speed, and CPU time would not show it
@@ -166,9 +181,12 @@ def peer_rerank(ranker, inp, SearchResult):
 
 
 def ours_prp(inp, method, scoring, ties=None, reuse=True):
+    """Our PRP with the peer's settings; generation reads the answer as llm-rankers does (`answers="exact"`: one new
+    token, exactly 'A' or 'B'; the default reading generates a second token to check that the letter stands alone)."""
     from clir_llm.rerank import get_reranker
     rr = get_reranker(f"pairwise-{method}", inp.fresh(reuse), progress=False, k=inp.a.top, scoring=scoring,
-                      passage_tokens=inp.a.passage_tokens, doc_title=False, **({"heapsort_ties": ties} if ties else {}))
+                      passage_tokens=inp.a.passage_tokens, doc_title=False, **({"heapsort_ties": ties} if ties else {}),
+                      **({"answers": "exact"} if scoring == "generation" else {}))
     run, sec = timed(rr.rerank, inp.coll, inp.run, k=inp.a.depth)
     return {q: run.docids(q) for q in inp.run}, sec, rr
 
@@ -177,7 +195,8 @@ def reuse_note(rr) -> str:
     "The prefix store's work in a reranker's usage: prompt tokens computed of those a plain batch computes, prompts that reused a prefix."
     c = rr.usage.counters
     if not c.get("prefill_tokens_without_reuse"): return "no prefix reuse"
-    return (f"computed {c['prefill_tokens'] / c['prefill_tokens_without_reuse']:.0%} of the prompt tokens, "
+    return (f"computed {c['prefill_tokens'] / c['prefill_tokens_without_reuse']:.0%} of the prompt tokens "
+            f"(+{c.get('prefill_padding_tokens', 0) / c['prefill_tokens_without_reuse']:.0%} padding), "
             f"{c.get('prefix_cache_hits', 0)} prompts reused a prefix")
 
 
@@ -190,7 +209,8 @@ def compare_prp(inp):
     a, b = inp.a, inp.backend
     nq = len(inp.run)
     print(f"== PRP, {b.name} ({a.device}), {nq} queries x top-{a.depth} BM25 demo en-de, sort k={a.top}, passages cut to "
-          f"{a.passage_tokens} tokens, LLM cache off", flush=True)
+          f"{a.passage_tokens} tokens, LLM cache off; both sides generate one token and read it as llm-rankers does; "
+          f"{'the least ' + a.clock.upper() + ' time of ' + str(a.repeats) + ' alternating runs' if a.repeats > 1 else a.clock.upper() + ' time'}", flush=True)
     # warm-up, outside the timing: one comparison each way on the first query
     query, docs = inp.texts(next(iter(inp.run)))
     llm_rankers_pairwise(P, inp, "bubblesort", 1).compare(query, [docs[0][1], docs[1][1]])
@@ -198,9 +218,12 @@ def compare_prp(inp):
     for method, ties in (("bubblesort", None), ("heapsort", "llm-rankers")):
         name = f"prp-{method}"
         peer_r = llm_rankers_pairwise(P, inp, method, a.top)
-        theirs, t_peer = timed(peer_rerank, peer_r, inp, SearchResult)
+        got = alternating(a.repeats, {"peer": lambda: timed(peer_rerank, peer_r, inp, SearchResult),
+                                      True: lambda: ours_prp(inp, method, "generation", ties, True),
+                                      False: lambda: ours_prp(inp, method, "generation", ties, False)})
+        theirs, t_peer = got["peer"]
         for reuse in (True, False):
-            ours, t_ours, rr = ours_prp(inp, method, "generation", ties, reuse)
+            ours, t_ours, rr = got[reuse]
             diffs = diff_rankings(ours, theirs, a.depth)
             prompts = sum(d["prompts"] for d in rr.diagnostics.values())
             print(f"  {method}, prefix reuse {'on' if reuse else 'off'}: llm-rankers {t_peer:.1f}s ({nq / t_peer:.3f} q/s, "
@@ -237,12 +260,16 @@ def compare_setwise(inp):
     b.generate(["warm-up"], max_new_tokens=2, progress=False)
     nq = len(inp.run)
     print(f"== setwise heapsort, {b.name} ({a.device}), {nq} queries x top-{a.depth}, sort k={a.top}, 3 children, passages cut "
-          f"to {a.passage_tokens} tokens, LLM cache off", flush=True)
-    theirs, t_peer = timed(peer_rerank, r, inp, SearchResult)
-    for reuse in (True, False):
+          f"to {a.passage_tokens} tokens, LLM cache off; the least {a.clock.upper()} time of {a.repeats} alternating runs", flush=True)
+    def ours_run(reuse):
         rr = ours_rr(reuse)
-        run, t_ours = timed(rr.rerank, inp.coll, inp.run, k=a.depth)
-        ours = {q: run.docids(q) for q in inp.run}
+        run, sec = timed(rr.rerank, inp.coll, inp.run, k=a.depth)
+        return {q: run.docids(q) for q in inp.run}, sec, rr
+    got = alternating(a.repeats, {"peer": lambda: timed(peer_rerank, r, inp, SearchResult),
+                                  True: lambda: ours_run(True), False: lambda: ours_run(False)})
+    theirs, t_peer = got["peer"]
+    for reuse in (True, False):
+        ours, t_ours, rr = got[reuse]
         diffs = diff_rankings(ours, theirs, a.depth)
         sets = sum(d["sets"] - d["trivial_sets"] for d in rr.diagnostics.values())
         print(f"  setwise heapsort, prefix reuse {'on' if reuse else 'off'}: llm-rankers {t_peer:.1f}s ({nq / t_peer:.3f} q/s, "

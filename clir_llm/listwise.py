@@ -172,7 +172,8 @@ class ListwiseReranker(Reranker):
         bar = tqdm(total=sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values()),
                    desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
         def rank_windows(jobs):
-            perms = self._rank_windows(collection.queries, texts, jobs, cuts); bar.update(len(jobs)); return perms
+            perms = self._rank_windows(collection.queries, texts, jobs, cuts)
+            self._show_hits(bar); bar.update(len(jobs)); return perms
         slide(order, rank_windows, o.window, o.step, groups=[list(order)] if batch else [[q] for q in order], last=o.quirks.last_window)
         bar.close()
         token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]

@@ -81,15 +81,18 @@ def load_tokenizer(spec):
     except (OSError, ValueError) as e: raise LLMError(f"cannot load tokenizer {spec!r}: {' '.join(str(e).split())[:200]}") from None
 
 # %% ../nbs/10a_llm_hf.ipynb #a889ffc6
-def truncate_with(tok, text: str, max_tokens: int) -> str:
-    "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens of `tok`."
+def truncate_with(tok, text: str, max_tokens: int, counted=None) -> str:
+    """The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens of
+    `tok`; `counted(n)` is told the tokens of the whole text (no special tokens), which the cut had to count anyway."""
     if max_tokens <= 0: return ""
     try: enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     except (NotImplementedError, TypeError, ValueError): enc = None
     if enc is not None and "offset_mapping" in enc:
         offs = enc["offset_mapping"]
+        if counted is not None: counted(len(offs))
         return text if len(offs) <= max_tokens else text[:offs[max_tokens - 1][1]]
     ids = tok(text, add_special_tokens=False)["input_ids"]
+    if counted is not None: counted(len(ids))
     return text if len(ids) <= max_tokens else tok.decode(ids[:max_tokens])
 
 # %% ../nbs/10a_llm_hf.ipynb #cd96f92c
@@ -176,8 +179,9 @@ def count_tokens(self: HFRenderMixin, text: str) -> int:
 # %% ../nbs/10a_llm_hf.ipynb #30a86eed
 @patch
 def truncate(self: HFRenderMixin, text: str, max_tokens: int) -> str:
-    "The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens."
-    return truncate_with(self.tokenizer, text, max_tokens)
+    """The longest prefix of `text` (cut at a token boundary of the original string) with at most `max_tokens` tokens;
+    the text's length in tokens is remembered for `count_tokens` (rerankers cut a passage, then count what was cut off)."""
+    return truncate_with(self.tokenizer, text, max_tokens, counted=lambda n: memoised(self, "_token_counts", text, lambda: n))
 
 # %% ../nbs/10a_llm_hf.ipynb #bab8cba4
 class _HFGenerateMixin:

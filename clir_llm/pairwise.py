@@ -296,7 +296,8 @@ class PairwiseReranker(Reranker):
             return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
         def judge(pending):
             bar.update(sum(map(len, pending.values())))
-            return judge_many(judges, pending, ask, o.batch_orders)
+            values = judge_many(judges, pending, ask, o.batch_orders)
+            self._show_hits(bar); return values
         heads = drive_sorts(sorts, judge, groups=[list(sorts)] if o.batch_queries else [[q] for q in sorts])
         bar.total = bar.n; bar.close()   # done: the bound was not reached
         for q, j in judges.items(): self.diagnostics[q].update(j.stats)

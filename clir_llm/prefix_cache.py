@@ -12,7 +12,7 @@ from .core import ClirError
 
 # %% auto #0
 __all__ = ['BLOCK', 'block_hashes', 'BlockStore', 'submit', 'prefix_hit_share', 'shared_prefixes', 'segment_reuse', 'kv_arg',
-           'kv_of', 'reuse_layout', 'KVPrefixMixin']
+           'kv_of', 'reuse_layout', 'stage_levels', 'KVPrefixMixin']
 
 # %% ../nbs/10h_prefix_cache.ipynb #615b1d09
 BLOCK = 16   # tokens per block (vLLM's default block size)
@@ -30,12 +30,15 @@ class BlockStore:
     """Blocks of `block` tokens kept by chain hash, each with a payload (key/value states, or nothing in a simulation)
     and a size; once `capacity` is passed the least recently used blocks go first (a prompt's last blocks before its
     first, so a shared prefix outlives the prompts that used it). `match` finds the longest held prefix, `add` keeps
-    the blocks of a computed sequence; `stats` counts lookups, hits and tokens."""
-    def __init__(self, capacity: float, block: int = BLOCK):
+    the blocks of a computed sequence; `stats` counts lookups, hits and tokens. `partial`: a match also takes the first
+    tokens of a held block (a prefix that ends inside a block is reused to its last token; the `hf:` backend's store),
+    and `add(..., tail=True)` keeps a sequence's last, shorter block too; off, whole blocks only (a serving engine)."""
+    def __init__(self, capacity: float, block: int = BLOCK, partial: bool = False):
         if block < 1: raise ClirError(f"block must be at least 1 token, got {block}")
         if capacity < 0: raise ClirError(f"capacity must be >= 0, got {capacity}")
-        self.capacity, self.block, self.used = float(capacity), block, 0.0
+        self.capacity, self.block, self.used, self.partial = float(capacity), block, 0.0, partial
         self._blocks: OrderedDict = OrderedDict()    # chain hash -> (parent hash, tokens, payload, size)
+        self._starts: dict = {}                      # hash of (parent hash, a block's first j tokens) -> that block's chain hash
         self.stats = {"lookups": 0, "hits": 0, "tokens": 0, "hit_tokens": 0, "evicted": 0}
 
     def __len__(self) -> int: return len(self._blocks)
@@ -56,6 +59,28 @@ def _path(self: BlockStore, tokens: Sequence[int], limit: int) -> list[int]:
         out.append(h); parent = h
     return out
 
+# %% ../nbs/10h_prefix_cache.ipynb #c1fae795
+@patch
+def _tail(self: BlockStore, tokens: Sequence[int], parent, s: int, limit: int) -> tuple[int, int] | None:
+    "(chain hash, j) of a held block after `parent` whose first j tokens (the most, fewer than a block) are `tokens[s:s + j]`, j <= limit - s."
+    for j in range(min(self.block - 1, limit - s), 0, -1):
+        part = tuple(tokens[s:s + j])
+        h = self._starts.get(hash((parent, part)))
+        e = self._blocks.get(h) if h is not None else None
+        if e is not None and e[0] == parent and e[1][:j] == part: return h, j
+    return None
+
+# %% ../nbs/10h_prefix_cache.ipynb #aab329d9
+@patch
+def _index(self: BlockStore, h: int, entry: tuple, drop: bool = False):
+    "Name (or, `drop`, forget) the starts of a partial store's block `h`: its first 1, 2, ... tokens (at most a block less one)."
+    if not self.partial: return
+    parent, blk = entry[0], entry[1]
+    for j in range(1, min(len(blk), self.block - 1) + 1):
+        k = hash((parent, blk[:j]))
+        if not drop: self._starts[k] = h
+        elif self._starts.get(k) == h: del self._starts[k]
+
 # %% ../nbs/10h_prefix_cache.ipynb #4d6ad2ab
 @patch
 def _touch(self: BlockStore, path: list[int]):
@@ -65,36 +90,43 @@ def _touch(self: BlockStore, path: list[int]):
 # %% ../nbs/10h_prefix_cache.ipynb #fafa20be
 @patch
 def match(self: BlockStore, tokens: Sequence[int], limit: int | None = None, touch: bool = True) -> tuple[int, list]:
-    """(how many tokens of `tokens` the store holds from their start, a whole number of blocks and at most `limit`;
-    the payloads of those blocks in order). Counted in `stats` and made most recent unless `touch` is False (a peek)."""
+    """(how many tokens of `tokens` the store holds from their start, at most `limit`: a whole number of blocks, or in a
+    `partial` store any number (the last payload's first tokens); the payloads of those blocks in order). Counted in
+    `stats` and made most recent unless `touch` is False (a peek)."""
     limit = len(tokens) if limit is None else max(0, min(limit, len(tokens)))
     path = self._path(tokens, limit)
+    n = len(path) * self.block
+    if self.partial and n < limit and (t := self._tail(tokens, path[-1] if path else None, n, limit)) is not None:
+        path.append(t[0]); n += t[1]
     if touch:
         self._touch(path)
         s = self.stats
-        s["lookups"] += 1; s["tokens"] += len(tokens); s["hits"] += bool(path); s["hit_tokens"] += len(path) * self.block
-    return len(path) * self.block, [self._blocks[h][2] for h in path]
+        s["lookups"] += 1; s["tokens"] += len(tokens); s["hits"] += bool(path); s["hit_tokens"] += n
+    return n, [self._blocks[h][2] for h in path]
 
 # %% ../nbs/10h_prefix_cache.ipynb #b3e62b0e
 @patch
-def add(self: BlockStore, tokens: Sequence[int], payload: Callable[[int, int], tuple] | None = None, upto: int | None = None):
-    """Keep the full blocks of the first `upto` (all) tokens of `tokens` that are not held yet: `payload(start, end)` gives
-    a new block's (payload, size) (none: no payload, its size in tokens); then drop the least recently used blocks
-    until the store fits its capacity again."""
+def add(self: BlockStore, tokens: Sequence[int], payload: Callable[[int, int], tuple] | None = None, upto: int | None = None,
+        tail: bool = False):
+    """Keep the full blocks of the first `upto` (all) tokens of `tokens` that are not held yet (`tail`, in a `partial`
+    store: and the shorter block after them): `payload(start, end)` gives a new block's (payload, size) (none: no
+    payload, its size in tokens); then drop the least recently used blocks until the store fits its capacity again."""
     n, parent, path, B = len(tokens) if upto is None else min(upto, len(tokens)), None, [], self.block
-    for s in range(0, n - B + 1, B):
-        blk = tuple(tokens[s:s + B])
+    ends = list(range(B, n + 1, B)) + ([n] if tail and self.partial and n % B else [])
+    for e_ in ends:
+        s = (e_ - 1) // B * B
+        blk = tuple(tokens[s:e_])
         h = hash((parent, blk))
         e = self._blocks.get(h)
         if e is None or e[0] != parent or e[1] != blk:
-            p, size = payload(s, s + B) if payload is not None else (None, B)
-            if e is not None: self.used -= e[3]                 # a hash collision: the newer prefix takes the name
-            self._blocks[h] = (parent, blk, p, size); self.used += size
+            p, size = payload(s, e_) if payload is not None else (None, e_ - s)
+            if e is not None: self.used -= e[3]; self._index(h, e, drop=True)   # a hash collision: the newer prefix takes the name
+            self._blocks[h] = entry = (parent, blk, p, size); self.used += size; self._index(h, entry)
         path.append(h); parent = h
     self._touch(path)
     while self.used > self.capacity and self._blocks:
-        _, (_, _, _, size) = self._blocks.popitem(last=False)
-        self.used -= size; self.stats["evicted"] += 1
+        h, entry = self._blocks.popitem(last=False)
+        self.used -= entry[3]; self.stats["evicted"] += 1; self._index(h, entry, drop=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #2189547e
 def submit(store: BlockStore, tokens: Sequence[int]) -> int:
@@ -153,10 +185,15 @@ def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[fl
     return total, reused, sum(held.values()), reach
 
 # %% ../nbs/10h_prefix_cache.ipynb #d1c5a56e
+def _forward_params(model) -> set:
+    "The parameters of the model class's forward (the class's: a wrapper put on the instance, as a benchmark's call counter, hides them)."
+    try: return set(inspect.signature(type(model).forward).parameters)
+    except (TypeError, ValueError): return set()
+
 def kv_arg(model) -> str:
-    "The name a transformers model's forward gives its key/value cache (`cache` from transformers 5.x, `past_key_values` before)."
-    try: return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    except (TypeError, ValueError): return "past_key_values"
+    """The name a transformers model's forward and `generate` give its key/value cache: `cache` from transformers 5.x
+    (`past_key_values` is deprecated there), `past_key_values` before."""
+    return "cache" if "cache" in _forward_params(model) else "past_key_values"
 
 # %% ../nbs/10h_prefix_cache.ipynb #7d700715
 def kv_of(out):
@@ -172,14 +209,34 @@ def reuse_layout(lengths: Sequence[int], held: Sequence[int]) -> tuple[int, int,
     return P, N, [(P - h, P + N - (n - h)) for n, h in zip(lengths, held)]
 
 # %% ../nbs/10h_prefix_cache.ipynb #a3d94180
+def stage_levels(rests: Sequence[int], cost: float) -> list[int]:
+    """The rests (tokens still to compute) the passes of a batch leave, longest first: pass t computes, for the rows
+    with more left than level t + 1, their tokens down to it, and the last pass the rest of every row (padded to the
+    last level). Chosen to minimise the positions computed (each row costs its group's longest rest) plus `cost` per pass."""
+    r = sorted((x for x in rests if x > 0), reverse=True)
+    if not r: return []
+    best, cut = [0.0] + [float("inf")] * len(r), [0] * (len(r) + 1)   # best[i]: the i longest rests in groups
+    for i in range(1, len(r) + 1):
+        for j in range(i):                                            # the last group: rows j .. i - 1, its level r[j]
+            c = best[j] + (i - j) * r[j] + cost
+            if c < best[i]: best[i], cut[i] = c, j
+    levels, i = [], len(r)
+    while i: levels.append(r[cut[i]]); i = cut[i]
+    return levels[::-1]
+
+# %% ../nbs/10h_prefix_cache.ipynb #c412c355
 class KVPrefixMixin:
     """Prefix reuse for a decoder-only transformers backend: `_prefill(seqs, limits, keep)` (logits of the last `keep`
     positions, states reused and kept) and `_generate_reusing(items, gc)` (greedy answers over held prefixes). The
     backend sets `prefix_cache` (on/off) and `prefix_cache_gb` (None: 2 GB on a CPU, half the free memory of a GPU) and
-    counts `prefill_tokens`, `prefix_cache_tokens` and `prefix_cache_hits` in its usage."""
+    counts `prefill_tokens`, `prefill_padding_tokens`, `prefix_cache_tokens` and `prefix_cache_hits` in its usage.
+    `stage_cost`: what a forward pass costs beyond its tokens, in token positions (None: 32 on a CPU, about what reading
+    the weights of a 0.5B model once costs beside a token's arithmetic; 512 on a GPU, where a pass's fixed cost
+    outweighs its padding)."""
     prefix_cache: bool = False
     prefix_cache_gb: float | None = None
     prefix_block: int = BLOCK
+    stage_cost: float | None = None
     _kv_store: BlockStore | None = None
 
     def _reuses(self) -> bool:
@@ -191,8 +248,8 @@ class KVPrefixMixin:
 
     @property
     def kv_store(self) -> BlockStore:
-        "The store of key/value states (made on first use, its capacity in bytes)."
-        if self._kv_store is None: self._kv_store = BlockStore(self._kv_budget(), self.prefix_block)
+        "The store of key/value states (made on first use, its capacity in bytes; a prefix is reused to its last token)."
+        if self._kv_store is None: self._kv_store = BlockStore(self._kv_budget(), self.prefix_block, partial=True)
         return self._kv_store
 
 # %% ../nbs/10h_prefix_cache.ipynb #19a4171c
@@ -207,21 +264,29 @@ def _kv_budget(self: KVPrefixMixin) -> float:
 
 # %% ../nbs/10h_prefix_cache.ipynb #466b9312
 @patch
-def _held_past(self: KVPrefixMixin, seqs: list, limits: list) -> tuple[list[int], object]:
-    "(tokens held of each sequence, at most its limit; the batch's held states as a cache, left-padded to the longest)."
+def _held_rows(self: KVPrefixMixin, seqs: list, limits: list) -> tuple[list[int], list]:
+    "(tokens held of each sequence, at most its limit; their states: a tensor layers × 2 × heads × held × head size, or None)."
     import torch   # heavy: the model is loaded by now
-    st, held, rows = self.kv_store, [], []
+    held, rows = [], []
     for s, lim in zip(seqs, limits):
-        n, blocks = st.match(s, lim)
-        held.append(n); rows.append(torch.cat(blocks, dim=3) if blocks else None)
+        n, blocks = self.kv_store.match(s, lim)
+        held.append(n); rows.append(torch.cat(blocks, dim=3)[:, :, :, :n] if blocks else None)
+    return held, rows
+
+# %% ../nbs/10h_prefix_cache.ipynb #b834a514
+@patch
+def _past(self: KVPrefixMixin, rows: list, held: list[int]):
+    "The rows' states as one cache, each left-padded to the longest (None when no row holds any)."
+    import torch   # heavy: the model is loaded by now
     P = max(held, default=0)
-    if not P: return held, None
-    shape = next(r for r in rows if r is not None).shape
-    past = torch.zeros((shape[0], 2, len(seqs), shape[2], P, shape[4]), dtype=rows[held.index(P)].dtype, device=self.device)
+    if not P: return None
+    ref = next(r for r in rows if r is not None)
+    L, _, H, _, D = ref.shape
+    past = torch.zeros((L, 2, len(rows), H, P, D), dtype=ref.dtype, device=self.device)
     for i, (n, r) in enumerate(zip(held, rows)):
         if n: past[:, :, i, :, P - n:] = r
     from transformers import DynamicCache   # heavy: the model is loaded by now
-    return held, DynamicCache([(past[l, 0], past[l, 1]) for l in range(shape[0])])
+    return DynamicCache([(past[l, 0], past[l, 1]) for l in range(L)])
 
 # %% ../nbs/10h_prefix_cache.ipynb #5f0c75be
 @patch
@@ -238,19 +303,64 @@ def _batch_over(self: KVPrefixMixin, seqs: list, held: list[int]):
 
 # %% ../nbs/10h_prefix_cache.ipynb #0ee31247
 @patch
-def _keep_states(self: KVPrefixMixin, seqs: list, held: list[int], cache, P: int, upto: list[int] | None = None):
-    "Put the full blocks of each sequence (its first `upto` tokens) that the store lacks into it, their states read from `cache` (laid out as `_batch_over`)."
+def _forward_over(self: KVPrefixMixin, seqs: list, held: list[int], rows: list, keep: int = 1):
+    """(the model's output, P): one forward pass over `seqs`, each computed after its `held` tokens (states `rows`); the
+    logits of the last `keep` positions, or (`keep=0`) none: the model's body alone, without its vocabulary projection."""
+    past = self._past(rows, held)
+    ids, mask, P = self._batch_over(seqs, held)
+    self._count_padding(seqs, held)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    m = self.hf_model
+    if not keep and m.base_model is not m: m = m.base_model     # states only: no logits (a pass of its own saves reading the projection)
+    kw = {kv_arg(m): past} if past is not None else {}
+    if "logits_to_keep" in _forward_params(m): kw["logits_to_keep"] = max(keep, 1)
+    return m(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:], use_cache=True, **kw), P
+
+# %% ../nbs/10h_prefix_cache.ipynb #8c0c7c7f
+def _cache_tensor(cache, upto: int):
+    "The first `upto` positions of a transformers cache's keys and values: layers × 2 × batch × heads × positions × head size (None without layers)."
     import torch   # heavy: the model is loaded by now
     layers = getattr(cache, "layers", None)
-    if not layers: return
+    if not layers: return None
+    return torch.stack([torch.stack((l.keys[:, :, :upto], l.values[:, :, :upto])) for l in layers])
+
+# %% ../nbs/10h_prefix_cache.ipynb #11ced49b
+@patch
+def _stages(self: KVPrefixMixin, seqs: list, held: list[int], rows: list, keep: int = 1) -> tuple[list[int], list]:
+    """(held, states) of each row after the passes that compute the longest rests first (`stage_levels`), so that the
+    final pass over all rows pads little; a row's last `keep` tokens are always left to the final pass."""
+    import torch   # heavy: the model is loaded by now
+    cost = self.stage_cost if self.stage_cost is not None else (512 if self.hf_model.device.type == "cuda" else 32)
+    levels = stage_levels([len(s) - h for s, h in zip(seqs, held)], cost)
+    held, rows = list(held), list(rows)
+    for level in sorted({max(x, keep) for x in levels[1:]}, reverse=True):
+        idx = [i for i, (s, h) in enumerate(zip(seqs, held)) if len(s) - h > level]
+        if not idx: continue
+        sub = [seqs[i][:len(seqs[i]) - level] for i in idx]
+        out, P = self._forward_over(sub, [held[i] for i in idx], [rows[i] for i in idx], keep=0)
+        N = max(len(s) - held[i] for s, i in zip(sub, idx))
+        kv = _cache_tensor(kv_of(out), P + N)
+        for j, (i, s) in enumerate(zip(idx, sub)):
+            new = kv[:, :, j, :, P + N - (len(s) - held[i]):P + N]
+            rows[i] = new.clone() if rows[i] is None else torch.cat((rows[i], new), dim=3)
+            held[i] = len(s)
+    return held, rows
+
+# %% ../nbs/10h_prefix_cache.ipynb #b9d1c787
+@patch
+def _keep_states(self: KVPrefixMixin, seqs: list, held: list[int], cache, P: int, upto: list[int] | None = None):
+    "Put the blocks of each sequence (its first `upto` tokens; the last, shorter block too) that the store lacks into it, their states read from `cache` (laid out as `_batch_over`)."
+    import torch   # heavy: the model is loaded by now
     N = max(len(s) - h for s, h in zip(seqs, held))
-    kv = torch.stack([torch.stack((l.keys[:, :, :P + N], l.values[:, :, :P + N])) for l in layers])   # layers, 2, batch, heads, P + N, dim
+    kv = _cache_tensor(cache, P + N)
+    if kv is None: return
     for i, (s, h) in enumerate(zip(seqs, held)):
+        row = []
         def block(a, b, i=i, h=h, n=len(s)):
-            col = P - h + a if a < h else P + N - n + a      # where token a of row i sits (held blocks never straddle h)
-            t = kv[:, :, i, :, col:col + b - a].clone()
+            if not row: row.append(torch.cat((kv[:, :, i, :, P - h:P], kv[:, :, i, :, P + N - (n - h):P + N]), dim=3))   # the row's states in order
+            t = row[0][:, :, :, a:b].clone()
             return t, t.numel() * t.element_size()
-        self.kv_store.add(s, block, None if upto is None else upto[i])
+        self.kv_store.add(s, block, None if upto is None else upto[i], tail=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #7b1f0ab3
 @patch
@@ -263,38 +373,47 @@ def _count_reuse(self: KVPrefixMixin, seqs: list, held: list[int], computed_only
 
 # %% ../nbs/10h_prefix_cache.ipynb #e3526129
 @patch
-def _share_first(self: KVPrefixMixin, seqs: list, limits: list):
-    "Compute first the prefixes that several of `seqs` share and the store lacks (`shared_prefixes`), so the batch reuses them."
-    held = [self.kv_store.match(s, lim, touch=False)[0] for s, lim in zip(seqs, limits)]
-    pre = shared_prefixes([s[:lim + 1] for s, lim in zip(seqs, limits)], held, self.prefix_block)
-    if pre: self._prefill([list(p) for p in pre], [len(p) - 1 for p in pre], 1, shared=True)
+def _count_padding(self: KVPrefixMixin, seqs: list, held: list[int]):
+    "Count the padded positions a forward pass over `seqs` (after `held` tokens each) computes beside their tokens."
+    rests = [len(s) - h for s, h in zip(seqs, held)]
+    if pad := len(rests) * max(rests, default=0) - sum(rests): self._count("prefill_padding_tokens", pad)
 
 # %% ../nbs/10h_prefix_cache.ipynb #a444a4a8
 @patch
-def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto: list | None = None, shared: bool = False):
-    """The logits of the last `keep` positions of each of `seqs` (batch × keep × vocabulary), computing only what the
-    store does not hold of each (at most `limits[i]` tokens held); the new blocks kept (the first `upto[i]` tokens)."""
-    self._share_first(seqs, limits)
-    held, past = self._held_past(seqs, limits)
-    ids, mask, P = self._batch_over(seqs, held)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    kw = {kv_arg(self.hf_model): past} if past is not None else {}
-    if "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters: kw["logits_to_keep"] = keep
-    out = self.hf_model(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:], use_cache=True, **kw)
-    self._keep_states(seqs, held, kv_of(out), P, upto)
-    self._count_reuse(seqs, held, computed_only=shared)
-    return out.logits[:, -keep:]
+def _share_first(self: KVPrefixMixin, seqs: list, limits: list):
+    "Compute first the prefixes that several of `seqs` share and the store lacks (`shared_prefixes`, to the token), so the batch reuses them."
+    held = [self.kv_store.match(s, lim, touch=False)[0] for s, lim in zip(seqs, limits)]
+    pre = shared_prefixes([s[:lim + 1] for s, lim in zip(seqs, limits)], held, 1, 2 * self.prefix_block)
+    if pre: self._prefill([list(p) for p in pre], [len(p) - 1 for p in pre], 0, shared=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #369ca5f6
 @patch
+def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto: list | None = None, shared: bool = False):
+    """The logits of the last `keep` positions of each of `seqs` (batch × keep × vocabulary; `keep=0`: None, the states
+    only), computing only what the store does not hold of each (at most `limits[i]` tokens held), the longest rests
+    first (`_stages`); the new blocks kept (the first `upto[i]` tokens)."""
+    self._share_first(seqs, limits)
+    held, rows = self._held_rows(seqs, limits)
+    self._count_reuse(seqs, held, computed_only=shared)
+    held, rows = self._stages(seqs, held, rows, keep)
+    out, P = self._forward_over(seqs, held, rows, keep)
+    self._keep_states(seqs, held, kv_of(out), P, upto)
+    return out.logits[:, -keep:] if keep else None
+
+# %% ../nbs/10h_prefix_cache.ipynb #21b7ab45
+@patch
 def _generate_reusing(self: KVPrefixMixin, seqs: list, gc) -> list[list[int]]:
-    "The generated token ids of each prompt of `seqs` (`generate` with `gc`), its held prefix reused and its states kept."
-    self._share_first(seqs, [len(s) - 1 for s in seqs])
-    held, past = self._held_past(seqs, [len(s) - 1 for s in seqs])
+    "The generated token ids of each prompt of `seqs` (`generate` with `gc`), its held prefix reused (the longest rests first: `_stages`) and its states kept."
+    limits = [len(s) - 1 for s in seqs]
+    self._share_first(seqs, limits)
+    held, rows = self._held_rows(seqs, limits)
+    self._count_reuse(seqs, held)
+    held, rows = self._stages(seqs, held, rows)
+    past = self._past(rows, held)
     ids, mask, P = self._batch_over(seqs, held)
+    self._count_padding(seqs, held)
     gc = copy.copy(gc); gc.return_dict_in_generate = True
     kw = {kv_arg(self.hf_model): past} if past is not None else {}
     out = self.hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=gc, **kw)
     self._keep_states(seqs, held, kv_of(out), P)
-    self._count_reuse(seqs, held)
     return out.sequences[:, ids.shape[1]:].tolist()

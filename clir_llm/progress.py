@@ -43,6 +43,7 @@ class ChannelBar(std_tqdm):
         d = self.format_dict
         ev = dict(t=round(time.time(), 3), bar=f"{os.getpid()}-{id(self)}", desc=d.get("prefix") or "", n=d["n"],
                   total=d["total"], elapsed=round(d["elapsed"], 3), unit=d["unit"], closed=closed, **self._labels)
+        if d.get("postfix"): ev["postfix"] = d["postfix"]   # what the bar's owner adds after the meter (`set_postfix_str`)
         try:
             with open(self._channel, "a", encoding="utf-8") as f: f.write(json.dumps(ev) + "\n")
         except OSError: pass   # progress is never worth failing a run for
@@ -85,11 +86,11 @@ def progress_bar(*args, **kw):
 
 # %% ../nbs/00b_progress.ipynb #0a98ae98
 def format_event(ev: dict, prefix: str = "", width: int | None = None) -> str:
-    "One line for a channel event: `prefix pair step | desc: n/N [elapsed<remaining, rate]` (tqdm's meter)."
+    "One line for a channel event: `prefix pair step | desc: n/N [elapsed<remaining, rate, postfix]` (tqdm's meter)."
     labels = " ".join(ev[k] for k in ("pair", "step") if ev.get(k))
     head = " ".join(s for s in (prefix, labels) if s)
     meter = std_tqdm.format_meter(ev["n"], ev.get("total"), ev.get("elapsed", 0), prefix=ev.get("desc") or "",
-                                  unit=ev.get("unit") or "it", ncols=None)
+                                  unit=ev.get("unit") or "it", ncols=None, postfix=ev.get("postfix"))
     line = f"{head} | {meter}" if head else meter
     return line[:width - 1] if width and len(line) >= width else line
 

@@ -138,6 +138,14 @@ def _finish(self: Reranker, run, heads: dict[str, list[str]], k: int) -> Run:
             if isinstance(v, (int, float)) and not isinstance(v, bool): self.usage.count(key, v)
     return Run.from_ranked(out, name=self.name)
 
+# %% ../nbs/11_rerank.ipynb #73d057b0
+@patch
+def _show_hits(self: Reranker, bar):
+    "Put on the run's progress bar how many prompts so far reused a held prefix (`prefix hits`, the backend's `prefix_cache_hits`); nothing when its backend counts none."
+    now = _backend_usage(self).counters
+    if "prefix_cache_hits" in now:
+        bar.set_postfix_str(f"prefix hits {now['prefix_cache_hits'] - self._usage0.counters.get('prefix_cache_hits', 0)}", refresh=False)
+
 # %% ../nbs/11_rerank.ipynb #db74dfff
 @patch
 def _truncated(self: Reranker, q, lang, n_tokens):
@@ -417,5 +425,6 @@ def cli_rerank(argv=None) -> int:
     rr.save(a.out)
     u = rr.usage
     print(f"{a.out}: {len(out)} queries reranked by {rr.name} ({a.docs.upper()}); {u.calls} model calls, "
-          f"{u.cache_hits} cache hits, {u.tokens_in} tokens in, {u.seconds:.1f}s")
+          f"{u.cache_hits} cache hits, {u.tokens_in} tokens in, {u.seconds:.1f}s"
+          + (f"; {u.counters['prefix_cache_hits']} prompts reused a held prefix" if "prefix_cache_hits" in u.counters else ""))
     return 0

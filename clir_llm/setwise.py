@@ -132,6 +132,7 @@ class SetwiseReranker(Reranker):
                 self.diagnostics[q]["sets"] += 1
                 if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
             best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
+            self._show_hits(bar)
             return {q: (0 if ids else None) for q, ids in pending.items()} | dict(zip(asked, best))
         batch = o.batch_queries and self.backend.supports_batching
         heads = drive_sorts(sorts, judge, groups=[list(sorts)] if batch else [[q] for q in sorts])

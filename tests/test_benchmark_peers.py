@@ -54,3 +54,12 @@ def test_missing_llm_rankers_skips_every_prp_line(peers, capsys, monkeypatch):
 def test_rank_llm_missing_is_reported(peers, monkeypatch):
     monkeypatch.setattr(peers.importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(ImportError, match="rank_llm"): peers.import_rank_llm()
+
+
+def test_alternating_repeats_keep_the_least_time_and_reverse_the_order(peers):
+    "The LLM comparisons run each side `--repeats` times, the order reversed each round (a load that drifts hits both sides)."
+    order, times = [], {"a": iter([3.0, 1.0]), "b": iter([2.0, 5.0])}
+    def run(n): order.append(n); return (n.upper(), next(times[n]), "extra")
+    got = peers.alternating(2, {"a": lambda: run("a"), "b": lambda: run("b")})
+    assert order == ["a", "b", "b", "a"] and got == {"a": ("A", 1.0, "extra"), "b": ("B", 2.0, "extra")}
+    assert peers.parse_args(["--quick"]).repeats == 2 and peers.parse_args(["--repeats", "1"]).repeats == 1

@@ -495,3 +495,21 @@ def test_sort_k_must_be_positive(tmp_path, k):
     p = R.run_cli("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path, "in.trec"), "--method", "pairwise-bubblesort",
                   "--llm", "openai:x", "--sort-k", k, "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"))
     R.expect_rc(f"--sort-k {k}", p.returncode, p.stderr, "greater than 0", cls="numbers")
+
+
+def test_the_progress_line_shows_the_prefix_cache_hits(tiny, tmp_path, monkeypatch):
+    "issue 30 item 1: the prompts that reused a held prefix are counted in the usage and shown on the run's progress line."
+    from clir_llm.llm import get_backend
+    from clir_llm.progress import CHANNEL, format_event
+    coll = CatColl(); run = first_run(coll)
+    ch = tmp_path / "p.jsonl"
+    monkeypatch.setenv(CHANNEL, str(ch))
+    rr = get_reranker("pairwise-bubblesort", get_backend(f"hf:{tiny['qwen2']}"), k=3)
+    rr.rerank(coll, run, k=8)
+    hits = rr.usage.counters["prefix_cache_hits"]
+    last = [json.loads(l) for l in ch.read_text().splitlines() if "rerank prp" in l][-1]
+    assert hits > 0 and last["closed"] and last["postfix"] == f"prefix hits {hits}"
+    assert format_event(last).endswith(f"prefix hits {hits}]")
+    ch.unlink()
+    get_reranker("pairwise-bubblesort", QrelsOracle(coll), k=3).rerank(coll, run, k=8)   # a backend without a prefix cache: no postfix
+    assert all("postfix" not in json.loads(l) for l in ch.read_text().splitlines())

@@ -4,7 +4,7 @@ a schedule of prompts made of parts allows, and the layout of a batch over held 
 import pytest
 from clir_llm.core import ClirError
 from clir_llm.prefix_cache import (BlockStore, block_hashes, prefix_hit_share, reuse_layout, segment_reuse, shared_prefixes,
-                                   submit)
+                                   stage_levels, submit)
 
 
 def test_block_hashes_name_the_whole_prefix():
@@ -74,3 +74,32 @@ def test_reuse_layout_left_pads_the_held_states_and_the_rest():
     P, N, cols = reuse_layout([40, 20, 30], [32, 0, 16])
     assert (P, N) == (32, 20) and cols == [(0, 44), (32, 32), (16, 38)]
     assert reuse_layout([], []) == (0, 0, [])
+
+
+def test_a_partial_store_reuses_a_prefix_to_its_last_token():
+    "issue 30: the hf: store reuses a prefix that ends inside a block (whole blocks lost up to 15 tokens per reuse)."
+    a, b = list(range(100)), list(range(40)) + [999] * 60
+    whole, part = BlockStore(1e6), BlockStore(1e6, partial=True)
+    whole.add(a, tail=True); part.add(a, tail=True)
+    assert whole.match(b)[0] == 32 and part.match(b)[0] == 40
+    n, payloads = part.match(a + [7], touch=False)
+    assert n == 100 and len(payloads) == 7                       # 6 whole blocks and the 4-token tail kept with tail=True
+    assert part.match(a, limit=99)[0] == 99 and part.match([999] + a)[0] == 0 and part.stats["hit_tokens"] == 40 + 99
+    nt = BlockStore(1e6, partial=True); nt.add(a)
+    assert nt.match(a + [7])[0] == 96                            # without tail=True the last, shorter block is not kept
+
+
+def test_a_partial_store_forgets_the_starts_of_the_blocks_it_drops():
+    st = BlockStore(4 * 16, partial=True)
+    for i in range(6): st.add([1000 * i + j for j in range(40)], tail=True)   # 3 blocks each (2 whole, 1 of 8): 2 sequences fit
+    assert st.used <= st.capacity and st.stats["evicted"] > 0
+    held = set(st._blocks)
+    assert all(h in held for h in st._starts.values())           # no start names a dropped block
+    assert st.match([5000 + j for j in range(20)])[0] == 20 and st.match([0, 1, 2])[0] == 0
+
+
+def test_stage_levels_compute_the_longest_rests_first_when_padding_costs_more_than_a_pass():
+    assert stage_levels([42, 80, 42, 80], 32) == [80, 42]        # 2 x 38 first, then 4 x 42: 244 + 64, not 4 x 80 + 32
+    assert stage_levels([42, 80, 42, 80], 512) == [80]           # a costly pass: one padded pass
+    assert stage_levels([40, 41, 42], 32) == [42] and stage_levels([], 5) == [] and stage_levels([0, 0], 5) == []
+    assert stage_levels([10, 50, 90], 0) == [90, 50, 10]         # free passes: no padding at all
