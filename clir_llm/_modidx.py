@@ -70,6 +70,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.bm25.BM25._batch': ('bm25.html#bm25._batch', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25._search': ('bm25.html#bm25._search', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.create': ('bm25.html#bm25.create', 'clir_llm/bm25.py'),
+                               'clir_llm.bm25.BM25.kept_searcher': ('bm25.html#bm25.kept_searcher', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.query_text': ('bm25.html#bm25.query_text', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.retrieve': ('bm25.html#bm25.retrieve', 'clir_llm/bm25.py'),
                                'clir_llm.bm25.BM25.searcher': ('bm25.html#bm25.searcher', 'clir_llm/bm25.py'),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/07_bm25.ipynb #bb0672db
 from __future__ import annotations
-import contextlib, glob, hashlib, json, logging, os, re, shutil, sys, tempfile, time
+import contextlib, glob, hashlib, json, logging, math, os, re, shutil, sys, tempfile, time
 from importlib.metadata import version as _package_version
 from pathlib import Path
 from typing import Iterable
@@ -297,6 +297,7 @@ class BM25(Retriever):
         self.k1, self.b, self.threads = options.k1, options.b, options.threads
         self.cache = cache or Cache()
         self.usage = Usage()
+        self._kept = None   # (index folder, k1, b, analyzer) and the LuceneSearcher opened on it, for the next call
 
     @classmethod
     def create(cls, name: str = "bm25-og", cache: Cache | None = None, progress: bool = True, **options) -> "BM25":
@@ -320,6 +321,13 @@ class BM25(Retriever):
         "The query string handed to Lucene (pre-tokenized for whitespace-analyzed languages)."
         return text if language(collection.doc_lang).lucene else pretokenize(text)
 
+    def kept_searcher(self, collection):
+        "`searcher(collection)`, opened once and kept for the next call on the same index and settings."
+        key = (str(build_index(collection, self.cache, progress=self.progress)), float(self.k1), float(self.b),
+               analyzer_name(collection.doc_lang))
+        if self._kept is None or self._kept[0] != key: self._kept = (key, self.searcher(collection))
+        return self._kept[1]
+
     def retrieve(self, collection, k: int = 100, batch: bool = True) -> Run:
         "Top-`k` BM25 run of every query of `collection` (`batch=False`: one `LuceneSearcher.search` call per query)."
         t0 = time.time()
@@ -328,10 +336,21 @@ class BM25(Retriever):
         hits = self._batch(collection, texts, k) if batch and qids else {}
         missing = [q for q in qids if q not in hits]  # no hit at all, or a query the batch could not search
         if missing:
-            s = self.searcher(collection)
-            for q in missing: hits[q] = [(h.docid, h.score) for h in self._search(s, collection, q, texts[q], k)]
-        # Anserini writes scores with 6 decimals; the one-at-a-time path is rounded the same way so both are equal
-        run = Run.from_ranked({q: [(d, round(float(x), 6)) for d, x in hits[q]] for q in qids}, name=self.name)
+            s, found = self.kept_searcher(collection), {}
+            if batch:   # searched again together on the kept searcher; any it cannot search, alone (its error names it)
+                try: found = s.batch_search([texts[q] for q in missing], missing, k=k, threads=int(self.threads))
+                except Exception: found = {}
+            for q in missing:
+                got = found.get(q)
+                if got is None: got = self._search(s, collection, q, texts[q], k)
+                # Anserini writes scores with 6 decimals; the searcher's are rounded the same way so both paths are equal
+                hits[q] = [(h.docid, round(float(h.score), 6)) for h in got]
+        run = Run(name=self.name)   # the checks of Run.from_ranked, on whole rankings: a docid twice, a score not a number
+        for q in qids:
+            scores = dict(hits[q])
+            if len(scores) != len(hits[q]) or not all(map(math.isfinite, scores.values())):
+                run = Run.from_ranked({q: hits[q] for q in qids}, name=self.name); break   # it names the culprit
+            run[q] = scores
         self.usage.add(Usage(calls=len(qids), seconds=time.time() - t0))
         self.usage.count("queries", len(qids))
         return run

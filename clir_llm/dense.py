@@ -510,7 +510,15 @@ class Dense(Retriever):
         qids = sorted(collection.queries)
         if not qids: return Run(name=self.name)
         S, I = index.search(self.query_vectors([collection.queries[q].text for q in qids]), min(k, len(docids)))
-        # plain lists (tolist): the same floats, without a numpy scalar per hit; Run.from_ranked checks duplicate docids
+        # plain lists (tolist): the same floats, without a numpy scalar per hit. The checks of Run.from_ranked (a score
+        # not a number, a docid twice in a ranking) cost more than the search on a small index: made here on the whole
+        # arrays and per ranking's length, and only a run that fails them goes through from_ranked, which names the culprit
+        if np.isfinite(S).all() and (I >= 0).all():
+            run = Run(name=self.name)
+            for q, ss, ii in zip(qids, S.tolist(), I.tolist()):
+                if len(scores := dict(zip(map(docids.__getitem__, ii), ss))) != len(ii): break   # a docid twice
+                run[q] = scores
+            else: return run
         return Run.from_ranked({q: [(docids[i], s) for s, i in zip(ss, ii) if i >= 0]
                                 for q, ss, ii in zip(qids, S.tolist(), I.tolist())}, name=self.name)
 
@@ -544,10 +552,16 @@ def query_vectors(self: Dense, texts: list[str]) -> np.ndarray:
 @patch
 def encoded_chunks(self: Dense, docs, total: int | None, desc: str):
     """(documents, vectors) for each chunk of `chunk_size` documents drawn from the iterator `docs`, under one progress
-    bar: what the in-memory index and the shards of the persisted index (`clir_llm.dense_index`) both loop over."""
+    bar: what the in-memory index and the shards of the persisted index (`clir_llm.dense_index`) both loop over.
+    One chunk is alive at a time: a chunk's documents and vectors are let go before the next chunk is read (callers
+    drop theirs at the end of the loop body too), so the working memory is one chunk whatever the corpus size."""
     bar = tqdm(total=total, desc=desc, disable=not self.progress, leave=False)
     try:
-        while chunk := list(islice(docs, self.chunk_size)):
+        while True:
+            chunk = list(islice(docs, self.chunk_size))
+            if not chunk: break
+            n = len(chunk)
             yield chunk, self.encoder.encode_docs(chunk, sort=self.sort, progress=self.progress)   # its bar moves batch by batch
-            bar.update(len(chunk))
+            del chunk   # not held while the next chunk is drawn (a `while chunk := ...` loop holds two chunks there)
+            bar.update(n)
     finally: bar.close()

@@ -78,6 +78,7 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
             if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
             arr[row:row + len(v)] = v; row += len(v)
             ids.writelines(d.docid + "\n" for d in chunk)
+            del chunk, v   # let go before the next chunk is drawn: one chunk alive at a time
     if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(0, 0))
     if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
     arr.flush(); del arr
@@ -96,12 +97,18 @@ def complete_shards(self: DenseIndex) -> int | None:
     return None
 
 # %% ../nbs/08d_dense_index.ipynb #8ce7c101
-def _new_index(dim: int, vectors: str):
+def _new_index(dim: int, vectors: str, reserve: int = 0):
+    """An empty exact FAISS index (inner product) of `dim`-dimensional `vectors` ('float32' | 'float16'), with room made
+    at once for `reserve` vectors: adding them block by block then never moves its storage. (Without it the storage
+    grows by doubling, and each move holds the old and the new buffer at once: up to twice the index at the peak.)"""
     import faiss   # heavy: loaded when an index is built
-    if vectors == "float16": return faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-    return faiss.IndexFlatIP(dim)
+    if vectors == "float16": index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+    else: index = faiss.IndexFlatIP(dim)
+    if reserve > 0:   # a std::vector keeps its capacity when resized down: `add` then appends in place
+        index.codes.resize(reserve * index.code_size); index.codes.resize(0)
+    return index
 
-# %% ../nbs/08d_dense_index.ipynb #931eff47
+# %% ../nbs/08d_dense_index.ipynb #76b7a0ef
 @patch
 def merge(self: DenseIndex, n: int):
     "Merge the `n` shards into one FAISS index saved as `index.faiss` + `docids.txt`; returns (index, docids)."
@@ -117,7 +124,7 @@ def merge(self: DenseIndex, n: int):
             for line in f: docids[at] = line[:-1]; at += 1
         for r in range(0, arr.shape[0], step):
             block = np.ascontiguousarray(arr[r:r + step], dtype=np.float32)
-            if index is None: index = _new_index(block.shape[1], self.vectors)
+            if index is None: index = _new_index(block.shape[1], self.vectors, reserve=len(docids))
             if index.is_trained is False: index.train(block)
             index.add(block)
         del arr
@@ -150,9 +157,10 @@ def in_memory(self: DenseIndex):
     index, docids = None, []
     for chunk, vecs in self.dense.encoded_chunks(iter(self.collection.iter_docs()), getattr(self.collection, "num_docs", None),
                                                  f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}"):
-        if index is None: index = _new_index(vecs.shape[1], self.vectors)
+        if index is None: index = _new_index(vecs.shape[1], self.vectors, reserve=getattr(self.collection, "num_docs", None) or 0)
         index.add(vecs)
         docids.extend(d.docid for d in chunk)
+        del chunk, vecs   # let go before the next chunk is drawn: one chunk alive at a time
     if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     return index, docids
 

@@ -226,3 +226,20 @@ def test_jvm_leaves_sigint_to_python_and_no_crash_file_in_cwd(tmp_path):
 def test_no_jvm_crash_files():
     n = R.jvm_crash_files()
     assert n == 0, f"{n} hs_err_pid*.log files appeared during this session"
+
+
+def test_no_hit_queries_searched_again_together_on_a_kept_searcher(tmp_path, monkeypatch):
+    """issue 30: the queries without a line in Anserini's run (no hit, or not searchable there) are searched again in
+    one batch on a searcher kept from the last call, not one at a time on a searcher opened per call; the run is the same."""
+    b = B.BM25(cache=Cache(tmp_path), progress=False)
+    opened, alone = [], []
+    real_searcher, real_search = B.BM25.searcher, B.BM25._search
+    monkeypatch.setattr(B.BM25, "searcher", lambda self, c: (opened.append(c.name), real_searcher(self, c))[1])
+    monkeypatch.setattr(B.BM25, "_search", lambda self, s, c, q, *a: (alone.append(q), real_search(self, s, c, q, *a))[1])
+    first, second = b.retrieve(DE), b.retrieve(DE)
+    assert first == second and first.get("q4") == {} and first.docids("q1")   # q4: stop words only, no hit
+    assert opened == ["t-de"] and alone == []
+    assert b.retrieve(DE, batch=False) == first and opened == ["t-de"] and sorted(alone) == sorted(DE.queries)   # one at a time
+    b.k1 = 1.2   # other settings: another searcher
+    assert b.retrieve(DE) == B.BM25.create(cache=Cache(tmp_path), progress=False, k1=1.2).retrieve(DE, batch=False)
+    assert opened.count("t-de") >= 2

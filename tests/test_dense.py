@@ -412,3 +412,23 @@ def test_qwen3_embedding_equals_its_model_card(tmp_path):
         assert ours["input_ids"].tolist() == batch["input_ids"].tolist() and ours["input_ids"][0, -1] == tok.convert_tokens_to_ids("<|endoftext|>")
         assert np.abs(vecs - ref).max() < 1e-5
     assert e.namespace("query").identity["pooling"] == "last-left" and e.namespace("query").identity["eos"] is False
+
+
+def test_retrieve_builds_its_run_without_per_hit_checks(models, tmp_path, monkeypatch):
+    """issue 30: the run of Dense.retrieve is built straight from FAISS's arrays (checked whole), not hit by hit through
+    Run.from_ranked (which cost more than the search on a small index); the same run, and a docid twice still an error."""
+    from clir_llm.core import Run
+    d = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode="off"), chunk_size=100, progress=False)
+    expected = d.retrieve(Coll(), k=3)
+    def refuse(*a, **k): raise AssertionError("Run.from_ranked called for a clean run")
+    monkeypatch.setattr(Run, "from_ranked", refuse)
+    again = D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode="off"), chunk_size=100, progress=False)
+    run = again.retrieve(Coll(), k=3)
+    assert run == expected and run.name == expected.name and all(list(run[q]) == list(expected[q]) for q in run)
+    monkeypatch.undo()
+    class Twice(Coll):   # the same docid on two identical documents: both come back for a query
+        key = "twice"
+        def iter_docs(self): return iter(DOCS + [Document("a", DOCS[0].text, DOCS[0].title)])
+        num_docs = len(DOCS) + 1
+    with pytest.raises(ClirError, match="ranked twice"):
+        D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode="off"), chunk_size=100, progress=False).retrieve(Twice(), k=5)

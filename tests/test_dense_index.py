@@ -46,3 +46,53 @@ def test_sharded_index_equals_in_memory(xlmr, tmp_path):
         d = D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / f"s{n}"), chunk_size=16, shards=n, progress=False)
         assert d.retrieve(c, k=10) == mem
         assert d.usage.counters["index_builds"] == 1 and d.usage.counters["shards_encoded"] == n
+
+
+class _Counted(D.Document):
+    "A document that counts how many of its kind are alive at once (issue 30: one chunk alive at a time)."
+    live = peak = 0
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        type(self).live += 1; type(self).peak = max(type(self).peak, type(self).live)
+    def __del__(self): type(self).live -= 1
+
+
+class _CountedStream:
+    name, pair, doc_lang, query_lang, key, queries = "counted", "en-en", "en", "en", "counted-40", {}
+    num_docs = 40
+    def iter_docs(self):
+        for i in range(self.num_docs): yield _Counted(f"c{i}", " ".join(D._WORDS[i:i + 1 + i % 7]))
+
+
+@pytest.mark.parametrize("mode", ["off", "readwrite"])   # in memory, and the sharded persisted index
+def test_one_chunk_of_documents_alive_at_a_time(xlmr, tmp_path, mode):
+    "Before issue 30 the previous chunk was still held while the next was read: twice the chunk at the peak."
+    _Counted.live = _Counted.peak = 0
+    d = D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "c", mode=mode), chunk_size=8, shards=2, progress=False)
+    index, docids = d.index(_CountedStream())
+    assert index.ntotal == 40 and len(docids) == 40
+    assert _Counted.peak <= 8, f"{_Counted.peak} documents alive at once with chunks of 8"
+
+
+@pytest.mark.parametrize("mode", ["off", "readwrite"])
+def test_index_storage_reserved_not_regrown(xlmr, tmp_path, mode, monkeypatch):
+    """The FAISS index is sized for every document before the first add (merge: the shards' rows; in memory: num_docs),
+    so its storage never moves while chunks are added (a move holds the old and the new buffer: up to twice the index)."""
+    from clir_llm import dense_index as DI
+    made, adds = [], []
+    def spy(*a, **kw):
+        ix = real(*a, **kw); made.append(ix)
+        add = ix.add
+        def traced_add(x):
+            add(x); adds.append(int(ix.codes.data()))
+        ix.add = traced_add
+        return ix
+    real = DI._new_index
+    monkeypatch.setattr(DI, "_new_index", spy)
+    d = D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "c", mode=mode), chunk_size=4, shards=2, progress=False)
+    index, docids = d.index(_CountedStream())
+    assert len(made) == 1 and index.ntotal == 40 and len(adds) == 10
+    assert len(set(adds)) == 1, f"the index storage moved {len(set(adds)) - 1} times while chunks were added"
+    plain = real(index.d, "float32")
+    for r in range(0, 40, 4): plain.add(index.reconstruct_n(r, 4))
+    assert (plain.search(index.reconstruct_n(0, 3), 5)[1] == index.search(index.reconstruct_n(0, 3), 5)[1]).all()
