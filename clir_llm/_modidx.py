@@ -557,6 +557,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'clir_llm.dense_index._atomic_replace': ( 'dense_index.html#_atomic_replace',
                                                                                 'clir_llm/dense_index.py'),
                                       'clir_llm.dense_index._new_index': ('dense_index.html#_new_index', 'clir_llm/dense_index.py'),
+                                      'clir_llm.dense_index._shard_header': ('dense_index.html#_shard_header', 'clir_llm/dense_index.py'),
                                       'clir_llm.dense_index.parse_shard': ('dense_index.html#parse_shard', 'clir_llm/dense_index.py'),
                                       'clir_llm.dense_index.shard_range': ('dense_index.html#shard_range', 'clir_llm/dense_index.py')},
             'clir_llm.engine': { 'clir_llm.engine.ExecutionSpec': ('engine.html#executionspec', 'clir_llm/engine.py'),

@@ -71,17 +71,20 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     self.folder.mkdir(parents=True, exist_ok=True)
     docs = islice(iter(self.collection.iter_docs()), start, stop)
     tmp, ids_tmp = path.with_suffix(f".{os.getpid()}.tmp.npy"), path.with_suffix(f".{os.getpid()}.tmp.docids")
-    arr, row = None, 0
+    row, header = 0, lambda dim: {"descr": np.lib.format.dtype_to_descr(np.dtype(self.vectors)), "fortran_order": False,
+                                  "shape": (stop - start, dim)}
     desc = f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else "")
-    with open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:   # docids streamed out chunk by chunk, never all held
+    # vectors and docids written out chunk by chunk with plain writes: never all held, and never mapped (a memory map's
+    # written pages count in the process's resident memory, up to the whole shard, until it is unmapped)
+    with open(tmp, "wb") as out, open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:
         for chunk, v in self.dense.encoded_chunks(docs, stop - start, desc):
-            if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(stop - start, v.shape[1]))
-            arr[row:row + len(v)] = v; row += len(v)
+            if row == 0: np.lib.format.write_array_header_1_0(out, header(v.shape[1]))   # an .npy file, as np.save writes
+            out.write(np.ascontiguousarray(v, dtype=self.vectors).tobytes()); row += len(v)
             ids.writelines(d.docid + "\n" for d in chunk)
             del chunk, v   # let go before the next chunk is drawn: one chunk alive at a time
-    if arr is None: arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.vectors, shape=(0, 0))
+        if row == 0: np.lib.format.write_array_header_1_0(out, {**header(0), "shape": (0, 0)})
+        out.flush(); os.fsync(out.fileno())
     if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
-    arr.flush(); del arr
     _atomic_replace(ids_tmp, path.with_suffix(".docids")); _atomic_replace(tmp, path)   # the .npy last: it marks the shard done
     self.usage.count("shards_encoded")
     return path
@@ -109,6 +112,14 @@ def _new_index(dim: int, vectors: str, reserve: int = 0):
     return index
 
 # %% ../nbs/08d_dense_index.ipynb #76b7a0ef
+def _shard_header(f) -> tuple[int, int, np.dtype]:
+    "(rows, dimension, dtype) from the header of the .npy file open in `f`, which is left at the first row."
+    version = np.lib.format.read_magic(f)
+    shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
+    if fortran or len(shape) != 2: raise ClirError(f"{getattr(f, 'name', f)}: not a shard of row vectors (shape {shape})")
+    return shape[0], shape[1], dtype
+
+# %% ../nbs/08d_dense_index.ipynb #08f360e4
 @patch
 def merge(self: DenseIndex, n: int):
     "Merge the `n` shards into one FAISS index saved as `index.faiss` + `docids.txt`; returns (index, docids)."
@@ -117,17 +128,19 @@ def merge(self: DenseIndex, n: int):
     for i, path in enumerate(paths):
         if not path.exists(): raise ClirError(f"shard {i}/{n} of {self.dense.name} on {self.collection.name} is missing ({path}); run it first")
     index, step = None, self.dense.chunk_size
-    docids, at = [None] * sum(np.load(p, mmap_mode="r").shape[0] for p in paths), 0   # sized once: no growing copies
+    def rows(p):
+        with open(p, "rb") as f: return _shard_header(f)[0]
+    docids, at = [None] * sum(map(rows, paths)), 0   # sized once: no growing copies
     for path in paths:
-        arr = np.load(path, mmap_mode="r")
         with open(path.with_suffix(".docids"), encoding="utf-8", newline="\n") as f:
             for line in f: docids[at] = line[:-1]; at += 1
-        for r in range(0, arr.shape[0], step):
-            block = np.ascontiguousarray(arr[r:r + step], dtype=np.float32)
-            if index is None: index = _new_index(block.shape[1], self.vectors, reserve=len(docids))
-            if index.is_trained is False: index.train(block)
-            index.add(block)
-        del arr
+        with open(path, "rb") as f:   # plain reads, a chunk at a time: no memory map (its pages would count as resident)
+            m, dim, dtype = _shard_header(f)
+            for r in range(0, m, step):
+                block = np.fromfile(f, dtype=dtype, count=min(step, m - r) * dim).reshape(-1, dim).astype(np.float32, copy=False)
+                if index is None: index = _new_index(dim, self.vectors, reserve=len(docids))
+                if index.is_trained is False: index.train(block)
+                index.add(block)
     if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     tmp = self.folder / f"index.{os.getpid()}.tmp"
     faiss.write_index(index, str(tmp))

@@ -96,3 +96,24 @@ def test_index_storage_reserved_not_regrown(xlmr, tmp_path, mode, monkeypatch):
     plain = real(index.d, "float32")
     for r in range(0, 40, 4): plain.add(index.reconstruct_n(r, 4))
     assert (plain.search(index.reconstruct_n(0, 3), 5)[1] == index.search(index.reconstruct_n(0, 3), 5)[1]).all()
+
+
+def test_shards_written_and_read_without_memory_maps(xlmr, tmp_path, monkeypatch):
+    """issue 30: the shards are written and merged with plain file writes and reads, not through memory maps (a map's
+    touched pages count in the resident memory, up to a whole shard); the shard files stay .npy files and the run is the same."""
+    import numpy as np
+    c = load_collection("demo", "en-fi")
+    mem = D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "off", mode="off"), chunk_size=16, progress=False).retrieve(c, k=10)
+    ix = D.DenseIndex(D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "s"), chunk_size=16, shards=3, progress=False), c)
+    def no_map(*a, **k): raise AssertionError("a shard went through a memory map")
+    monkeypatch.setattr(np, "memmap", no_map)
+    paths = [ix.encode_shard(i, 3) for i in range(3)]
+    monkeypatch.undo()
+    shapes = [np.load(p).shape for p in paths]
+    assert sum(s[0] for s in shapes) == c.num_docs and {s[1] for s in shapes} == {ix.dense.encoder.load()[0].config.hidden_size}
+    monkeypatch.setattr(np, "memmap", no_map)
+    index, docids = ix.merge(3)
+    monkeypatch.undo()
+    assert index.ntotal == c.num_docs
+    d = D.Dense.create(f"hf:{xlmr}[max_length=60]", cache=Cache(tmp_path / "s"), chunk_size=16, shards=3, progress=False)
+    assert d.retrieve(c, k=10) == mem and d.usage.counters.get("index_loads") == 1
