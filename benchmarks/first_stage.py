@@ -299,8 +299,10 @@ def bench_bm25(args, tmp):
     gain1 = p["one at a time"] / p["batch 1 thread"]                     # the batch's own gain, on one thread (CPU time)
     gain2 = t["batch 1 thread"] / t["batch 2 threads"]                   # what the second thread added (wall)
     why = (f"batch gain on one thread {gain1:.2f}x (CPU time) x second thread {gain2:.2f}x (wall); the cores' ceiling in "
-           f"this run is {cores:.2f}x, so at most {gain1 * cores:.2f}x was reachable now"
-           + (": the machine's limit at this moment, not the code's" if gain1 * cores < 1.5 else ""))
+           f"this run is {cores:.2f}x (two plain processes against one)"
+           + (": no second core was free in this run, so a second thread could only cost" if cores < 1.1 else
+              f": at most {gain1 * cores:.2f}x was reachable now, the machine's limit at this moment" if gain1 * cores < 1.5 else
+              f", {gain1 * cores:.2f}x reachable: the threads fell short of it"))
     target("bm25-batch-threads", t["one at a time"] / t["batch 2 threads"], 1.5, why=why)
     return True
 
