@@ -335,27 +335,39 @@ class BM25(Retriever):
         texts = {q: self.query_text(collection, collection.queries[q].text) for q in qids}
         hits = self._batch(collection, texts, k) if batch and qids else {}
         missing = [q for q in qids if q not in hits]  # no hit at all, or a query the batch could not search
-        if missing:
-            s, found = self.kept_searcher(collection), {}
-            if batch:   # searched again together on the kept searcher; any it cannot search, alone (its error names it)
-                try: found = s.batch_search([texts[q] for q in missing], missing, k=k, threads=int(self.threads))
-                except Exception: found = {}
-            for q in missing:
-                got = found.get(q)
-                if got is None: got = self._search(s, collection, q, texts[q], k)
-                # Anserini writes scores with 6 decimals; the searcher's are rounded the same way so both paths are equal
-                hits[q] = [(h.docid, round(float(h.score), 6)) for h in got]
-        run = Run(name=self.name)   # the checks of Run.from_ranked, on whole rankings: a docid twice, a score not a number
-        for q in qids:
-            scores = dict(hits[q])
-            if len(scores) != len(hits[q]) or not all(map(math.isfinite, scores.values())):
-                run = Run.from_ranked({q: hits[q] for q in qids}, name=self.name); break   # it names the culprit
-            run[q] = scores
+        if missing: hits.update(self._search_missing(collection, texts, missing, k, batch))
+        run = _run_of(hits, qids, self.name)
         self.usage.add(Usage(calls=len(qids), seconds=time.time() - t0))
         self.usage.count("queries", len(qids))
         return run
 
     def __repr__(self): return f"BM25({self.name!r}, k1={self.k1}, b={self.b})"
+
+# %% ../nbs/07_bm25.ipynb #a90b1183
+@patch
+def _search_missing(self: BM25, collection, texts: dict, missing: list, k: int, batch: bool) -> dict:
+    "Hits of the queries the batch run lacks: together on the kept searcher, and any it cannot search alone (its error names it)."
+    s, found, hits = self.kept_searcher(collection), {}, {}
+    if batch:
+        try: found = s.batch_search([texts[q] for q in missing], missing, k=k, threads=int(self.threads))
+        except Exception: found = {}
+    for q in missing:
+        got = found.get(q)
+        if got is None: got = self._search(s, collection, q, texts[q], k)
+        # Anserini writes scores with 6 decimals; the searcher's are rounded the same way so both paths are equal
+        hits[q] = [(h.docid, round(float(h.score), 6)) for h in got]
+    return hits
+
+# %% ../nbs/07_bm25.ipynb #6794834b
+def _run_of(hits: dict, qids: list, name: str) -> Run:
+    "A run of `hits` (qid -> [(docid, score)]) with the checks of `Run.from_ranked` on whole rankings (a docid twice, a score not a number)."
+    run = Run(name=name)
+    for q in qids:
+        scores = dict(hits[q])
+        if len(scores) != len(hits[q]) or not all(map(math.isfinite, scores.values())):
+            return Run.from_ranked({q: hits[q] for q in qids}, name=name)   # it names the culprit
+        run[q] = scores
+    return run
 
 # %% ../nbs/07_bm25.ipynb #c803c097
 @patch

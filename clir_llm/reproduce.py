@@ -129,7 +129,7 @@ def kernel_manager(log_file=None, env: dict | None = None) -> type:
 def kernelspec_of(name: str) -> dict | None:
     """The `kernelspec` metadata JupyterLab writes into a notebook once the installed Jupyter kernel `name` starts
     (None: no such kernel): a notebook that stores exactly this opens unmodified (issue 31)."""
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel   # Jupyter's own: only when a notebook is tidied
     try: spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel: return None
     return {"display_name": spec.display_name, "language": spec.language, "name": name}
