@@ -322,7 +322,7 @@ def test_workers_take_the_drivers_torch_threads_unless_told(fake_ray, spec, tmp_
 
 def test_no_address_starts_a_local_cluster_never_joins_one(fake_ray, monkeypatch):
     _ray(1).start()
-    assert fake_ray.inits[-1]["address"] == "local"          # not None: Ray would join a stale /tmp/ray/ray_current_cluster
+    assert fake_ray.inits[-1]["address"] == "local"          # not None: Ray would join a stale cluster named in its ray_current_cluster file
     monkeypatch.setattr(fake_ray, "is_initialized", lambda: False)
     _ray(1, address="auto").start()
     assert fake_ray.inits[-1]["address"] == "auto"
