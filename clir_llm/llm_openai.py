@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 from fastcore.basics import patch
 from pydantic import field_validator
-import httpx
 from .cache import Cache, redact
 from .core import secret_env
 from .executor import LOCAL, Executor
@@ -198,11 +197,13 @@ class OpenAIBackend(CachedBackend):
 
 # %% ../nbs/10b_llm_openai.ipynb #7cb01217
 @patch
-def _timeout(self: OpenAIBackend, left: float | None = None) -> httpx.Timeout:
-    "The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left)."
+def _timeout(self: OpenAIBackend, left: float | None = None):
+    """The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left),
+    as the installed openai's own `openai.Timeout`: httpx's on openai 1.x/2.x, httpx2's on 3.x (an `httpx.Timeout` is refused there)."""
+    import openai
     cap = lambda t: t if left is None else max(0.01, min(t, left))
     o = self.options
-    return httpx.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
+    return openai.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
 
 # %% ../nbs/10b_llm_openai.ipynb #57d26c3b
 class _LocalRenderer(HFRenderMixin):

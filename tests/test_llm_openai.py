@@ -715,3 +715,16 @@ def test_no_tokenizer_warning_goes_through_logging(caplog, monkeypatch):
         warnings.simplefilter("error")   # a warnings.warn would raise here
         with caplog.at_level("WARNING", logger="clir_llm.llm_openai"): n = b.count_tokens("a" * 40)
     assert n == 10 and [r.getMessage() for r in caplog.records if "no tokenizer available" in r.getMessage()]
+
+
+# ---------- issue 36 item 2: the client builds with whichever openai the ranges allow (1.x and 2.x on httpx, 3.x on httpx2)
+def test_the_client_builds_and_answers_with_the_installed_openai(secret):
+    "The timeouts are the installed openai's own type (an httpx.Timeout made every client creation fail on openai 3)."
+    import openai
+    with FakeOpenAIServer() as srv:
+        b = _api(srv, timeout=5, connect_timeout=1, read_timeout=2)
+        t = b._timeout()
+        assert isinstance(t, openai.Timeout) and (t.connect, t.read) == (1, 2)
+        assert isinstance(b.client, openai.OpenAI)
+        assert b.generate(["hello"], max_new_tokens=4, progress=False) == ["echo: hello"]
+        assert b._timeout(left=0.5).read == 0.5   # none beyond what the call has left
