@@ -200,7 +200,7 @@ class OpenAIBackend(CachedBackend):
 def _timeout(self: OpenAIBackend, left: float | None = None):
     """The client's timeouts (`timeout`, `connect_timeout`, `read_timeout`), none beyond `left` seconds (what the call has left),
     as the installed openai's own `openai.Timeout`: httpx's on openai 1.x/2.x, httpx2's on 3.x (an `httpx.Timeout` is refused there)."""
-    import openai
+    import openai   # optional: only when a client is built
     cap = lambda t: t if left is None else max(0.01, min(t, left))
     o = self.options
     return openai.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
