@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((ROOT / "nbs").glob("experiments/*.ipynb"))
 # every notebook (module notebooks, index.ipynb, experiments) names its kernel; checkpoints and the like are skipped
 NOTEBOOKS = sorted(p for p in (ROOT / "nbs").glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.relative_to(ROOT / "nbs").parts))
-KERNELSPEC = {"language": "python", "name": "python3"}
+KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}   # what nbdev-clean writes (display_name = name)
 
 
 def test_there_are_experiment_notebooks():
@@ -19,34 +19,55 @@ def test_there_are_experiment_notebooks():
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_notebook_names_its_kernel(nb):
+    """Every notebook stores the kernelspec as nbdev-clean writes it, and no language_info: JupyterLab writes the running
+    kernel's (its Python version is the machine's), and nbs/ notebooks are saved through nbdev's hook, which drops it."""
     meta = json.loads(nb.read_text())["metadata"]
-    ks = meta.get("kernelspec", {})
-    assert {k: ks.get(k) for k in KERNELSPEC} == KERNELSPEC, f"{nb.name}: kernelspec {ks}"
-    assert meta.get("language_info", {}).get("name") == "python", f"{nb.name}: language_info {meta.get('language_info')}"
+    assert meta.get("kernelspec") == KERNELSPEC, f"{nb.name}: kernelspec {meta.get('kernelspec')}"
+    assert "language_info" not in meta, f"{nb.name}: language_info {meta.get('language_info')}"
 
 
-def test_nbdev_clean_keeps_the_kernelspec(tmp_path):
-    "The metadata survives `nbdev-clean` (pyproject's [tool.nbdev] allowed_metadata_keys keeps language_info, all of it)."
-    from nbdev.clean import clean_nb
-    from nbdev.config import get_config
-    nb = json.loads(NOTEBOOKS[0].read_text())   # a module notebook (nbs/00_core.ipynb)
-    info = dict(nb["metadata"]["language_info"])
-    cfg = get_config(path=ROOT)
-    clean_nb(nb, allowed_metadata_keys=cfg.get("allowed_metadata_keys"), allowed_cell_metadata_keys=cfg.get("allowed_cell_metadata_keys"))
-    assert nb["metadata"]["kernelspec"]["name"] == "python3" and nb["metadata"]["language_info"] == info
+def _nbdev_cleaned(text: str, path: Path) -> str:
+    "The notebook `text` as `nbdev-clean` would write it, with this repository's [tool.nbdev] settings."
+    from nbdev.clean import _nbdev_clean, loads, nb2str
+    nb = loads(text)
+    _nbdev_clean(nb, path=None)   # path=None: no nbdev-trust side effect; the settings are found from the working folder
+    return nb2str(nb)
 
 
-def test_every_notebook_stores_the_language_info_its_kernel_reports():
-    """Issue 31: once the kernel starts, JupyterLab writes the kernel's `language_info` into the notebook; a notebook that
-    stores less (`{"name": "python"}`) or none is marked modified as soon as it opens. Every notebook stores the block
-    ipykernel reports (all its fields; the Python version is the one that last wrote the notebooks, the same for all)."""
+@pytest.fixture
+def in_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def test_nbdev_clean_changes_no_committed_notebook(in_root):
+    "`nbdev-clean` is idempotent on the notebooks as committed (metadata, cell ids, outputs)."
+    changed = [nb.relative_to(ROOT).as_posix() for nb in NOTEBOOKS if _nbdev_cleaned(nb.read_text(encoding="utf-8"), nb) != nb.read_text(encoding="utf-8")]
+    assert not changed, changed
+
+
+def _as_lab_saves(text: str) -> dict:
+    """The notebook as JupyterLab hands it to the server on autosave once its kernel has started: the installed kernel's
+    spec (display_name "Python 3 (ipykernel)") and the kernel's language_info written into the metadata."""
     from ipykernel.ipkernel import IPythonKernel
-    want = {k: v for k, v in IPythonKernel.language_info.items() if k != "version"}
-    infos = {nb.relative_to(ROOT).as_posix(): json.loads(nb.read_text())["metadata"].get("language_info") for nb in NOTEBOOKS}
-    partial = {nb: info for nb, info in infos.items() if not info or {k: v for k, v in info.items() if k != "version"} != want or "version" not in info}
-    assert not partial, f"{len(partial)} notebooks: {dict(list(partial.items())[:3])}"
-    versions = {info["version"] for info in infos.values()}
-    assert len(versions) == 1, versions
+    from clir_llm.reproduce import kernelspec_of
+    nb = json.loads(text)
+    nb["metadata"].update(kernelspec=kernelspec_of("python3"), language_info=dict(IPythonKernel.language_info))
+    return nb
+
+
+@pytest.mark.parametrize("rel", ["nbs/guides/interop.ipynb", "nbs/00_core.ipynb", "nbs/experiments/2_listwise.ipynb"])
+def test_a_lab_autosave_through_nbdevs_hook_leaves_the_notebook_as_committed(rel, in_root):
+    """Issue 36 item 3: Lab's autosave wrote its kernelspec display_name (and language_info) into tracked notebooks.
+    The server's pre-save hook (nbdev.clean.clean_jupyter, as `nbdev-install-hooks` or
+    `--ContentsManager.pre_save_hook` sets it) cleans the model with [tool.nbdev] jupyter_hooks on: the saved file is the
+    committed one, byte for byte (tests/test_screenshot.py checks it in a real JupyterLab)."""
+    from nbdev.clean import clean_jupyter, nb2str
+    text = (ROOT / rel).read_text(encoding="utf-8")
+    model = {"type": "notebook", "content": _as_lab_saves(text)}
+    assert nb2str(model["content"]) != text                 # what Lab would save without the hook
+    clean_jupyter(path=rel, model=model, contents_manager=None)
+    for stamp in {(ROOT / rel).parent / ".last_checked"}: stamp.unlink(missing_ok=True)   # nbdev-trust's stamp (git-ignored)
+    assert nb2str(model["content"]) == text
 
 
 def _papermill() -> str:
@@ -167,10 +188,10 @@ _BAR = re.compile(r"\d+%\|[^|\n]*\|\s*\d+/\d*|\|\s*\d+/\d+ \[\d")
 
 @pytest.mark.parametrize("nb", ALL_NBS, ids=lambda p: p.relative_to(ROOT / "nbs").as_posix())
 def test_notebooks_keep_no_tool_metadata_and_no_progress_bars(nb):
-    """A notebook's metadata is its kernel and language only (no jupytext pairing or widget state left by a tool), and
+    """A notebook's metadata is its kernel only (no jupytext pairing or widget state left by a tool), and
     no output is a progress bar (a stored tqdm widget renders as a bar frozen at 0 %)."""
     d = json.loads(nb.read_text())
-    assert set(d["metadata"]) <= {"kernelspec", "language_info"}, set(d["metadata"])
+    assert set(d["metadata"]) <= {"kernelspec"}, set(d["metadata"])
     bars = [(i, o.get("text") or o.get("data", {}).get("text/plain")) for i, c in enumerate(d["cells"]) for o in c.get("outputs", [])
             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
             or (o.get("output_type") == "display_data" and set(o.get("data", {})) == {"text/plain"} and _BAR.search(o["data"]["text/plain"]))]
