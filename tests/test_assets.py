@@ -390,7 +390,7 @@ def test_pyproject_installs_no_oddly_named_package():
     assert meta["optional-dependencies"]["ray"] == ["ray==2.60.0"]
     assert not [r for r in meta["optional-dependencies"]["dev"] if "ray" in r]    # the default tests run without it
     env = (ROOT / "environment.yml").read_text()
-    assert "- -c constraints-cpu.txt" in env and "- -e .[dev]" in env
+    assert "- -r locks/cpu.txt" in env and "python=3.11" in env    # the README's lock (issue 36): the same versions
     imports = [p.name for p in (ROOT / "clir_llm").glob("*.py") if "import Stemmer" in p.read_text()]
     assert not imports, imports
 
