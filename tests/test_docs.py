@@ -1,7 +1,7 @@
 """The nbdev documentation site builds where Quarto exists (issue 16 item 6): its Quarto files are committed as nbdev
 generates them (so `nbdev-docs` leaves git clean), and every notebook passes `nbdev-proc-nbs` with no warning (slow:
 it executes each notebook's import and export cells; the cells it executes are checked without running them too)."""
-import ast, os, re, shutil, subprocess, sys, warnings
+import ast, json, os, re, shutil, subprocess, sys, warnings
 from pathlib import Path
 
 import pytest
@@ -153,3 +153,61 @@ def test_nbdev_proc_nbs_passes_and_leaves_git_clean(tmp_path):
     assert not r.stderr.strip(), r.stderr[-3000:]   # no warnings (nbdev's "cells containing imports and other code" among them)
     for n, before in tracked.items(): assert (NBS / n).read_bytes() == before, f"nbdev-proc-nbs rewrote nbs/{n}"
     assert (ROOT / "clir_llm" / "_modidx.py").read_bytes() == modidx, "nbdev-proc-nbs rewrote clir_llm/_modidx.py"
+
+
+# --- relative links and images resolve from the file that holds them (issue 36 item 6): the guides' links were written
+# relative to the repository root, so JupyterLab, a Git host and nbdev's output showed broken images and dead links.
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
+_CODE = re.compile(r"`[^`\n]*`")
+_TARGETS = [re.compile(r"!?\[[^\]]*\]\(\s*<([^>]+)>"),                          # [text](<path with spaces>)
+            re.compile(r"!?\[[^\]]*\]\(\s*([^)\s<][^)\s]*)"),                       # [text](path "title"), ![alt](path)
+            re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?([^>\s]+)", re.M),           # [ref]: path
+            re.compile(r"<(?:img|a|source)\b[^>]*?\b(?:src|href)\s*=\s*[\"']([^\"']+)", re.I)]
+
+
+def link_targets(markdown: str) -> list[str]:
+    "The link and image targets of a markdown (or HTML) text, code blocks and code spans left out."
+    text = _CODE.sub("", _FENCE.sub("", markdown))
+    return [m.group(1) for rx in _TARGETS for m in rx.finditer(text)]
+
+
+def broken_links(text: str, holder: Path) -> list[str]:
+    "The relative targets in `text` that name no file or folder from `holder`'s folder (URLs, mailto: and #anchors skipped)."
+    from urllib.parse import unquote
+    out = []
+    for t in link_targets(text):
+        if re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", t) or t.startswith(("#", "//")): continue   # http(s):, mailto:, data:, attachment:
+        path = unquote(t.split("#", 1)[0].split("?", 1)[0])
+        if path and not (holder.parent / path).exists(): out.append(t)
+    return out
+
+
+def _texts(nb: Path):
+    "(where, text) of a notebook's markdown cells and of its outputs' markdown and HTML."
+    for i, c in enumerate(json.loads(nb.read_text(encoding="utf-8"))["cells"]):
+        src = lambda v: v if isinstance(v, str) else "".join(v)
+        if c["cell_type"] == "markdown": yield f"cell {i}", src(c["source"])
+        for o in c.get("outputs", []):
+            for mime in ("text/markdown", "text/html"):
+                if mime in o.get("data", {}): yield f"cell {i} output {mime}", src(o["data"][mime])
+
+
+DOC_FILES = sorted(p for p in NBS.glob("**/*.ipynb") if not any(s.startswith((".", "_")) for s in p.relative_to(NBS).parts))
+
+
+def test_link_check_can_fail(tmp_path):
+    for d in ("figures", "guides"): (tmp_path / d).mkdir()
+    (tmp_path / "figures" / "a b.png").write_bytes(b"png")
+    holder = tmp_path / "guides" / "g.md"
+    text = ("![fig](../figures/a%20b.png) [ok](<../figures/a b.png>) [anchor](../figures/#top) [web](https://x.org/a) "
+            "[root-relative](figures/a%20b.png) ![gone](../figures/none.png \"t\") `[code](nope.md)`\n"
+            "```\n[fenced](nope.md)\n```\n<img src=\"../nope.svg\"> [m](mailto:a@b.c) [h](#here)\n[ref]: ../missing.ipynb\n")
+    assert sorted(broken_links(text, holder)) == sorted(["figures/a%20b.png", "../figures/none.png", "../nope.svg", "../missing.ipynb"])
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *DOC_FILES], ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_resolve_from_the_file_that_holds_them(path):
+    texts = [("file", path.read_text(encoding="utf-8"))] if path.suffix == ".md" else list(_texts(path))
+    broken = [(where, t) for where, text in texts for t in broken_links(text, path)]
+    assert not broken, f"{path.relative_to(ROOT)}: {broken}"
