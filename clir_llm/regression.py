@@ -4,18 +4,21 @@
 
 # %% ../nbs/13e_regression.ipynb #1115bfe0
 from __future__ import annotations
+import json
 import pandas as pd
 from pathlib import Path
 from typing import Optional
 import yaml
 from pydantic import Field, ValidationError
 from .core import ClirError, atomic_write, load_yaml
-from .config import _Strict, Config, ConfigHead, load_config, load_config_head, results_dir
+from .config import _Strict, Config, ConfigHead, load_config, load_config_head, repo_root, results_dir
+from .provenance import current_record, differences, information
 from .tables import load_table
 from .specs import ArgumentParser
 
 # %% auto #0
-__all__ = ['RegressionCell', 'Regression', 'regression_path', 'load_regression', 'check', 'write_regression', 'cli_check']
+__all__ = ['MAX_LINES', 'RegressionCell', 'Regression', 'regression_path', 'reference_path', 'environment_lines',
+           'load_regression', 'check', 'write_regression', 'cli_check']
 
 # %% ../nbs/13e_regression.ipynb #716e252d
 class RegressionCell(_Strict):
@@ -38,6 +41,36 @@ def regression_path(cfg: Config | ConfigHead) -> Path:
     "The regression file `cfg` names, relative to the configuration file."
     if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
     return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
+
+# %% ../nbs/13e_regression.ipynb #91db1d05
+def reference_path(cfg: Config | ConfigHead) -> Path:
+    "The provenance record kept with the regression file's numbers: `<regression stem>.provenance.json` beside it."
+    reg = regression_path(cfg)
+    return reg.with_name(reg.stem + ".provenance.json")
+
+# %% ../nbs/13e_regression.ipynb #af2f8513
+MAX_LINES = 8   # differences shown; the rest are counted
+
+def _shown(p: Path) -> str:
+    try: return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError: return str(p)
+
+# %% ../nbs/13e_regression.ipynb #11509c98
+def environment_lines(cfg: Config | ConfigHead, indent: str = "  ") -> list[str]:
+    "What differs between the environment kept with the reference numbers (`reference_path`) and this one, in a few lines."
+    path = reference_path(cfg); shown = _shown(path)
+    if not path.is_file(): return [f"environment: no reference recorded ({shown}: `write_regression` copies the reviewed run's provenance.json there)"]
+    try: ref = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: ref = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}"
+    if not isinstance(ref, dict): return [f"environment: {shown}: not a provenance record ({ref if isinstance(ref, str) else type(ref).__name__})"]
+    try: root = repo_root()
+    except ClirError: root = None      # not a checkout: no lock, no commit to compare
+    cur, notes = current_record(ref, cfg.path, root)
+    diff, info = differences(ref, cur), information(ref, cur)
+    lines = ([f"environment: same as the reference ({shown})"] if not diff else
+             [f"environment: {len(diff)} difference{'s' * (len(diff) > 1)} from the reference ({shown}):"]
+             + [indent + d for d in diff[:MAX_LINES]] + ([f"{indent}... and {len(diff) - MAX_LINES} more"] if len(diff) > MAX_LINES else []))
+    return lines + [f"{indent}information: {x}" for x in info] + [f"{indent}not compared: {x}" for x in notes]
 
 # %% ../nbs/13e_regression.ipynb #ba975cee
 def load_regression(path) -> Regression:
@@ -65,9 +98,10 @@ def _table(out: Path, name: str):
 
 # %% ../nbs/13e_regression.ipynb #41a1fc19
 def check(config, results_root="results", log=print) -> dict:
-    "Compare a configuration's result tables with its regression file; print one line per cell; return counts."
+    "Compare a configuration's result tables with its regression file: the environment's differences, then one line per cell; return counts."
     cfg = config if isinstance(config, (Config, ConfigHead)) else load_config_head(config)   # no plugin is imported
     reg = load_regression(regression_path(cfg))
+    for line in environment_lines(cfg): log(line)   # why a number may have moved: a dependency, a model, the data
     out, tables, counts = results_dir(cfg, results_root), {}, {"OK": 0, "FAIL": 0, "MISSING": 0}
     for c in reg.cells:
         tol = reg.tolerance if c.tol is None else c.tol
@@ -90,7 +124,7 @@ def check(config, results_root="results", log=print) -> dict:
 
 # %% ../nbs/13e_regression.ipynb #c00b06e3
 def write_regression(config, tables: list[str], results_root="results", tolerance: float = 1e-3) -> Path:
-    "Record the current result tables of a configuration as its regression file (after a reviewed run)."
+    "Record the current result tables of a configuration as its regression file (after a reviewed run), and their provenance beside it."
     cfg = config if isinstance(config, Config) else load_config(config)
     out, cells = results_dir(cfg, results_root), []
     for name in tables:
@@ -102,6 +136,9 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
     path = cfg.path.parent / cfg.regression
     atomic_write(path, f"# Expected scores of {cfg.name} (written by write_regression after a reviewed run).\n"
                  + yaml.safe_dump(dict(tolerance=tolerance, cells=cells), sort_keys=False, allow_unicode=True))
+    ref, made = reference_path(cfg), out / "provenance.json"    # the environment of these numbers goes with them
+    if made.is_file(): atomic_write(ref, made.read_bytes())
+    else: ref.unlink(missing_ok=True)                             # an older record would describe other numbers
     return path
 
 # %% ../nbs/13e_regression.ipynb #29796e5d
