@@ -1293,6 +1293,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                    'clir_llm.progress._Null': ('progress.html#_null', 'clir_llm/progress.py'),
                                    'clir_llm.progress._Null.flush': ('progress.html#_null.flush', 'clir_llm/progress.py'),
                                    'clir_llm.progress._Null.write': ('progress.html#_null.write', 'clir_llm/progress.py'),
+                                   'clir_llm.progress._headless_kernel': ('progress.html#_headless_kernel', 'clir_llm/progress.py'),
                                    'clir_llm.progress._widgets': ('progress.html#_widgets', 'clir_llm/progress.py'),
                                    'clir_llm.progress.add_verbosity_arguments': ( 'progress.html#add_verbosity_arguments',
                                                                                   'clir_llm/progress.py'),

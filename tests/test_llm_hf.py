@@ -574,3 +574,33 @@ def test_an_unknown_hub_id_fails_in_seconds(tmp_path):
     *said, seconds = p.stdout.strip().splitlines()
     assert said and said[0].startswith("LLMError hf:no-such-org/no-such-model-26: not in the local Hugging Face cache"), p.stdout + p.stderr[-2000:]
     assert "thrown while requesting" not in p.stderr and float(seconds) < 20, (seconds, p.stderr[-2000:])
+
+
+# ---------------------------------------------------------------- a wrapped forward (issue 36)
+def _wrap_forward(model, how):
+    "Put a call-counting wrapper on the instance's forward, as a benchmark, accelerate's hooks or PEFT do."
+    import functools
+    fwd, calls = model.forward, []
+    def counting(*a, **k): calls.append(1); return fwd(*a, **k)
+    model.forward = functools.wraps(fwd)(counting) if how == "functools.wraps" else counting
+    return calls, fwd
+
+
+@pytest.mark.parametrize("how", ["plain", "functools.wraps"])
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_wrapped_forward_gives_the_same_answers(tiny, how, reuse):
+    """A wrapper on the model's `forward` (without functools.wraps it hides the forward's parameters from transformers'
+    `generate`, which then leaves the positions of left-padded rows to the model) changes no answer or score, batched
+    or one at a time, with prefix reuse on and off. Before the fix, the plain wrapper changed batched answers."""
+    prompts = PROMPTS[:3] + prp_prompts()[:5]
+    ref = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=reuse, batch_size=8)
+    want, want_scores = ref.generate(prompts, max_new_tokens=6, progress=False), ref.score(prompts, [" A", " B"], progress=False)
+    b = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=reuse, batch_size=8)
+    calls, fwd = _wrap_forward(b.hf_model, how)
+    try:
+        assert b.generate(prompts, max_new_tokens=6, progress=False) == want
+        got = b.score(prompts, [" A", " B"], progress=False)
+        assert max(abs(x - y) for r, s in zip(got, want_scores) for x, y in zip(r, s)) < 1e-5
+        assert b._keeps_logits() == ref._keeps_logits()      # the last position's logits only, wrapper or not
+        assert calls                                         # the wrapper was called: the model ran through it
+    finally: b.hf_model.forward = fwd
