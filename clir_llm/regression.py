@@ -51,14 +51,17 @@ def reference_path(cfg: Config | ConfigHead) -> Path:
 # %% ../nbs/13e_regression.ipynb #af2f8513
 MAX_LINES = 8   # differences shown; the rest are counted
 
-def _shown(p: Path) -> str:
-    try: return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError: return str(p)
+def _shown(p: Path, base: Path | None = None) -> str:
+    "`p` relative to the working folder, else to `base` (the config's folder), else whole."
+    for b in (Path.cwd(), base):
+        try: return str(p.resolve().relative_to(b.resolve())) if b is not None else str(p)
+        except ValueError: pass
+    return str(p)
 
 # %% ../nbs/13e_regression.ipynb #11509c98
 def environment_lines(cfg: Config | ConfigHead, indent: str = "  ") -> list[str]:
     "What differs between the environment kept with the reference numbers (`reference_path`) and this one, in a few lines."
-    path = reference_path(cfg); shown = _shown(path)
+    path = reference_path(cfg); shown = _shown(path, Path(cfg.path).parent if cfg.path else None)
     if not path.is_file(): return [f"environment: no reference recorded ({shown}: `write_regression` copies the reviewed run's provenance.json there)"]
     try: ref = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: ref = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}"
