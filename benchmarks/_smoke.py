@@ -30,7 +30,7 @@ class _Marking:
         self.buf += s
         *lines, self.buf = self.buf.split("\n")
         for line in lines:
-            self.out.write(line + (MARK if line.startswith("target ") and "not measured (" not in line else "") + "\n")
+            self.out.write(line + (MARK if line.startswith("target ") and "not measured (" not in line and ": skipped (" not in line else "") + "\n")
         return len(s)
     def flush(self): self.out.flush()     # a line not ended yet waits for its newline (or the end of `marked`)
     def __getattr__(self, name): return getattr(self.out, name)

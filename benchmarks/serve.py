@@ -16,6 +16,9 @@ prepare`; about 6 s a forward pass on 2 cores: use --quick).
 import argparse, os, socket, statistics, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 import httpx
+import _smoke
+
+TARGETS: list = []    # a table of throughput and latency per load level; no target line
 
 
 def free_port() -> int:
@@ -65,7 +68,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer requests per level (4 per client, at least 16 a level)")
     ap.add_argument("--model", help="backend spec (default: a tiny random Qwen2 built here)")
     ap.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
+    _smoke.add_flag(ap)
     a = ap.parse_args(argv)
+    if a.smoke: a.levels = "2"        # one server start per side is most of a smoke run
     tmp = Path(tempfile.mkdtemp(prefix="clir-serve-bench-"))
     if a.model: llm = a.model
     else:
@@ -80,7 +85,7 @@ def main(argv=None):
         try:
             load(url, 1, 2, 10**6)   # warm-up: the model loaded, the first calls made
             for c in levels:
-                per = max(4 if a.quick else 16, (16 if a.quick else 64) // c)
+                per = 2 if a.smoke else max(4 if a.quick else 16, (16 if a.quick else 64) // c)
                 before = httpx.get(f"{url}/health").json()["stats"]
                 wall, lat = load(url, c, per, n); n += c * per
                 after = httpx.get(f"{url}/health").json()["stats"]
