@@ -343,7 +343,7 @@ def _seq_logprobs(self: _HFScoreMixin, ids: list[int], cands: list[list[int]], d
 class HFQuirks(Quirks):
     "llm-rankers 0.0.2's calling convention for transformers models (its pairwise scripts); off: the method as described."
     double_bos: bool = opt(False, "the tokenizer's BOS after the chat template's (llm-rankers gave Llama-3.1 two)")
-    no_attention_mask: bool = opt(False, "generate without an attention mask (llm-rankers' calls)")
+    no_attention_mask: bool = opt(False, "generate without an attention mask (llm-rankers' calls: whole prompts, no prefix reuse)")
 
     @classmethod
     def paper(cls, upstream: str | None = None, **context) -> "HFQuirks":
@@ -368,7 +368,8 @@ class HFOptions(BackendOptions):
     system_prompt: Optional[str] = opt(None, "a system message put before chat prompts that have none")
     trust_remote_code: bool = opt(False, "run the model repository's own code", identity=False)
     prefix_cache: bool = opt(True, "reuse the key/value states of prompt prefixes computed before (decoder-only models whose "
-                                   "layers attend to every earlier token; answers as without it up to float rounding)", identity=False)
+                                   "layers attend to every earlier token; answers as without it up to float rounding; off "
+                                   "under the quirk no_attention_mask)", identity=False)
     prefix_cache_gb: Optional[float] = opt(None, "memory for those states on the model's device (none: 2 GB on a CPU, half "
                                                  "the free memory of a GPU)", identity=False, gt=0)
     prepare_gguf: bool = opt(True, "save a GGUF model once as a plain folder under the cache root (loads in seconds)", identity=False)
@@ -408,7 +409,8 @@ class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, KVPrefixMixin, C
         if om is not None and "batch_size" not in given_names(o) and o.batch_size == HFOptions().batch_size: self.batch_size = STAND_IN_BATCH
         self.decoder_prefix, self.system_prompt = o.decoder_prefix, o.system_prompt
         self.double_bos, self.no_attention_mask = o.quirks.double_bos, o.quirks.no_attention_mask
-        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache, o.prefix_cache_gb
+        # llm-rankers computed each prompt whole, unmasked: reuse (held states, masked suffixes) cannot make those calls
+        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache and not o.quirks.no_attention_mask, o.prefix_cache_gb
         self.max_model_len, self._device_map, self._quantize, self._trust = o.max_model_len, o.device_map, o.quantize, o.trust_remote_code
         self._device = o.device or executor.device     # None: cuda when available, when the model loads
         self._choose_dtype(o.dtype, stand_in=om is not None, card=None if local or om else model_card(model))
