@@ -15,7 +15,7 @@ Targets are registered in `REGISTRY` (name -> function(args) -> (ratio, same_out
     python benchmarks/scale.py --quick
     python benchmarks/scale.py --target server-pool-4 --servers 8 --latency 0.2
 """
-import argparse, sys, tempfile, time
+import argparse, importlib.util, sys, tempfile, time
 from contextlib import ExitStack
 from pathlib import Path
 from clir_llm.llm import get_backend
@@ -71,6 +71,8 @@ def ray_workers(args):
     "Two Ray actors against one on CPU-bound mE5-small encoding (`benchmarks/scale_ray.py`); the vectors must be the same bytes."
     from scale_ray import ray_target, smoke_target
     if args.smoke: return None, True, smoke_target()["why"]
+    if importlib.util.find_spec("ray") is None:
+        _smoke.not_measured("ray-2-workers", "ray is not installed here: pip install -e '.[ray]'"); return None, True, ""
     res = ray_target(96 if args.quick else 192, log=lambda line: None)
     s = res["seconds"]
     return res["ratio"], res["identical"], (f"Ray, best of {res['repeats']} alternating runs: 1 worker {s[1]:.1f} s ({res['runs'][1]}), "
