@@ -208,7 +208,7 @@ class _HFGenerateMixin:
 
     def _generation_config(self, params: dict):
         from transformers import GenerationConfig   # heavy: the model is loaded by now
-        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed"}
+        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed", "decode_prefix"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
         if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
         sample = params.get("temperature", 0) > 0
@@ -253,8 +253,9 @@ def _generate_plain(self: _HFGenerateMixin, items: list[dict], gc) -> list[list[
 @patch
 def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> list[dict]:
     """One record per rendered item: the text after the prompt (or the decoder prefix), tokens in and out, seconds.
-    Greedy answers of a decoder-only model reuse the prefixes held (`KVPrefixMixin`); items that cannot share a call
-    (`_call_key`) go in calls of their own."""
+    `decode_prefix=True` (encoder-decoder): the decoder prefix decoded with the answer, as llm-rankers' T5 path (a first
+    token without its word-start marker then reads "PassageA", not "A"). Greedy answers of a decoder-only model reuse the
+    prefixes held (`KVPrefixMixin`); items that cannot share a call (`_call_key`) go in calls of their own."""
     import torch   # heavy: the model is loaded by now
     gc = self._generation_config(params)
     if gc.do_sample and "seed" in params: torch.manual_seed(params["seed"])
@@ -267,10 +268,11 @@ def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> 
         rows = self._generate_reusing([it["ids"] for it in items], gc) if reuse else self._generate_plain(items, gc)
     dt = (time.perf_counter() - t0) / len(items)
     eos, recs = set(self._eos_ids()), []
+    with_dec = bool(params.get("decode_prefix")) and self.is_encoder_decoder
     for it, row in zip(items, rows):
         n = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-        recs.append({"text": self.tokenizer.decode(row[:n], skip_special_tokens=True), "tokens_in": len(it["ids"]),
-                     "tokens_out": n, "seconds": dt, "time": time.time()})
+        recs.append({"text": self.tokenizer.decode((it["dec"] if with_dec else []) + row[:n], skip_special_tokens=True),
+                     "tokens_in": len(it["ids"]), "tokens_out": n, "seconds": dt, "time": time.time()})
     return recs
 
 # %% ../nbs/10a_llm_hf.ipynb #1a829852

@@ -604,3 +604,39 @@ def test_a_wrapped_forward_gives_the_same_answers(tiny, how, reuse):
         assert b._keeps_logits() == ref._keeps_logits()      # the last position's logits only, wrapper or not
         assert calls                                         # the wrapper was called: the model ran through it
     finally: b.hf_model.forward = fwd
+
+
+class AnsweringModel(FakeModel):
+    "Answers row i of each call with the token ids `answers[i]` after its decoder input (then EOS)."
+    def __init__(self, config, answers): super().__init__(config); self.answers = answers
+    def generate(self, input_ids, generation_config=None, **kw):
+        self.calls.append({"input_ids": input_ids.tolist(), **kw, "gc": generation_config})
+        new = torch.tensor([a + [self.config.eos_token_id] for a in self.answers[:len(input_ids)]])
+        return torch.cat([kw["decoder_input_ids"], new], 1)
+
+
+def test_t5_exact_answers_decode_the_decoder_prefix_as_llm_rankers():
+    """Issue 38 item 4a: llm-rankers' T5 path decodes its decoder input ('<pad> Passage') with the 2 new tokens
+    (`batch_decode(output_ids, skip_special_tokens=True)`) and takes only 'Passage A' / 'Passage B': a first token without
+    its word-start marker ('A', not '▁A') reads 'PassageA', no answer. Before: the new tokens alone ('A'), a win."""
+    from clir_llm.core import Document, Qrels, Query, Run
+    from clir_llm.rerank import get_reranker
+    from clir_llm.testing import TinyCollection
+    t = tok("aya101")
+    bare_a, bare_b, marked_a = t.convert_tokens_to_ids(["A", "B", "▁A"])
+    dec = t.encode("<pad> Passage", add_special_tokens=False)                   # llm-rankers' decoder_input_ids
+    upstream = lambda new: t.batch_decode([dec + new + [1]], skip_special_tokens=True)[0]
+    assert (upstream([bare_a]), upstream([marked_a])) == ("PassageA", "Passage A")
+    coll = TinyCollection({"q": Query("q", "wer?", "en")}, {d: Document(d, f"text {d}", "", "de") for d in ("d1", "d2")},
+                          Qrels({"q": {"d1": 1, "d2": 0}}))
+    run = Run.from_ranked({"q": ["d2", "d1"]}, name="bm25")
+    for answers, failures in (([[bare_a], [bare_b]], 2), ([[marked_a], [marked_a]], 0), ([[marked_a], [bare_b]], 1)):
+        want = sum(upstream(a) not in ("Passage A", "Passage B") for a in answers)
+        b = HFBackend.create(str(FX / "aya101"), decoder_prefix="Passage",
+                             hf_model=AnsweringModel(AutoConfig.from_pretrained(FX / "aya101"), answers))
+        rr = get_reranker("pairwise-allpair", b, answers="exact", batch_size=2, doc_title=False, progress=False)
+        rr.rerank(coll, run, k=2)
+        assert b.hf_model.calls[0]["decoder_input_ids"].tolist() == [dec, dec]
+        assert rr.diagnostics["q"]["parse_failures"] == want == failures, answers
+    assert b.generate(["x"], max_new_tokens=2, progress=False) == ["A"]           # without the parameter: the new tokens alone
+    assert b.generate(["x"], max_new_tokens=2, decode_prefix=True, progress=False) == ["Passage A"]
