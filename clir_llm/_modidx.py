@@ -1607,6 +1607,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'clir_llm.serve._authorized': ('serve.html#_authorized', 'clir_llm/serve.py'),
                                 'clir_llm.serve._body': ('serve.html#_body', 'clir_llm/serve.py'),
                                 'clir_llm.serve._line': ('serve.html#_line', 'clir_llm/serve.py'),
+                                'clir_llm.serve._protocol': ('serve.html#_protocol', 'clir_llm/serve.py'),
                                 'clir_llm.serve._refusal': ('serve.html#_refusal', 'clir_llm/serve.py'),
                                 'clir_llm.serve._rerank': ('serve.html#_rerank', 'clir_llm/serve.py'),
                                 'clir_llm.serve._serve_parser': ('serve.html#_serve_parser', 'clir_llm/serve.py'),

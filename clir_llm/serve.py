@@ -41,6 +41,10 @@ class ServeOptions(Options):
     max_request_bytes: int = opt(8_000_000, "bytes per request body at most", identity=False, gt=0)
     max_pending: int = opt(64, "requests queued or in progress at once; more are answered 429", identity=False, gt=0)
     max_batch: int = opt(16, "requests of one model reranked together in one call at most", identity=False, gt=0)
+    header_timeout: float = opt(10.0, "seconds a connection may take to send a request's headers (then 408, closed)", identity=False, gt=0, le=3600)
+    body_timeout: float = opt(60.0, "seconds a request may take to send its body (then 408)", identity=False, gt=0, le=3600)
+    max_client_connections: int = opt(32, "open connections from one client address at most; more are answered 429 "
+                                          "(behind a proxy every caller has the proxy's address)", identity=False, gt=0)
     batch_wait: float = opt(0.002, "seconds a batch waits for more requests before it starts", identity=False, ge=0, le=10)
     cache: Optional[str] = opt(None, "cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)", identity=False)
     cache_mode: Literal["readwrite", "readonly", "replay", "off"] = opt("readwrite", "as clir-llm rerank --cache-mode", identity=False)
@@ -314,15 +318,20 @@ def _refusal(e: HTTPRefusal):
 
 # %% ../nbs/16b_serve.ipynb #b7f5e2f9
 async def _body(request, service: RerankService) -> bytes:
-    "The request body, refused (401) without the bearer token when one is asked and (413) once it exceeds `max_request_bytes`."
+    """The request body, refused (401) without the bearer token when one is asked, (413) once it exceeds `max_request_bytes`
+    and (408) when it has not arrived within `body_timeout` seconds."""
     if not _authorized(request, service):
         raise HTTPRefusal(401, "missing or wrong bearer token (send Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
     limit, size, chunks = service.options.max_request_bytes, 0, []
     if (n := request.headers.get("content-length", "")).isdigit() and int(n) > limit:
         raise HTTPRefusal(413, f"the body has {int(n):,} bytes (at most {limit:,})")
-    async for c in request.stream():
-        size += len(c); chunks.append(c)
-        if size > limit: raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
+    async def read():
+        nonlocal size
+        async for c in request.stream():
+            size += len(c); chunks.append(c)
+            if size > limit: raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
+    try: await asyncio.wait_for(read(), service.options.body_timeout)
+    except TimeoutError: raise HTTPRefusal(408, f"the body did not arrive within {service.options.body_timeout:g} s (body_timeout)") from None
     return b"".join(chunks)
 
 # %% ../nbs/16b_serve.ipynb #56196234
@@ -383,13 +392,55 @@ def make_app(service: RerankService):
     app.add_route("/health", health, methods=["GET"])
     return app
 
+# %% ../nbs/16b_serve.ipynb #38bc7125
+def _protocol(service: RerankService):
+    """uvicorn's HTTP/1.1 protocol, bounded for `service`: a connection that has not sent a request's headers within
+    `header_timeout` seconds (the first request or the next one on a kept-alive connection) is answered 408 and closed;
+    a request while more than `max_pending` + 16 connections are open is answered 503, and one from an address with more
+    than `max_client_connections` open 429, both with `Retry-After` and the API's JSON error (uvicorn's own
+    `limit_concurrency` answers plain text)."""
+    import h11   # optional: the `serve` extra (uvicorn's HTTP/1.1 parser)
+    from uvicorn.protocols.http.h11_impl import H11Protocol   # optional: as above
+    o, limit = service.options, service.options.max_pending + 16
+    class Protocol(H11Protocol):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            inner, self._timer = self.app, None
+            async def admit(scope, receive, send):
+                host = self.client[0] if self.client else None
+                if len(self.connections) > limit or len(self.tasks) > limit:
+                    e = HTTPRefusal(503, f"busy: {len(self.connections)} connections are open (at most {limit}); retry shortly", {"Retry-After": "5", "Connection": "close"})
+                elif host is not None and sum(1 for c in self.connections if c.client and c.client[0] == host) > o.max_client_connections:
+                    e = HTTPRefusal(429, f"too many connections from your address (at most {o.max_client_connections}); retry shortly", {"Retry-After": "1", "Connection": "close"})
+                else: return await inner(scope, receive, send)
+                service.stats["errors"] += 1
+                await _refusal(e)(scope, receive, send)
+            self.app = admit
+        def connection_made(self, transport): super().connection_made(transport); self._arm()
+        def on_response_complete(self): super().on_response_complete(); self._arm()
+        def connection_lost(self, exc):
+            if self._timer is not None: self._timer.cancel()
+            super().connection_lost(exc)
+        def _arm(self):
+            if self._timer is not None: self._timer.cancel()
+            self._timer = None if self.transport.is_closing() else self.loop.call_later(o.header_timeout, self._late)
+        def _late(self):   # h11 cannot answer before a request: the 408 is written as bytes
+            self._timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE: return
+            body = json.dumps({"message": f"no request headers within {o.header_timeout:g} s (header_timeout)"}).encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                                 b"connection: close\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+    return Protocol
+
+
 # %% ../nbs/16b_serve.ipynb #f3c3850e
 def server(service: RerankService, **config):
     "A uvicorn server of `service` on its host and port (`config`: more of uvicorn's settings); `run()` blocks."
     import uvicorn   # optional: the `serve` extra
     o = service.options
     cfg = uvicorn.Config(make_app(service), host=o.host, port=o.port, log_level="warning", access_log=False,
-                         limit_concurrency=o.max_pending + 16, timeout_keep_alive=5, **config)
+                         http=_protocol(service), timeout_keep_alive=5, **config)
     return uvicorn.Server(cfg)
 
 # %% ../nbs/16b_serve.ipynb #8f3608d3

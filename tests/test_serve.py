@@ -316,3 +316,35 @@ def test_health_shows_models_and_usage_only_with_the_key(served):
         assert ok, (kind, r.status_code, r.text[:300])
     full = httpx.get(f"{url}/health", headers=_auth(), timeout=30).json()
     assert full["models"] == ["prp", "listwise", "down"] and {"stats", "usage", "pending"} <= set(full)
+
+
+def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
+    "30 connections with half-sent headers: refusals meanwhile are JSON (429/503, Retry-After), after header_timeout they are closed with a 408 and others get answers; a slow body is a 408."
+    svc = RerankService([served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}"})],
+                        ServeOptions(port=0, max_pending=4, header_timeout=1.0, body_timeout=1.0, max_client_connections=10, cache_mode="off"))
+    ok_body = {"model": "prp", "query": "q", "documents": ["a", "b"]}
+    with ServerThread(svc) as url:
+        host, port = url.rsplit("/", 1)[1].split(":")
+        socks = []
+        try:
+            for _ in range(30):   # bounded: 30 loopback connections, each 2 header lines and no blank line
+                s = socket.create_connection((host, int(port)), timeout=10); s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: x\r\n"); socks.append(s)
+            time.sleep(0.1)
+            r = httpx.post(f"{url}/v1/rerank", json=ok_body, timeout=30)
+            try: during = r.status_code in (429, 503) and "retry-after" in r.headers and list(r.json()) == ["message"]
+            except ValueError: during = False
+            hostile("servers", "serve: 30 connections with half-sent headers (refusal meanwhile)", during)
+            assert during, (r.status_code, r.headers, r.text[:200])
+            time.sleep(1.5)
+            first = socks[0].recv(1000)
+            closed = first.startswith(b"HTTP/1.1 408") and b'"message"' in first
+            after = httpx.post(f"{url}/v1/rerank", json=ok_body, timeout=60)
+            ok = hostile("servers", "serve: half-sent headers past header_timeout", closed and after.status_code == 200)
+            assert ok, (first[:300], after.status_code, after.text[:200])
+        finally:
+            for s in socks: s.close()
+        with socket.create_connection((host, int(port)), timeout=10) as s:   # headers, then 5 of the 100 bytes announced
+            s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+            t0 = time.time(); got = s.recv(1000)
+        ok = hostile("servers", "serve: a body sent too slowly", got.startswith(b"HTTP/1.1 408") and b'"message"' in got and time.time() - t0 < 10)
+        assert ok, got[:300]
