@@ -318,6 +318,16 @@ def test_health_shows_models_and_usage_only_with_the_key(served):
     assert full["models"] == ["prp", "listwise", "down"] and {"stats", "usage", "pending"} <= set(full)
 
 
+def _read_all(s, limit: float = 10.0) -> bytes:
+    "Everything a socket receives until the server closes it (a response's headers and body may come in separate packets)."
+    out, end = b"", time.time() + limit
+    while time.time() < end:
+        chunk = s.recv(4096)
+        if not chunk: break
+        out += chunk
+    return out
+
+
 def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
     "30 connections with half-sent headers: refusals meanwhile are JSON (429/503, Retry-After), after header_timeout they are closed with a 408 and others get answers; a slow body is a 408."
     svc = RerankService([served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}"})],
@@ -336,7 +346,7 @@ def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
             hostile("servers", "serve: 30 connections with half-sent headers (refusal meanwhile)", during)
             assert during, (r.status_code, r.headers, r.text[:200])
             time.sleep(1.5)
-            first = socks[0].recv(1000)
+            first = _read_all(socks[0])
             closed = first.startswith(b"HTTP/1.1 408") and b'"message"' in first
             after = httpx.post(f"{url}/v1/rerank", json=ok_body, timeout=60)
             ok = hostile("servers", "serve: half-sent headers past header_timeout", closed and after.status_code == 200)
@@ -345,6 +355,6 @@ def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
             for s in socks: s.close()
         with socket.create_connection((host, int(port)), timeout=10) as s:   # headers, then 5 of the 100 bytes announced
             s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
-            t0 = time.time(); got = s.recv(1000)
+            t0 = time.time(); got = _read_all(s)
         ok = hostile("servers", "serve: a body sent too slowly", got.startswith(b"HTTP/1.1 408") and b'"message"' in got and time.time() - t0 < 10)
         assert ok, got[:300]
