@@ -6,52 +6,13 @@
 from __future__ import annotations
 import pandas as pd
 from pathlib import Path
-from typing import Optional
 import yaml
-from pydantic import Field, ValidationError
-from .core import ClirError, atomic_write, load_yaml
-from .config import _Strict, Config, ConfigHead, load_config, load_config_head, results_dir
+from .core import ClirError, atomic_write
+from .config import Config, ConfigHead, load_config, load_config_head, load_regression, regression_path, results_dir   # the regression file's format lives with the configuration
 from .tables import load_table
-from .specs import ArgumentParser
 
 # %% auto #0
-__all__ = ['RegressionCell', 'Regression', 'regression_path', 'load_regression', 'check', 'write_regression', 'cli_check']
-
-# %% ../nbs/13e_regression.ipynb #716e252d
-class RegressionCell(_Strict):
-    "One expected number of a result table: table, row, column, the value and its own tolerance (else the file's)."
-    table: str
-    row: str
-    col: str
-    expected: float = Field(allow_inf_nan=False)
-    tol: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
-    source: str = ""
-
-# %% ../nbs/13e_regression.ipynb #47189de7
-class Regression(_Strict):
-    "A regression file: a tolerance (finite, not negative) and at least one cell."
-    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
-    cells: list[RegressionCell] = Field(min_length=1)
-
-# %% ../nbs/13e_regression.ipynb #26724883
-def regression_path(cfg: Config | ConfigHead) -> Path:
-    "The regression file `cfg` names, relative to the configuration file."
-    if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
-    return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
-
-# %% ../nbs/13e_regression.ipynb #ba975cee
-def load_regression(path) -> Regression:
-    "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
-    path = Path(path)
-    if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
-    data = load_yaml(path, "regression file is not valid YAML")
-    if not isinstance(data, dict):
-        raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
-    try: return Regression(**data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ClirError(f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-                        + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")) from None
+__all__ = ['check', 'write_regression']
 
 # %% ../nbs/13e_regression.ipynb #451b01ea
 def _table(out: Path, name: str):
@@ -103,12 +64,3 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
     atomic_write(path, f"# Expected scores of {cfg.name} (written by write_regression after a reviewed run).\n"
                  + yaml.safe_dump(dict(tolerance=tolerance, cells=cells), sort_keys=False, allow_unicode=True))
     return path
-
-# %% ../nbs/13e_regression.ipynb #29796e5d
-def cli_check(argv=None) -> int:
-    "`clir-llm check CONFIG`: OK / FAIL / MISSING per regression cell; exit 1 on any FAIL or MISSING."
-    ap = ArgumentParser(prog="clir-llm check", description="Compare results with the configuration's regression file.")
-    ap.add_argument("config"); ap.add_argument("--results", default="results")
-    a = ap.parse_args(argv)
-    c = check(a.config, a.results)
-    return 0 if c["FAIL"] == 0 and c["MISSING"] == 0 else 1
