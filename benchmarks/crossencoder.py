@@ -25,6 +25,9 @@ from pathlib import Path
 import torch
 from clir_llm.cache import Cache
 from clir_llm.crossencoder import CrossEncoderBackend, CrossEncoderOptions, _TINY_WORDS, tiny_cross_encoder
+import _smoke
+
+TARGETS = ["crossencoder-rank"]
 
 
 def pairs_of(queries: int, k: int, seed: int = 0) -> list[list[tuple[str, str]]]:
@@ -43,11 +46,16 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="a smaller model and fewer queries (about a minute on 2 cores)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU times; more: wall times)")
     ap.add_argument("--batch-size", type=int, default=32)
+    _smoke.add_flag(ap)
     a = ap.parse_args(argv)
+    with _smoke.marked(a.smoke): return run(a)
+
+
+def run(a):
     torch.set_num_threads(a.threads)
     clock = time.process_time if a.threads == 1 else time.perf_counter
     from sentence_transformers import CrossEncoder   # the reference, imported here: only the benchmark needs it
-    layers, hidden, queries, k, length = (4, 256, 8, 50, 256) if a.quick else (12, 384, 20, 100, 512)
+    layers, hidden, queries, k, length = (1, 32, 2, 5, 64) if a.smoke else (4, 256, 8, 50, 256) if a.quick else (12, 384, 20, 100, 512)
     folder = tiny_cross_encoder("xlmr", Path(tempfile.mkdtemp()) / "ce", hidden_size=hidden, layers=layers, max_positions=length)
     data = pairs_of(queries, k)
     st = CrossEncoder(str(folder), max_length=length, activation_fn=torch.nn.Identity(), device="cpu")

@@ -46,6 +46,10 @@ import numpy as np
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError, Document, Query
 from clir_llm import dense as D
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _smoke
+
+TARGETS = ["dense-length-sorted", "dense-memory-flat", "dense-index-memory-flat", "dense-index-rss-flat", "bm25-batch-threads"]
 
 
 def target(name, ratio, goal, higher=True, why=""):
@@ -80,14 +84,14 @@ def passages(n, seed=0):
 
 
 def bench_dense_sorting(args, tmp):
-    if args.tiny: spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
+    if args.tiny or args.smoke: spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert")), doc_max_length=60), "tiny random BertModel"
     else:
         try:
             from clir_llm.assets import e5_small_path
             e5_small_path(); spec, label = D.get_encoder_spec("e5-small"), D.get_encoder_spec("e5-small").label
         except ClirError as e:
-            print(f"# {e}; using a tiny random model"); spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert"))), "tiny random BertModel"
-    n = 96 if args.quick else 512
+            print(f"# {e}; using a tiny random model"); spec, label = D.get_encoder_spec("e5-small", model=str(D.tiny_random_model("bert", tmp / "bert")), doc_max_length=60), "tiny random BertModel"
+    n = 32 if args.smoke else 96 if args.quick else 512
     docs = passages(n)
     enc = D.Encoder.create(spec, cache=Cache(tmp, mode="off"), batch_size=16, progress=False)
     import torch
@@ -95,7 +99,7 @@ def bench_dense_sorting(args, tmp):
     try:
         enc.encode_docs(docs[:16])                                      # load + warm up
         secs, out = {False: [], True: []}, {}
-        for r in range(3 if args.quick else 4):                         # alternated: fixed, sorted, sorted, fixed, ...
+        for r in range(1 if args.smoke else 3 if args.quick else 4):                        # alternated: fixed, sorted, sorted, fixed, ...
             for srt in ((False, True) if r % 2 == 0 else (True, False)):
                 t0 = time.process_time(); out[srt] = enc.encode_docs(docs, sort=srt); secs[srt].append(time.process_time() - t0)
     finally: torch.set_num_threads(threads)
@@ -141,7 +145,7 @@ class Stream:
 
 def bench_memory(args, tmp):
     model = D.tiny_random_model("bert", tmp / "bert-mem")
-    n = 300 if args.quick else 2000
+    n = 40 if args.smoke else 300 if args.quick else 2000
     peaks, kept = {}, {}
     for m in (n // 2, n, 4 * n):   # the first, smaller run warms up one-time allocations (tokenizer caches, FAISS)
         d = D.Dense.create(D.get_encoder_spec("e5-small", model=str(model)), cache=Cache(tmp, mode="off"), chunk_size=256,
@@ -163,7 +167,7 @@ def bench_memory(args, tmp):
 
 def bench_index_memory(args, tmp):
     model = D.tiny_random_model("bert", tmp / "bert-index")
-    n = 909
+    n = 24 if args.smoke else 909
     peaks, kept = {}, {}
     for m in (n // 2, n, 10 * n):   # the first, smaller run warms up one-time allocations
         cache = Cache(tmp / f"index-{m}")
@@ -193,9 +197,10 @@ def bench_index_memory(args, tmp):
     # tokenizer's threads): three fresh processes per size, alternated, and the median of each size counts
     net_of = lambda r: r["working"] - r["sqlite"]
     tries = {n: [], 10 * n: []}
-    for k in range(3):
-        for m in (n, 10 * n): tries[m].append(_rss_in_child(m, model, tmp / f"rss-{m}-{k}"))
-    rss = {m: sorted(ts, key=net_of)[1] for m, ts in tries.items()}
+    for k in range(1 if args.smoke else 3):   # a smoke run: one try per size, in this process (a child imports torch again)
+        for m in (n, 10 * n): tries[m].append(rss_child(m, str(model), str(tmp / f"rss-{m}-{k}"), warm=64) if args.smoke else
+                                              _rss_in_child(m, model, tmp / f"rss-{m}-{k}"))
+    rss = {m: sorted(ts, key=net_of)[len(ts) // 2] for m, ts in tries.items()}
     print(f"dense sharded index, whole process (a fresh one per size, after loading the model and a 2,048-document warm-up index; "
           f"the median of 3 processes): "
           f"peak RSS above the start {rss[n]['grew'] / 2**20:.1f} MiB for {n} docs, {rss[10 * n]['grew'] / 2**20:.1f} MiB for "
@@ -241,14 +246,14 @@ def _sqlite_bound() -> int:
     return -size * 1024 if size < 0 else size * page
 
 
-def rss_child(m: int, model: str, folder: str) -> dict:
+def rss_child(m: int, model: str, folder: str, warm: int = 2048) -> dict:
     "In a fresh process: the resident memory a sharded index of `m` generated documents adds (see bench_index_memory)."
     mk = lambda cache: D.Dense.create(D.get_encoder_spec("e5-small", model=model), cache=cache, chunk_size=256, batch_size=32,
                                progress=False, shards=4)
     cache = Cache(Path(folder) / "index")
     # one-time allocations first: torch's and FAISS's at full chunks, and the cache's SQLite page cache (bounded, about
     # 2 MiB per connection), by an index of 2,048 other generated documents through the same cache
-    d = mk(cache); d.encoder.load(); d.index(Stream(2048))
+    d = mk(cache); d.encoder.load(); d.index(Stream(warm))
     Path("/proc/self/clear_refs").write_text("5")   # VmHWM restarts from the resident set now: the warm-up's peak is not ours
     start, sql0 = _status_bytes("VmRSS"), _sqlite_bytes()
     index, docids = mk(cache).index(Stream(m))
@@ -266,29 +271,30 @@ def _rss_in_child(m: int, model, folder: Path) -> dict:
 
 def bench_bm25(args, tmp):
     from clir_llm.bm25 import BM25
-    docs = german_docs()
+    docs = german_docs()[:40 if args.smoke else None]
     class C:
         name, pair, doc_lang, query_lang, key = "demo-de-pages", "de-de", "de", "de", f"bench-demo-de-{len(docs)}"
         num_docs = len(docs)
         def iter_docs(self): return iter(docs)
     c = C()
-    n = 300 if args.quick else len(docs)
+    n = 10 if args.smoke else 300 if args.quick else len(docs)
     c.queries = {d.docid: Query(d.docid, d.text.split("\n", 1)[0], "de") for d in docs[:n]}
     b = BM25.create(cache=Cache(tmp), threads=2, progress=False)
     b.retrieve(c, k=100)                                                  # build the index, start the JVM
     ways = {"one at a time": (False, 1), "batch 1 thread": (True, 1), "batch 2 threads": (True, 2)}
     wall, cpu, runs = {w: [] for w in ways}, {w: [] for w in ways}, {}
-    reps = 5 if args.quick else 7
-    cores = [ceiling()]                                                   # before and after the timed rounds: the higher counts
-    for r in range(2 + reps):                                             # 2 warm-up rounds (the JIT), then timed ones
+    reps = 1 if args.smoke else 5 if args.quick else 7
+    smoke_nan = [float("nan")] if args.smoke else None                    # a smoke run: no ceiling (two processes importing torch)
+    cores = smoke_nan or [ceiling()]                                      # before and after the timed rounds: the higher counts
+    for r in range((0 if args.smoke else 2) + reps):                                             # 2 warm-up rounds (the JIT), then timed ones
         order = list(ways)[r % 3:] + list(ways)[:r % 3]                   # each way first, middle and last in turn
         for w in order:
             b.threads = ways[w][1]
             t0, c0 = time.perf_counter(), time.process_time()
             runs[w] = b.retrieve(c, k=100, batch=ways[w][0])
-            if r >= 2: wall[w].append(time.perf_counter() - t0); cpu[w].append(time.process_time() - c0)
+            if r >= (0 if args.smoke else 2): wall[w].append(time.perf_counter() - t0); cpu[w].append(time.process_time() - c0)
     b.threads = 2
-    cores = max(cores + [ceiling()])
+    cores = cores[0] if args.smoke else max(cores + [ceiling()])
     t, p = {w: min(v) for w, v in wall.items()}, {w: min(v) for w, v in cpu.items()}
     same = runs["one at a time"] == runs["batch 1 thread"] == runs["batch 2 threads"]
     print(f"BM25 (pyserini, German analyzer), {len(docs)} pages, {n} queries, top 100, best of {reps} alternated: one at a time "
@@ -313,12 +319,13 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="tiny random encoder instead of the e5-small stand-in")
     ap.add_argument("--only", choices=["dense", "memory", "index", "bm25"], help="run one benchmark")
     ap.add_argument("--rss-child", nargs=3, metavar=("DOCS", "MODEL", "FOLDER"), help=argparse.SUPPRESS)
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
     if args.rss_child:
         import json
         print(json.dumps(rss_child(int(args.rss_child[0]), args.rss_child[1], args.rss_child[2]))); return 0
     ok = True
-    with tempfile.TemporaryDirectory() as t:
+    with tempfile.TemporaryDirectory() as t, _smoke.marked(args.smoke):
         tmp = Path(t)
         for name, fn in (("dense", bench_dense_sorting), ("memory", bench_memory), ("index", bench_index_memory), ("bm25", bench_bm25)):
             if args.only in (None, name): ok &= fn(args, tmp)

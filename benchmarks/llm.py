@@ -10,6 +10,7 @@ report names the model; a random model's answers are noise, only its ratios mean
 Model calls are counted by wrapping the model's `forward`: the warm re-run must make none.
 
     python benchmarks/llm.py --quick
+    python benchmarks/llm.py --smoke               # seconds: a 2-layer random Qwen2, 4 prompts; the stand-in not loaded
     python benchmarks/llm.py                       # the offline Qwen stand-in
     python benchmarks/llm.py --model hf:/path/to/model --batch-size 16
 
@@ -43,6 +44,9 @@ from clir_llm.llm import get_backend
 from clir_llm.llm_hf import HFBackend, quantize_model
 from clir_llm.prefix_cache import prefix_hit_share
 from clir_llm.testing import make_tiny_hf_model
+import _smoke
+
+TARGETS = ["hf-batched-generation", "warm-rerun", "prefix-reuse-prefill-tokens", "stand-in-speed"]
 
 WORDS = ["Guten Morgen", "Katze", "Hund", "Haus", "Baum", "Wasser", "Brot", "Buch", "kissa", "koira", "talo", "gatto",
          "cane", "casa", "albero", "acqua", "libro", "кошка", "собака", "дом", "Schule", "Stadt", "Fenster", "Tisch",
@@ -57,13 +61,16 @@ def target(name, ratio, goal):
 def load(args, tmp: Path):
     if args.model:
         return get_backend(args.model), args.model
-    if not args.quick:
+    if not (args.quick or args.smoke):
         try:
             b = get_backend("hf:qwen2.5-coder-0.5b-offline")
             t0 = time.perf_counter(); b.hf_model
             return b, f"{b.label} [hf:qwen2.5-coder-0.5b-offline, fp32 on CPU, loaded in {time.perf_counter() - t0:.0f} s]"
         except ClirError as e:
             print(f"offline Qwen unavailable ({e}); using a small random model", file=sys.stderr)
+    if args.smoke:
+        path = make_tiny_hf_model(tmp / "tiny-qwen2", "qwen2")
+        return get_backend(f"hf:{path}"), "tiny random Qwen2 (2 layers, hidden 32; smoke run)"
     path = make_tiny_hf_model(tmp / "small-qwen2", "qwen2", hidden_size=128, num_layers=4)
     return get_backend(f"hf:{path}"), "small random Qwen2 (4 layers, hidden 128; stand-in, ratios only)"
 
@@ -172,17 +179,21 @@ def stand_in_speed(quick: bool, recorded=None) -> float:
     return ratio
 
 
-def prefix_reuse(base, quick: bool, tmp: Path) -> bool:
+def prefix_reuse(base, quick: bool, tmp: Path, smoke: bool = False) -> bool:
     "PRP bubblesort on the demo's BM25 run with prefix reuse on and off (same model object): prompt tokens computed, rankings."
     from clir_llm.bm25 import BM25
     from clir_llm.collections import load_collection
     from clir_llm.core import Run
     from clir_llm.rerank import get_reranker
-    nq, depth, k, ptok = (2, 10, 3, 128) if quick else (5, 20, 5, 300)
+    nq, depth, k, ptok = (1, 4, 2, 32) if smoke else (2, 10, 3, 128) if quick else (5, 20, 5, 300)
     coll = load_collection("demo", "en-de")
-    full = BM25(cache=Cache(tmp / "bm25"), progress=False).retrieve(coll, k=depth)
-    qids = [q for q in sorted(full) if len(full.docids(q)) >= depth][:nq]
-    run = Run.from_ranked({q: full.docids(q, depth) for q in qids}, name="bm25")
+    if smoke:   # no BM25 index (its JVM alone outlasts a smoke run): the collection's first documents in its order
+        qids = sorted(coll.queries)[:nq]
+        run = Run.from_ranked({q: [d.docid for _, d in zip(range(depth), coll.iter_docs())] for q in qids}, name="first-docs")
+    else:
+        full = BM25(cache=Cache(tmp / "bm25"), progress=False).retrieve(coll, k=depth)
+        qids = [q for q in sorted(full) if len(full.docids(q)) >= depth][:nq]
+        run = Run.from_ranked({q: full.docids(q, depth) for q in qids}, name="bm25")
     out, stream = {}, []
     for reuse in (True, False):
         b = HFBackend.create(base._source, None, revision=base.revision, gguf_file=base.gguf_file, prefix_cache=reuse,
@@ -243,7 +254,13 @@ def main(argv=None):
     ap.add_argument("--no-stand-in", action="store_true", help="skip the stand-in speed comparison")
     ap.add_argument("--only-prefix-reuse", action="store_true", help="only the prefix-reuse comparison (issue 30)")
     ap.add_argument("--recorded", help="recorded responses to take the demo prompts from (default: configs/recorded/demo-llm.jsonl)")
+    _smoke.add_flag(ap)
     args = ap.parse_args(argv)
+    if args.smoke: args.n, args.max_new_tokens, args.batch_size = 4, 2, 4
+    with _smoke.marked(args.smoke): return run(args)
+
+
+def run(args):
     import torch
     tmp = Path(tempfile.mkdtemp(prefix="bench-llm-"))
     base, label = load(args, tmp)
@@ -258,7 +275,7 @@ def main(argv=None):
     print(f"model: {label}; device {model.device}, dtype {model.dtype}, torch threads {torch.get_num_threads()}")
     if args.only_prefix_reuse:
         model.forward = fwd     # the model as the backends get it (a wrapper on the instance hides its forward's parameters)
-        return 0 if prefix_reuse(base, args.quick, tmp) else 1
+        return 0 if prefix_reuse(base, args.quick, tmp, args.smoke) else 1
     print(f"{len(prompts)} prompts, greedy, max_new_tokens={args.max_new_tokens}")
     mk(args.batch_size).generate(prompts[:2], max_new_tokens=2, progress=False)          # warm-up (allocations, kernels)
 
@@ -290,8 +307,9 @@ def main(argv=None):
     target("hf-batched-generation", (n / t_batched) / (n / t_single) if same else 0.0, 2.0)
     target("warm-rerun", t_batched / t_warm if same and not warm_calls and not warm_b.usage.calls else 0.0, 100.0)
     model.forward = fwd
-    reuse_same = prefix_reuse(base, args.quick, tmp)
-    if not args.no_stand_in:
+    reuse_same = prefix_reuse(base, args.quick, tmp, args.smoke)
+    if args.smoke: _smoke.not_measured("stand-in-speed", "smoke run: the 0.5B stand-in loads in minutes")
+    elif not args.no_stand_in:
         try: stand_in_speed(args.quick, args.recorded)
         except ClirError as e: print(f"stand-in speed: not measured ({e})")
     return 0 if same and not warm_calls and reuse_same else 1

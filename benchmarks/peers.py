@@ -26,10 +26,14 @@ installs nothing.
 
     python benchmarks/peers.py --quick               # a few minutes on 2 CPU cores
     python benchmarks/peers.py --device cuda         # the same comparisons on a GPU
+    python benchmarks/peers.py --smoke               # seconds: dense encoding and search on 8 documents, both sides; BM25
+                                                     # and the LLM lines skipped or not measured (tests/test_benchmarks.py)
 """
-import argparse, importlib, inspect, os, re, sys, tempfile, time
+import argparse, importlib, importlib.util, inspect, os, re, sys, tempfile, time
 from pathlib import Path
 from types import SimpleNamespace
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _smoke
 
 GOALS = {"prp-bubblesort": 1.6, "prp-bubblesort-likelihood": 2.0, "prp-heapsort": 1.6, "prp-allpair": 2.0,
          "setwise-heapsort": 1.3, "listwise-rankzephyr": 2.0, "bm25-en-de": 1.3, "bm25-de-ru": 1.3,
@@ -37,6 +41,10 @@ GOALS = {"prp-bubblesort": 1.6, "prp-bubblesort-likelihood": 2.0, "prp-heapsort"
 # issue 30: the LLM comparisons run twice, prefix reuse on (the target) and off (`<name>-no-reuse`, the same line without
 # a goal), each on a fresh backend (an empty prefix store) sharing one model object
 SECTIONS = ("prp", "setwise", "listwise", "bm25", "dense")
+TARGETS = ["peer-prp-bubblesort", "peer-prp-heapsort", "peer-prp-bubblesort-likelihood", "peer-prp-allpair", "peer-setwise-heapsort",
+           "peer-listwise-rankzephyr", "peer-bm25-en-de", "peer-bm25-de-ru", "peer-dense-encode", "peer-dense-search"]
+LLM_TARGETS = {"prp": ("llmrankers.pairwise", ["prp-bubblesort", "prp-heapsort", "prp-bubblesort-likelihood", "prp-allpair"]),
+               "setwise": ("llmrankers.setwise", ["setwise-heapsort"]), "listwise": ("rank_llm", ["listwise-rankzephyr"])}
 
 
 def parse_args(argv=None):
@@ -54,7 +62,10 @@ def parse_args(argv=None):
     ap.add_argument("--clock", choices=["cpu", "wall"], default=None,
                     help="what is timed: the process's CPU time (default with --device cpu: a loaded shared machine does "
                          "not inflate it) or the wall time (default with --device cuda)")
+    ap.add_argument("--smoke", action="store_true", help="seconds: dense encoding and search (8 documents) on both sides, one "
+                    "repeat; BM25 (a JVM) and the LLM comparisons (the 0.5B stand-in loads in minutes) skipped or not measured")
     a = ap.parse_args(argv)
+    if a.smoke: a.quick, a.queries, a.repeats = True, a.queries or 1, 1
     a.clock = a.clock or ("cpu" if a.device == "cpu" else "wall")
     CLOCK[0] = time.process_time if a.clock == "cpu" else time.perf_counter
     a.queries = a.queries or (2 if a.quick else 20)
@@ -409,8 +420,8 @@ def compare_bm25(inp, pair):
     def peer_search():
         hits = s.batch_search(texts, qids, k=100, threads=2)
         return {q: [(h.docid, round(float(h.score), 4)) for h in hits.get(q, [])] for q in qids}
-    reps, sides = 5, {"peer": peer_search, "ours": lambda: ours_bm25.retrieve(coll, k=100)}
-    wall, cpu = alternated(sides, reps, warm=2)                   # 2 warm-up rounds each (JIT, page cache)
+    reps, sides = (1 if inp.a.smoke else 5), {"peer": peer_search, "ours": lambda: ours_bm25.retrieve(coll, k=100)}
+    wall, cpu = alternated(sides, reps, warm=0 if inp.a.smoke else 2)                  # 2 warm-up rounds each (JIT, page cache)
     t_peer, t_ours = min(wall["peer"]), min(wall["ours"])
     theirs, run = peer_search(), ours_bm25.retrieve(coll, k=100)
     ours = {q: [(d, round(float(x), 4)) for d, x in sorted(run.get(q, {}).items(), key=lambda kv: (-kv[1], kv[0]))] for q in qids}
@@ -440,8 +451,8 @@ def compare_dense(inp):
     from clir_llm import dense as D
     ST = peer("sentence_transformers", "dense-encode")
     a = inp.a
-    spec = D.get_encoder_spec("e5-small")
-    docs = list(inp.coll.iter_docs())[:64 if a.quick else None]
+    spec = D.get_encoder_spec("e5-small", **({"doc_max_length": 32, "max_length": 16} if a.smoke else {}))   # smoke: short inputs
+    docs = list(inp.coll.iter_docs())[:8 if a.smoke else 64 if a.quick else None]
     texts = [D.doc_input(spec, d) for d in docs]
     enc = D.Encoder.create(spec, device=a.device, batch_size=32, cache=Cache(Path(inp.tmp) / "enc", mode="off"), progress=False)
     enc.encode_docs(docs[:8])
@@ -452,7 +463,7 @@ def compare_dense(inp):
         # the same batches on both sides (32 texts of similar length, as both sort), each batch encoded by the two
         # alternately: a loaded machine slows both sides of a pair alike; best of `reps` per batch and side
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        groups, reps = [order[i:i + 32] for i in range(0, len(order), 32)], 3 if a.quick else 5
+        groups, reps = [order[i:i + 32] for i in range(0, len(order), 32)], 1 if a.smoke else 3 if a.quick else 5
         best, allsecs, theirs, ours = {"peer": [], "ours": []}, {"peer": [], "ours": []}, None, None
         for g in groups:
             sides = {"peer": lambda: m.encode([texts[i] for i in g], batch_size=32, normalize_embeddings=True, convert_to_numpy=True),
@@ -477,9 +488,10 @@ def compare_dense(inp):
     except ImportError as e: return skipped("dense-search", f"faiss cannot be imported: {e}")
     sub = SimpleNamespace(name=inp.coll.name, pair=inp.coll.pair, doc_lang=inp.coll.doc_lang, key=inp.coll.key + "-peers",
                           queries=inp.coll.queries, num_docs=len(docs), iter_docs=lambda: iter(docs))
-    dn = D.Dense.create("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
+    dn = D.Dense.create(spec, device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
     dn.retrieve(sub, k=100)                                                          # encodes and caches every vector
-    qids = sorted(inp.coll.queries)
+    qids = sorted(inp.coll.queries)[:4 if a.smoke else None]
+    if a.smoke: sub.queries = {q: inp.coll.queries[q] for q in qids}
     Q = dn.encoder.encode_queries([inp.coll.queries[q].text for q in qids])
     V = dn.encoder.encode_docs(docs)
     idx, ids = faiss.IndexFlatIP(V.shape[1]), [d.docid for d in docs]
@@ -487,11 +499,11 @@ def compare_dense(inp):
     def peer_search():
         S, I = idx.search(Q, min(100, len(docs)))
         return {q: [(ids[i], x) for x, i in zip(ss, ii) if i >= 0] for q, ss, ii in zip(qids, S.tolist(), I.tolist())}
-    reps = 7
+    reps = 1 if a.smoke else 7
     wall, cpu = alternated({"peer": peer_search, "ours": lambda: dn.retrieve(sub, k=100)}, reps, warm=1)
     t_peer, t_ours = min(wall["peer"]), min(wall["ours"])
     theirs, run = peer_search(), dn.retrieve(sub, k=100)
-    fresh = D.Dense.create("e5-small", device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
+    fresh = D.Dense.create(spec, device=a.device, cache=Cache(Path(inp.tmp) / "dense"), progress=False)
     first, t_first = timed(fresh.retrieve, sub, k=100, _clock=WALL)    # a new object: the persisted index loaded, query vectors read
     assert first == run, "a second retrieve (kept index) must give the run of a first one"
     from clir_llm.core import Run
@@ -524,18 +536,28 @@ def main(argv=None):
     print(f"# peers.py{' --quick' if a.quick else ''} --device {a.device}: {a.queries} queries, depth {a.depth}, top {a.top}, "
           f"passages {a.passage_tokens} tokens; torch threads {torch.get_num_threads()}; clock: "
           f"{'process CPU time' if a.clock == 'cpu' else 'wall time'}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="clir-llm-peers-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="clir-llm-peers-") as tmp, _smoke.marked(a.smoke):
         inp = Inputs(a, tmp)
-        if "bm25" in a.only:
+        if a.smoke: inp._ceiling = float("nan")   # no ceiling: two processes importing torch outlast a smoke run
+        if "bm25" in a.only and a.smoke:
+            for pair in ("en-de", "de-ru"):
+                print(f"target peer-bm25-{pair}: not measured (smoke run: the JVM and the demo's Lucene index outlast a smoke run)")
+        elif "bm25" in a.only:
             from clir_llm.bm25 import lucene
             try: lucene(inp.cache)   # the JVM, started by the package (its Java: Anserini 1.x needs Java 21) for both sides
             except Exception as e: print(f"# the package could not start Lucene: {str(e).splitlines()[0]}")
             if peer("pyserini.search.lucene", "bm25-en-de") is not None:
                 for pair in ("en-de", "de-ru"): compare_bm25(inp, pair)
         if "dense" in a.only: compare_dense(inp)
-        if "prp" in a.only: compare_prp(inp)
-        if "setwise" in a.only: compare_setwise(inp)
-        if "listwise" in a.only: compare_listwise(inp)
+        for sec, compare in (("prp", compare_prp), ("setwise", compare_setwise), ("listwise", compare_listwise)):
+            if sec not in a.only: continue
+            if not a.smoke: compare(inp); continue
+            module, names = LLM_TARGETS[sec]
+            if sec == "listwise" and importlib.util.find_spec("rank_llm") is None: compare(inp); continue   # its skipped line
+            if sec != "listwise" and peer(module, names[0]) is None:
+                for n in names[1:]: skipped(n, f"{module.split('.')[0]} missing (see above)")
+                continue
+            for n in names: print(f"target peer-{n}: not measured (smoke run: the 0.5B stand-in both sides share loads in minutes)", flush=True)
     return 0
 
 

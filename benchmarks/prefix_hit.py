@@ -28,6 +28,9 @@ import argparse, sys, time
 from pathlib import Path
 from clir_llm.pairwise import prp_schedule
 from clir_llm.prefix_cache import prefix_hit_share
+import _smoke
+
+TARGETS = ["prefix-hit-64gb prp-bubblesort", "prefix-hit-64gb listwise"]    # each then ` in-flight Q: ...` (and prp-heapsort in a full run)
 
 KV_BYTES = 32 * 8 * 128 * 2 * 2   # Llama-3.1-8B / Mistral-7B (RankZephyr) in bf16, per token
 
@@ -91,11 +94,16 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--gb", type=float, default=64.0, help="prefix cache size in GB (1e9 bytes) of key/value states")
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs" / "paper-clef.yaml"))
+    _smoke.add_flag(ap)
     a = ap.parse_args(argv)
+    with _smoke.marked(a.smoke): run(a)
+
+
+def run(a):
     lengths = paper_lengths(a.config)
     cap = a.gb * 1e9 / KV_BYTES
-    flights = [1, 8] if a.quick else [1, 8, 32]
-    sorts = ["bubblesort"] if a.quick else ["bubblesort", "heapsort"]
+    flights = [1] if a.smoke else [1, 8] if a.quick else [1, 8, 32]
+    sorts = ["bubblesort"] if a.quick or a.smoke else ["bubblesort", "heapsort"]
     print(f"prefix cache of {a.gb:g} GB = {cap:,.0f} tokens at {KV_BYTES:,} bytes a token (Llama-3.1-8B / Mistral-7B, bf16); "
           f"16-token blocks, LRU; prompt lengths from the plan of {Path(a.config).name}: "
           + "; ".join(f"{f} {v['per']} tokens a prompt, {v['head']} of them instruction and query" for f, v in lengths.items()),

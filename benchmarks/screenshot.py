@@ -20,6 +20,9 @@ modified as soon as it opens, and one without `language_info` gets `{"name": ""}
 Prints one line per check and exits 1 when one fails.
 
     python benchmarks/screenshot.py results/demo/1_first_stage.ipynb --out first_stage.png
+    python benchmarks/screenshot.py --smoke     # seconds, no browser, no Lab: the notebook-side checks on a notebook of nbs/
+
+It prints checks, no target line (`TARGETS` is empty).
 """
 from __future__ import annotations
 import argparse, base64, fcntl, json, os, re, secrets, select, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
@@ -209,13 +212,33 @@ def screenshot(nb_path, out_png, size: str = "1400,2400", budget_ms: int = 90000
     return checks
 
 
+TARGETS: list = []    # checks, not ratios
+
+
+def smoke(nb_path: Path) -> int:
+    """The script's own side without a browser or Lab (CI has neither): what a notebook's stored outputs hold, and the
+    comparison of a document model with the file (a copy with Lab's usual changes must show them, the file itself none)."""
+    nb = json.loads(nb_path.read_text())
+    want = expected_outputs(nb_path)
+    lab = json.loads(json.dumps(nb))
+    lab["metadata"]["kernelspec"] = {**lab["metadata"].get("kernelspec", {}), "display_name": "Python 3 (ipykernel)"}
+    same, changed = changed_fields(nb, nb), changed_fields(nb, lab)
+    print(f"smoke: {nb_path.name}: stored outputs {want}; the file against itself: {len(same)} changes; against Lab's "
+          f"kernelspec: {changed[:2]}")
+    print(f"smoke: screenshot not taken ({'chromium found at ' + find_chromium() if find_chromium() else 'no chromium here'}; "
+          "a smoke run starts neither Lab nor a browser)")
+    return 0 if not same and changed else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("notebook", nargs="?", default="results/demo/1_first_stage.ipynb", help="an executed notebook")
     ap.add_argument("--out", help="PNG to write (default: <notebook stem>-lab.png)")
     ap.add_argument("--size", default="1400,2400", help="browser window, WIDTH,HEIGHT (default 1400,2400)")
     ap.add_argument("--budget-ms", type=int, default=90000, help="how long to wait for the notebook's kernel to start")
+    ap.add_argument("--smoke", action="store_true", help="seconds, no browser: the notebook-side checks (tests/test_benchmarks.py)")
     a = ap.parse_args(argv)
+    if a.smoke: return smoke(Path(__file__).resolve().parents[1] / "nbs" / "00_core.ipynb")
     if not Path(a.notebook).exists():
         print(f"screenshot: {a.notebook}: no such notebook (run `clir-llm reproduce configs/demo.yaml` first)", file=sys.stderr); return 2
     try: checks = screenshot(a.notebook, a.out or f"{Path(a.notebook).stem}-lab.png", a.size, a.budget_ms)

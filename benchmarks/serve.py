@@ -16,6 +16,9 @@ prepare`; about 6 s a forward pass on 2 cores: use --quick).
 import argparse, os, socket, statistics, subprocess, sys, tempfile, threading, time
 from pathlib import Path
 import httpx
+import _smoke
+
+TARGETS: list = []    # a table of throughput and latency per load level; no target line
 
 
 def free_port() -> int:
@@ -65,7 +68,9 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer requests per level (4 per client, at least 16 a level)")
     ap.add_argument("--model", help="backend spec (default: a tiny random Qwen2 built here)")
     ap.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
+    _smoke.add_flag(ap)
     a = ap.parse_args(argv)
+    if a.smoke: a.levels = "2"
     tmp = Path(tempfile.mkdtemp(prefix="clir-serve-bench-"))
     if a.model: llm = a.model
     else:
@@ -75,12 +80,13 @@ def main(argv=None):
                                     f"  - {{name: bench, method: pairwise-allpair, llm: '{llm}', pair: en-de}}\n")
     levels = [int(x) for x in a.levels.split(",")]
     rows, n = {}, 0
-    for label, extra in (("batched", ["--max-batch", "16"]), ("one per call", ["--max-batch", "1"])):
+    sides = (("batched", ["--max-batch", "16"]), ("one per call", ["--max-batch", "1"]))
+    for label, extra in sides[:1] if a.smoke else sides:    # a smoke run starts one server (most of its time)
         port = free_port(); p = start(tmp / "serve.yaml", port, extra); url = f"http://127.0.0.1:{port}"
         try:
             load(url, 1, 2, 10**6)   # warm-up: the model loaded, the first calls made
             for c in levels:
-                per = max(4 if a.quick else 16, (16 if a.quick else 64) // c)
+                per = 2 if a.smoke else max(4 if a.quick else 16, (16 if a.quick else 64) // c)
                 before = httpx.get(f"{url}/health").json()["stats"]
                 wall, lat = load(url, c, per, n); n += c * per
                 after = httpx.get(f"{url}/health").json()["stats"]
@@ -93,7 +99,7 @@ def main(argv=None):
     print(f"{'clients':>7} {'requests':>8} | {'batched: req/s':>14} {'p50 ms':>7} {'p95 ms':>7} {'req/call':>8} | "
           f"{'one per call: req/s':>19} {'p50 ms':>7} {'p95 ms':>7} | {'req/s ratio':>11}")
     for c in levels:
-        b, u = rows["batched", c], rows["one per call", c]
+        b, u = rows["batched", c], rows.get(("one per call", c), (float("nan"),) * 5)
         print(f"{c:>7} {b[4]:>8} | {b[0]:>14.1f} {b[1]:>7.0f} {b[2]:>7.0f} {b[3]:>8.1f} | {u[0]:>19.1f} {u[1]:>7.0f} {u[2]:>7.0f} | {b[0] / u[0]:>10.2f}x")
 
 

@@ -28,6 +28,9 @@ from clir_llm.cache import Cache
 from clir_llm.core import Usage
 from clir_llm.collections import load_collection, collection_pairs
 from clir_llm.translate import NLLBOptions, NLLBTranslator, tiny_nllb
+import _smoke
+
+TARGETS = ["decoder-sentences", "wall-time", "warm-rerun-model-calls"]
 
 
 def target(name, ratio, goal):
@@ -43,10 +46,15 @@ def main(argv=None):
     ap.add_argument("--batch-tokens", type=int, default=2048, help="padded source tokens per batch of the fast path (0: --batch-size sentences)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: 16 with --quick, 32 otherwise (tiny model), 256 (--model)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: tiny matrices gain nothing from more, and a shared machine adds noise)")
+    _smoke.add_flag(ap)
     a = ap.parse_args(argv)
+    with _smoke.marked(a.smoke): run(a)
+
+
+def run(a):
     import torch; torch.set_num_threads(a.threads)
-    n_docs = 20 if a.quick else a.docs
-    max_new = a.max_new_tokens or (256 if a.model else 16 if a.quick else 32)
+    n_docs = 3 if a.smoke else 20 if a.quick else a.docs
+    max_new = a.max_new_tokens or (256 if a.model else 4 if a.smoke else 16 if a.quick else 32)
 
     name = "demo" if "en-de" in collection_pairs("demo") else "fixture"
     coll = load_collection(name, "en-de")

@@ -11,7 +11,7 @@ import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
                       StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
-from .core import MAX_DEPTH, ClirError, load_yaml
+from .core import MAX_DEPTH, ClirError, load_yaml, repo_root
 from .languages import parse_pair
 from .llm import BackendSpec
 from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unknown_options, run_identity
@@ -25,8 +25,8 @@ from .engine import ExecutionSpec
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name', 'FirstStageConfig',
            'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config',
-           'load_config', 'ConfigHead', 'load_config_head', 'repo_root', 'experiment_notebook', 'results_dir',
-           'RegressionCell', 'Regression', 'regression_path', 'load_regression']
+           'load_config', 'ConfigHead', 'load_config_head', 'experiment_notebook', 'results_dir', 'RegressionCell',
+           'Regression', 'regression_path', 'load_regression']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -435,15 +435,6 @@ def load_config_head(path) -> ConfigHead:
     path, data = _read(path)
     try: return ConfigHead.model_validate(data, context={"path": path})
     except ValidationError as e: raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
-
-# %% ../nbs/13a_config.ipynb #299eefc6
-def repo_root() -> Path:
-    "The checkout that holds `nbs/` (the package is installed in editable mode from it)."
-    here = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
-    for cand in (here, Path.cwd(), Path.cwd().parent):
-        if (cand / "nbs" / "experiments").is_dir(): return cand
-    raise ClirError("cannot find nbs/experiments: run clir-llm reproduce from a clone of the repository "
-                    "(installed with `pip install -e .`)")
 
 # %% ../nbs/13a_config.ipynb #dfb392da
 def experiment_notebook(name: str) -> Path:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10a_llm_hf.ipynb #5469d002
 from __future__ import annotations
-import inspect, logging, time, warnings
+import logging, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -16,7 +16,7 @@ from .specs import Quirks, opt
 from .assets import build_folder, offline_model, save_hf_folder
 from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, given_names,
                           lay_over, local_revision, plain_text)
-from .prefix_cache import KVPrefixMixin
+from .prefix_cache import KVPrefixMixin, _forward_params, show_forward_signature
 
 _log = logging.getLogger("clir_llm.llm_hf")   # warnings go through logging: the command line prints them, a library user decides
 
@@ -208,7 +208,7 @@ class _HFGenerateMixin:
 
     def _generation_config(self, params: dict):
         from transformers import GenerationConfig   # heavy: the model is loaded by now
-        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed"}
+        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed", "decode_prefix"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
         if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
         sample = params.get("temperature", 0) > 0
@@ -253,12 +253,14 @@ def _generate_plain(self: _HFGenerateMixin, items: list[dict], gc) -> list[list[
 @patch
 def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> list[dict]:
     """One record per rendered item: the text after the prompt (or the decoder prefix), tokens in and out, seconds.
-    Greedy answers of a decoder-only model reuse the prefixes held (`KVPrefixMixin`); items that cannot share a call
-    (`_call_key`) go in calls of their own."""
+    `decode_prefix=True` (encoder-decoder): the decoder prefix decoded with the answer, as llm-rankers' T5 path (a first
+    token without its word-start marker then reads "PassageA", not "A"). Greedy answers of a decoder-only model reuse the
+    prefixes held (`KVPrefixMixin`); items that cannot share a call (`_call_key`) go in calls of their own."""
     import torch   # heavy: the model is loaded by now
     gc = self._generation_config(params)
     if gc.do_sample and "seed" in params: torch.manual_seed(params["seed"])
     reuse = not gc.do_sample and self._reuses()
+    show_forward_signature(self.hf_model)    # a wrapper on the instance's forward must not change what `generate` passes
     if len({self._call_key(reuse)(it) for it in items}) > 1:
         return self._in_groups(items, self._call_key(reuse), lambda part: self._generate_batch(part, params))
     t0 = time.perf_counter()
@@ -266,10 +268,11 @@ def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> 
         rows = self._generate_reusing([it["ids"] for it in items], gc) if reuse else self._generate_plain(items, gc)
     dt = (time.perf_counter() - t0) / len(items)
     eos, recs = set(self._eos_ids()), []
+    with_dec = bool(params.get("decode_prefix")) and self.is_encoder_decoder
     for it, row in zip(items, rows):
         n = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-        recs.append({"text": self.tokenizer.decode(row[:n], skip_special_tokens=True), "tokens_in": len(it["ids"]),
-                     "tokens_out": n, "seconds": dt, "time": time.time()})
+        recs.append({"text": self.tokenizer.decode((it["dec"] if with_dec else []) + row[:n], skip_special_tokens=True),
+                     "tokens_in": len(it["ids"]), "tokens_out": n, "seconds": dt, "time": time.time()})
     return recs
 
 # %% ../nbs/10a_llm_hf.ipynb #1a829852
@@ -295,10 +298,9 @@ class _HFScoreMixin:
                  "seconds": dt, "time": time.time()} for it, s in zip(items, out)]
 
     def _keeps_logits(self) -> bool:
-        "Whether the model's forward takes `logits_to_keep` (transformers decoder-only models: about 1.7x faster scoring on CPU)."
-        if not self.last_logits_only: return False
-        try: return "logits_to_keep" in inspect.signature(self.hf_model.forward).parameters
-        except (TypeError, ValueError): return False
+        """Whether the model's forward takes `logits_to_keep` (transformers decoder-only models: about 1.7x faster scoring
+        on CPU), read from the model's class (a wrapper on the instance's forward hides its parameters)."""
+        return self.last_logits_only and "logits_to_keep" in _forward_params(self.hf_model)
 
 # %% ../nbs/10a_llm_hf.ipynb #320ec84b
 @patch
@@ -343,7 +345,7 @@ def _seq_logprobs(self: _HFScoreMixin, ids: list[int], cands: list[list[int]], d
 class HFQuirks(Quirks):
     "llm-rankers 0.0.2's calling convention for transformers models (its pairwise scripts); off: the method as described."
     double_bos: bool = opt(False, "the tokenizer's BOS after the chat template's (llm-rankers gave Llama-3.1 two)")
-    no_attention_mask: bool = opt(False, "generate without an attention mask (llm-rankers' calls)")
+    no_attention_mask: bool = opt(False, "generate without an attention mask (llm-rankers' calls: whole prompts, no prefix reuse)")
 
     @classmethod
     def paper(cls, upstream: str | None = None, **context) -> "HFQuirks":
@@ -368,7 +370,8 @@ class HFOptions(BackendOptions):
     system_prompt: Optional[str] = opt(None, "a system message put before chat prompts that have none")
     trust_remote_code: bool = opt(False, "run the model repository's own code", identity=False)
     prefix_cache: bool = opt(True, "reuse the key/value states of prompt prefixes computed before (decoder-only models whose "
-                                   "layers attend to every earlier token; answers as without it up to float rounding)", identity=False)
+                                   "layers attend to every earlier token; answers as without it up to float rounding; off "
+                                   "under the quirk no_attention_mask)", identity=False)
     prefix_cache_gb: Optional[float] = opt(None, "memory for those states on the model's device (none: 2 GB on a CPU, half "
                                                  "the free memory of a GPU)", identity=False, gt=0)
     prepare_gguf: bool = opt(True, "save a GGUF model once as a plain folder under the cache root (loads in seconds)", identity=False)
@@ -408,7 +411,8 @@ class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, KVPrefixMixin, C
         if om is not None and "batch_size" not in given_names(o) and o.batch_size == HFOptions().batch_size: self.batch_size = STAND_IN_BATCH
         self.decoder_prefix, self.system_prompt = o.decoder_prefix, o.system_prompt
         self.double_bos, self.no_attention_mask = o.quirks.double_bos, o.quirks.no_attention_mask
-        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache, o.prefix_cache_gb
+        # llm-rankers computed each prompt whole, unmasked: reuse (held states, masked suffixes) cannot make those calls
+        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache and not o.quirks.no_attention_mask, o.prefix_cache_gb
         self.max_model_len, self._device_map, self._quantize, self._trust = o.max_model_len, o.device_map, o.quantize, o.trust_remote_code
         self._device = o.device or executor.device     # None: cuda when available, when the model loads
         self._choose_dtype(o.dtype, stand_in=om is not None, card=None if local or om else model_card(model))

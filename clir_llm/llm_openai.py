@@ -21,7 +21,7 @@ from .llm_hf import HFRenderMixin, is_hub_id, load_tokenizer, truncate_with
 _log = logging.getLogger("clir_llm.llm_openai")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
-__all__ = ['ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'OpenAIBackend']
+__all__ = ['LOGPROB_SLACK', 'MAX_USAGE_TOKENS', 'ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'OpenAIBackend']
 
 # %% ../nbs/10b_llm_openai.ipynb #e4a22db8
 class OpenAIOptions(BackendOptions):
@@ -37,26 +37,31 @@ class OpenAIOptions(BackendOptions):
                                                           "none: $OPENAI_BASE_URL, else OpenAI", identity=False)
     api_key_env: Optional[str] = opt(None, "the NAME of the environment variable holding the key (default OPENAI_API_KEY)", identity=False)
     endpoint: Optional[str] = opt(None, "the server's name in cache keys (default: the first base_url without credentials)", identity=False)
-    concurrency: int = opt(4, "requests in flight per server", identity=False, gt=0)
-    timeout: float = opt(30.0, "seconds a request may take (connect, send, answer) before it is abandoned and retried", identity=False, gt=0)
-    connect_timeout: float = opt(5.0, "seconds to connect to a server (a server that is not there fails in seconds)", identity=False, gt=0)
-    read_timeout: Optional[float] = opt(None, "seconds to wait for the answer once connected (default: timeout)", identity=False, gt=0)
-    total_timeout: float = opt(60.0, "seconds one call may take in all, its retries and waits included", identity=False, gt=0)
-    max_retries: int = opt(6, "retries of a failed request", identity=False, ge=0)
-    backoff: float = opt(1.0, "seconds of the first retry's backoff (doubled each time, full jitter)", identity=False, ge=0)
-    max_wait: float = opt(120.0, "longest wait before a retry (a server's Retry-After included)", identity=False, ge=0)
-    cooldown: float = opt(5.0, "seconds a server that refused a connection is skipped", identity=False, ge=0)
+    concurrency: int = opt(4, "requests in flight per server", identity=False, gt=0, le=1024)
+    timeout: float = opt(30.0, "seconds a request may take (connect, send, answer) before it is abandoned and retried", identity=False, gt=0, le=86400, allow_inf_nan=False)
+    connect_timeout: float = opt(5.0, "seconds to connect to a server (a server that is not there fails in seconds)", identity=False, gt=0, le=3600, allow_inf_nan=False)
+    read_timeout: Optional[float] = opt(None, "seconds to wait for the answer once connected (default: timeout)", identity=False, gt=0, le=86400, allow_inf_nan=False)
+    total_timeout: float = opt(60.0, "seconds one call may take in all, its retries and waits included", identity=False, gt=0, le=7 * 86400, allow_inf_nan=False)
+    max_retries: int = opt(6, "retries of a failed request", identity=False, ge=0, le=100)
+    backoff: float = opt(1.0, "seconds of the first retry's backoff (doubled each time, full jitter)", identity=False, ge=0, le=3600, allow_inf_nan=False)
+    max_wait: float = opt(120.0, "longest wait before a retry (a server's Retry-After included)", identity=False, ge=0, le=86400, allow_inf_nan=False)
+    cooldown: float = opt(5.0, "seconds a server that refused a connection is skipped", identity=False, ge=0, le=86400, allow_inf_nan=False)
     logprobs: bool = opt(True, "the server returns logprobs (false: scoring is off)", identity=False)
-    top_logprobs: int = opt(20, "chat API scoring: how many top tokens of the first answer token are read", gt=0)
+    top_logprobs: int = opt(20, "chat API scoring: how many top tokens of the first answer token are read", gt=0, le=20)
     organization: Optional[str] = opt(None, "the OpenAI organization the calls are billed to", identity=False)
 
     @field_validator("base_url", mode="before")
     @classmethod
     def _urls(cls, v):
         if isinstance(v, str) and "," in v: v = [u.strip() for u in v.split(",") if u.strip()]
+        if isinstance(v, (list, tuple)) and not v or isinstance(v, str) and not v.strip():
+            raise ValueError("no server URL given (leave base_url out for OpenAI's API)")   # never a silent fall back to OpenAI
         for u in v if isinstance(v, list) else [v]:
             if isinstance(u, str) and not u.lower().startswith(("http://", "https://")):
                 raise ValueError(("" if u == v else f"{u!r} is ") + "not an http:// or https:// URL (e.g. http://localhost:8000/v1)")
+            if isinstance(u, str):
+                try: urllib.parse.urlsplit(u).port   # a malformed host or port ('http://[::1/v1', ':99999')
+                except ValueError as e: raise ValueError(f"{redact(u)!r} is not a valid URL ({e})") from None
         return v[0] if isinstance(v, list) and len(v) == 1 else v
 
     @field_validator("api_key_env")
@@ -87,11 +92,12 @@ def _retry_after(exc) -> float | None:
     resp = getattr(exc, "response", None)
     if resp is None: return None
     h = resp.headers
+    ok = lambda s: s if math.isfinite(s) and s >= 0 else None   # a negative, NaN or infinite wait: ignored, the backoff applies
     if h.get("retry-after-ms"):
-        try: return float(h["retry-after-ms"]) / 1000
+        try: return ok(float(h["retry-after-ms"]) / 1000)
         except ValueError: pass
     if h.get("retry-after"):
-        try: return float(h["retry-after"])
+        try: return ok(float(h["retry-after"]))
         except ValueError:
             try: return max(0.0, parsedate_to_datetime(h["retry-after"]).timestamp() - time.time())
             except (TypeError, ValueError): return None
@@ -255,6 +261,8 @@ def _account(self: OpenAIBackend, rec, cached):
     if price_of(self.model, self.prices) is None: self._count("unpriced_calls")
 
 # %% ../nbs/10b_llm_openai.ipynb #3cdc3719
+LOGPROB_SLACK = 1e-3   # servers round: a log-probability up to this above 0 is read as 0's rounding, not as an error
+
 def _finite_logprobs(choices):
     "A `_BadResponse` when the logprobs of an answer hold NaN or infinity (a broken server): never a score, never stored."
     for ch in choices:
@@ -263,6 +271,8 @@ def _finite_logprobs(choices):
         for t in getattr(lp, "content", None) or []: vals += [t.logprob, *(x.logprob for x in (t.top_logprobs or []))]
         if any(isinstance(v, (int, float)) and not math.isfinite(v) for v in vals):
             raise _BadResponse("nonfinite_logprobs", "log-probabilities that are not finite numbers")
+        if any(isinstance(v, (int, float)) and v > LOGPROB_SLACK for v in vals):   # a probability above 1
+            raise _BadResponse("positive_logprobs", f"log-probabilities above 0 (up to {max(v for v in vals if isinstance(v, (int, float))):g})")
 
 # %% ../nbs/10b_llm_openai.ipynb #36a1464d
 def _choices(resp, endpoint: str) -> list:
@@ -274,6 +284,18 @@ def _choices(resp, endpoint: str) -> list:
     if endpoint == "chat" and getattr(resp.choices[0], "message", None) is None: raise _BadResponse("malformed", "choice without a message")
     _finite_logprobs(resp.choices)
     return sorted(resp.choices, key=lambda ch: getattr(ch, "index", 0) or 0)
+
+# %% ../nbs/10b_llm_openai.ipynb #852f9c33
+MAX_USAGE_TOKENS = 10**8   # more tokens than any one call holds: a count above it is a broken server's, not a call's
+
+def _usage(b: OpenAIBackend, usage):
+    """The answer's token counts, or None (counted as `bad_usage`) when they are not whole numbers from 0 to
+    `MAX_USAGE_TOKENS`: a server reporting -5 or 1e30 tokens must not become a negative count or a 1e24-dollar cost."""
+    if usage is None: return None
+    counts = [getattr(usage, k, 0) for k in ("prompt_tokens", "completion_tokens")]
+    if all(c is None or (isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_USAGE_TOKENS) for c in counts): return usage
+    b._count("bad_usage")
+    return None
 
 # %% ../nbs/10b_llm_openai.ipynb #861a104b
 @patch
@@ -292,7 +314,7 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
                 model=self.model, timeout=self._timeout(deadline - time.monotonic()), **kw)
             dt = time.perf_counter() - t0
             choices = _choices(resp, endpoint); ok = True
-            return choices, resp.usage, getattr(resp, "model", None), dt
+            return choices, _usage(self, getattr(resp, "usage", None)), getattr(resp, "model", None), dt
         except openai.APIStatusError as e:
             code = e.status_code
             kind = f"http_{code}"

@@ -232,7 +232,7 @@ class PairwiseQuirks(Quirks):
     tsv_round_trip: bool = opt(False, "passages as the authors' TSV hands them over: pandas' quoting ('\"' doubled, the text "
                                "quoted), documents with empty text dropped from the ranking", strict=True)
     answers: Literal["parse", "exact"] = opt("parse", "read a generated answer tolerantly (parse), or as llm-rankers: one "
-                                             "token (two on the T5 path) compared by exact string (exact)")
+                                             "token (two on the T5 path, decoded with its decoder prefix) compared by exact string (exact)")
 
     @classmethod
     def paper(cls, **context) -> "PairwiseQuirks": return cls(tsv_round_trip=True, answers="exact")
@@ -389,9 +389,13 @@ def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: lis
         ch = self.template["choices"]
         if self.options.scoring == "generation":
             exact, encdec = self.options.quirks.answers == "exact", self.backend.is_encoder_decoder   # llm-rankers: 1 token (T5: 2)
-            answers = self.backend.generate(prompts, max_new_tokens=1 if exact and not encdec else 2, **_quiet(self.backend.generate))
-            letters = [parse_prp_exact(a, upper=not encdec) if exact else parse_prp(a) for a in answers]
-            n_out = sum(self.backend.count_tokens(a) for a in answers)
+            t5 = exact and encdec    # llm-rankers' T5 path decodes its decoder prefix with the answer: 'Passage A' or no answer
+            answers = self.backend.generate(prompts, max_new_tokens=1 if exact and not encdec else 2, **_quiet(self.backend.generate),
+                                            **({"decode_prefix": True} if t5 else {}))
+            pre = (self.template.get("decoder_prefix") or "") if prefilled else ""
+            letters = ([next((c for c in ("A", "B") if a == pre + ch[c]), None) for a in answers] if t5
+                       else [parse_prp_exact(a) if exact else parse_prp(a) for a in answers])
+            n_out = sum(self.backend.count_tokens(a.removeprefix(pre) if t5 else a) for a in answers)
         else:
             cands = [ch["A"], ch["B"]] if prefilled else ["Passage" + ch["A"], "Passage" + ch["B"]]
             scores = self.backend.score(prompts, cands, **_quiet(self.backend.score))

@@ -9,12 +9,12 @@ from typing import Callable, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring, doc_text
 from .specs import opt
-from .templates import prompt_tokens
+from .templates import prompt_tokens, squash
 
 # %% auto #0
-__all__ = ['pointwise_order', 'yes_probability', 'PointwiseOptions', 'PointwiseReranker']
+__all__ = ['pointwise_order', 'yes_probability', 'PointwiseOptions', 'Qwen3RerankerOptions', 'PointwiseReranker']
 
 # %% ../nbs/11e_pointwise.ipynb #05d0c492
 def pointwise_order(docids: Sequence, score: Callable[[object], float]) -> list:
@@ -32,6 +32,14 @@ class PointwiseOptions(RerankerOptions):
     "The options of pointwise reranking, each default written once (llm-rankers' cuts: queries 128, passages 300 tokens)."
     query_tokens: int = opt(128, "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)", gt=0)
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+
+# %% ../nbs/11e_pointwise.ipynb #2fe68150
+class Qwen3RerankerOptions(PointwiseOptions):
+    """Qwen3-Reranker's options: its model card's lengths by default (no query or passage cut; the instruction, query and
+    document together cut from the end to `max_length` tokens less the template's, as the card's `truncation`)."""
+    query_tokens: int | None = opt(None, "query cut, backend tokens (none: the card's, no cut)", gt=0)
+    passage_tokens: int | None = opt(None, "passage cut, backend tokens (none: the card's, no cut)", gt=0)
+    max_length: int = opt(8192, "the card's pair length: template, instruction, query and document in tokens", gt=0)
 
 # %% ../nbs/11e_pointwise.ipynb #f9a00a5a
 class PointwiseReranker(Reranker):
@@ -59,8 +67,8 @@ class PointwiseReranker(Reranker):
         for q in self.diagnostics:
             ids, d = run.docids(q, k), self.diagnostics[q]
             qtext = collection.queries[q].text
-            query = b.truncate(qtext, o.query_tokens) if self.kind == "yes_no" else qtext
-            texts = self.cut_passages(collection, q, ids)
+            query = b.truncate(qtext, o.query_tokens) if self.kind == "yes_no" and o.query_tokens else qtext
+            texts = self.cut_passages(collection, q, ids) if o.passage_tokens else self._whole_passages(collection, ids)
             prompts = [self._prompt(query, texts[doc]) for doc in ids]
             cands, scores = self._candidates(query), []
             bs = (o.batch_size or len(prompts) or 1) if b.supports_batching else 1
@@ -72,6 +80,12 @@ class PointwiseReranker(Reranker):
         bar.close()
         return self._finish(run, heads, k)
 
+# %% ../nbs/11e_pointwise.ipynb #cb28798a
+@patch(cls_method=True)
+def options_for(cls: PointwiseReranker, method: str) -> type[PointwiseOptions]:
+    "Qwen3-Reranker takes its card's lengths (`Qwen3RerankerOptions`); the other methods llm-rankers' cuts."
+    return Qwen3RerankerOptions if cls.variants.get(method) == "qwen3-reranker" else PointwiseOptions
+
 # %% ../nbs/11e_pointwise.ipynb #72e1b0fd
 @patch(cls_method=True)
 def default_prompt(cls: PointwiseReranker, method: str) -> str: return cls.variants.get(method, "relevance")
@@ -82,21 +96,44 @@ def estimate(cls: PointwiseReranker, options: PointwiseOptions, method: str, sta
     "Prompts and tokens per query of pointwise `method` on text of `stats`."
     t = cls.load_prompt(options.prompt or cls.default_prompt(method))
     qlm = t["scoring"] == "qlm"
-    q = stats.query_tokens if qlm else min(stats.query_tokens, options.query_tokens)
+    q = stats.query_tokens if qlm or not options.query_tokens else min(stats.query_tokens, options.query_tokens)
     text = "".join(str(t.get(f) or "") for f in ("system", "prefill", "answer_prefix")) + t["prompt"].format(query="", passage="")
-    return CallLoad(stats.docs, stats.template_tokens(text) + q + stats.passage_tokens(max_tokens=options.passage_tokens), 0.0,
+    prompt = stats.template_tokens(text) + q + stats.passage_tokens(max_tokens=options.passage_tokens)
+    return CallLoad(stats.docs, min(prompt, getattr(options, "max_length", None) or prompt), 0.0,
                     0.0 if qlm else stats.template_tokens(str(t.get("system") or "") + t["prompt"].split("{passage}")[0]))
 
-# %% ../nbs/11e_pointwise.ipynb #b25a6378
+# %% ../nbs/11e_pointwise.ipynb #52525f98
 @patch
-def _prompt(self: PointwiseReranker, query: str, passage: str):
-    "The prompt of one document in the backend's form."
+def _whole_passages(self: PointwiseReranker, collection, ids: list[str]) -> dict[str, str]:
+    "The passages of `ids` (docid -> text) uncut (Qwen3-Reranker by default: its card cuts only the pair, `_pair_cut`)."
+    return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
+
+# %% ../nbs/11e_pointwise.ipynb #81f7fa19
+@patch
+def _pair_cut(self: PointwiseReranker, text: str) -> str:
+    """The user text cut to the options' `max_length` less the tokens of the rest of the prompt (system turn, template,
+    prefill), as Qwen3-Reranker's card cuts its `format_instruction` text; as given when the options have no `max_length`."""
+    n = getattr(self.options, "max_length", None)
+    if not n: return text
+    if getattr(self, "_pair_budget", None) is None:
+        self._pair_budget = n - prompt_tokens(self.backend, self._prompt_of("")) if hasattr(self.backend, "render_text") else n
+    return self.backend.truncate(text, self._pair_budget) if self.backend.count_tokens(text) > self._pair_budget else text
+
+# %% ../nbs/11e_pointwise.ipynb #b6648e11
+@patch
+def _prompt_of(self: PointwiseReranker, text: str):
+    "The prompt of the user text `text` in the backend's form: chat turns (system, user, prefill), else the text and answer prefix."
     t = self.template
-    text = t["prompt"].format(query=query, passage=passage)
     if self.backend.is_chat:
         return ([{"role": "system", "content": t["system"]}] if t.get("system") else []) + [{"role": "user", "content": text}] + (
             [{"role": "assistant", "content": t["prefill"]}] if t.get("prefill") else [])
     return text if self.backend.is_encoder_decoder else text + (self.template.get("answer_prefix") or "")
+
+# %% ../nbs/11e_pointwise.ipynb #b25a6378
+@patch
+def _prompt(self: PointwiseReranker, query: str, passage: str):
+    "The prompt of one document in the backend's form (the user text cut to the pair length, `_pair_cut`, where one is set)."
+    return self._prompt_of(self._pair_cut(self.template["prompt"].format(query=query, passage=passage)))
 
 # %% ../nbs/11e_pointwise.ipynb #d5bbf018
 @patch

@@ -12,7 +12,7 @@ from .core import ClirError
 
 # %% auto #0
 __all__ = ['BLOCK', 'block_hashes', 'BlockStore', 'submit', 'prefix_hit_share', 'shared_prefixes', 'segment_reuse', 'kv_arg',
-           'kv_of', 'reuse_layout', 'stage_levels', 'KVPrefixMixin']
+           'show_forward_signature', 'kv_of', 'reuse_layout', 'stage_levels', 'KVPrefixMixin']
 
 # %% ../nbs/10h_prefix_cache.ipynb #615b1d09
 BLOCK = 16   # tokens per block (vLLM's default block size)
@@ -194,6 +194,21 @@ def kv_arg(model) -> str:
     """The name a transformers model's forward and `generate` give its key/value cache: `cache` from transformers 5.x
     (`past_key_values` is deprecated there), `past_key_values` before."""
     return "cache" if "cache" in _forward_params(model) else "past_key_values"
+
+# %% ../nbs/10h_prefix_cache.ipynb #f336e15b
+def show_forward_signature(model) -> bool:
+    """Give a wrapper put on a model instance's `forward` without functools.wraps (a call counter `def f(*a, **k)`; accelerate's
+    and PEFT's hooks keep `__wrapped__`) the signature of the class's forward. transformers' `generate` reads
+    `inspect.signature(model.forward)` to decide what to pass: behind `(*a, **k)` it passes no position ids, the model
+    numbers a left-padded row's tokens from its padding, and batched answers change. A wrapper with `__wrapped__`, a
+    signature of its own or parameters of its own is left alone. Whether it set one."""
+    fwd = model.__dict__.get("forward")
+    if fwd is None or hasattr(fwd, "__wrapped__") or hasattr(fwd, "__signature__"): return False
+    try:
+        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(fwd).parameters.values()): return False
+        fwd.__signature__ = inspect.signature(type(model).forward.__get__(model))
+    except (TypeError, ValueError, AttributeError): return False    # no signature to read, or an object that takes no attributes
+    return True
 
 # %% ../nbs/10h_prefix_cache.ipynb #7d700715
 def kv_of(out):

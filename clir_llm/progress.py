@@ -70,13 +70,27 @@ def _widgets() -> bool:
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
     except Exception: return False
 
+# %% ../nbs/00b_progress.ipynb #d310e875
+def _headless_kernel() -> bool:
+    """True inside a Jupyter kernel whose current request comes from a headless executor (papermill, nbclient,
+    nbconvert): they send `allow_stdin=False`, while JupyterLab, Notebook and VS Code send True. A kernel's stderr
+    there is stored in the executed notebook, each tqdm redraw as an output of its own."""
+    if "ipykernel" not in sys.modules: return False
+    try:
+        from IPython import get_ipython   # only inside a Jupyter kernel
+        kernel = getattr(get_ipython(), "kernel", None)
+        return kernel is not None and kernel.get_parent().get("content", {}).get("allow_stdin", True) is False
+    except Exception: return False
+
 # %% ../nbs/00b_progress.ipynb #3daaec02
 def progress_bar(*args, **kw):
-    """A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set; tqdm's widget when `$CLIR_LLM_WIDGETS=1` in Jupyter;
-    else text (in a kernel redrawn at most every 2 s, so a stored notebook keeps a few lines, not hundreds). None at all
-    under `-q` (the `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
+    """A tqdm bar: events on `$CLIR_LLM_PROGRESS` when set; nothing drawn in a kernel a headless executor drives (plain
+    papermill: no progress leftovers in the executed notebook; the bar still counts); tqdm's widget when
+    `$CLIR_LLM_WIDGETS=1` in Jupyter; else text (in a kernel redrawn at most every 2 s). None at all under `-q` (the
+    `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
     if logging.getLogger("clir_llm").level >= logging.ERROR: kw["disable"] = True
     if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
+    if _headless_kernel(): return std_tqdm(*args, **{**kw, "file": _Null()})
     if _widgets():
         from tqdm.notebook import tqdm as nb_tqdm   # optional: needs ipywidgets, only inside a kernel
         return nb_tqdm(*args, **kw)

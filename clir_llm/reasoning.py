@@ -9,9 +9,9 @@ from pathlib import Path
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, Run, atomic_write
-from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring, doc_text
 from .specs import opt
-from .templates import PromptTemplate, prompt_tokens
+from .templates import PromptTemplate, prompt_tokens, squash
 from .pointwise import pointwise_order, yes_probability
 
 # %% auto #0
@@ -27,16 +27,18 @@ def cut_trace(text: str) -> str:
     return text.strip()
 
 # %% ../nbs/11h_reasoning.ipynb #93d338ec
-def read_trace(text: str, think_end: str = "</think>") -> tuple[str, bool]:
-    "(the trace, closed?) of a generation: the text before `think_end` when the model closed it, else the cut unfinished trace."
-    if think_end in text: return text[:text.index(think_end)], True
+def read_trace(text: str, think_end: str = "</think>", answers=(" true", " false")) -> tuple[str, bool]:
+    """(the trace, answered?) of a generation as Rank1's stop strings (`think_end` + each answer) read it: the text before
+    the first stop string when the model wrote one, else the whole generation cut after its last full sentence (the forced path)."""
+    at = [i for i in (text.find(think_end + a) for a in answers) if i != -1]
+    if at: return text[:min(at)], True
     return cut_trace(text), False
 
 # %% ../nbs/11h_reasoning.ipynb #33e4dec2
 class ReasoningOptions(RerankerOptions):
     "The options of reasoning rerankers: the thinking budget in tokens and the passage cut."
     think_tokens: int = opt(8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0)
-    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+    passage_tokens: int | None = opt(None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0)
 
 # %% ../nbs/11h_reasoning.ipynb #f2032b09
 class ReasoningReranker(Reranker):
@@ -71,6 +73,13 @@ def _as_prompt(self: ReasoningReranker, text: str, continuation: str = ""):
     if not self.backend.is_chat: return text + continuation
     return [{"role": "user", "content": text}] + ([{"role": "assistant", "content": continuation}] if continuation else [])
 
+# %% ../nbs/11h_reasoning.ipynb #5b1e0c7a
+@patch
+def _passages(self: ReasoningReranker, collection, q: str, ids: list[str]) -> dict[str, str]:
+    "The passages of `ids` (docid -> text): whole (Rank1's code), or cut to `passage_tokens` backend tokens (each cut counted)."
+    if self.options.passage_tokens is not None: return self.cut_passages(collection, q, ids)
+    return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
+
 # %% ../nbs/11h_reasoning.ipynb #42e6b921
 @patch
 def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]]]):
@@ -78,7 +87,7 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
     t, b, o = self.template, self.backend, self.options
     items = []
     for q, ids in group:
-        texts = self.cut_passages(collection, q, ids)
+        texts = self._passages(collection, q, ids)
         items += [(q, d, t["prompt"].format(query=collection.queries[q].text, passage=texts[d])) for d in ids]
     bs = (o.batch_size or len(items) or 1) if b.supports_batching else 1
     for s in range(0, len(items), bs):
@@ -90,7 +99,7 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
         else:
             raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
             counts = [b.count_tokens(x) for x in raw]
-        read = [read_trace(x, t["think_end"]) for x in raw]
+        read = [read_trace(x, t["think_end"], (t["choices"]["yes"], t["choices"]["no"])) for x in raw]
         follow = [self._as_prompt(p, t["closed" if closed else "forced"].format(trace=tr)) for (*_, p), (tr, closed) in zip(part, read)]
         scores = b.score(follow, [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score))
         for (q, d, _), n, (tr, closed), pr, fo, sc in zip(part, counts, read, prompts, follow, scores):

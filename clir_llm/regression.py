@@ -4,15 +4,50 @@
 
 # %% ../nbs/13e_regression.ipynb #1115bfe0
 from __future__ import annotations
+import json
 import pandas as pd
 from pathlib import Path
 import yaml
 from .core import ClirError, atomic_write
-from .config import Config, ConfigHead, load_config, load_config_head, load_regression, regression_path, results_dir   # the regression file's format lives with the configuration
+from .config import Config, ConfigHead, load_config, load_config_head, load_regression, regression_path, repo_root, results_dir   # the regression file's format lives with the configuration
+from .provenance import current_record, differences, information
 from .tables import load_table
 
 # %% auto #0
-__all__ = ['check', 'write_regression']
+__all__ = ['MAX_LINES', 'reference_path', 'environment_lines', 'check', 'write_regression']
+
+# %% ../nbs/13e_regression.ipynb #91db1d05
+def reference_path(cfg: Config | ConfigHead) -> Path:
+    "The provenance record kept with the regression file's numbers: `<regression stem>.provenance.json` beside it."
+    reg = regression_path(cfg)
+    return reg.with_name(reg.stem + ".provenance.json")
+
+# %% ../nbs/13e_regression.ipynb #af2f8513
+MAX_LINES = 8   # differences shown; the rest are counted
+
+def _shown(p: Path, base: Path | None = None) -> str:
+    "`p` relative to the working folder, else to `base` (the config's folder), else whole."
+    for b in (Path.cwd(), base):
+        try: return str(p.resolve().relative_to(b.resolve())) if b is not None else str(p)
+        except ValueError: pass
+    return str(p)
+
+# %% ../nbs/13e_regression.ipynb #11509c98
+def environment_lines(cfg: Config | ConfigHead, indent: str = "  ") -> list[str]:
+    "What differs between the environment kept with the reference numbers (`reference_path`) and this one, in a few lines."
+    path = reference_path(cfg); shown = _shown(path, Path(cfg.path).parent if cfg.path else None)
+    if not path.is_file(): return [f"environment: no reference recorded ({shown}: `write_regression` copies the reviewed run's provenance.json there)"]
+    try: ref = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: ref = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}"
+    if not isinstance(ref, dict): return [f"environment: {shown}: not a provenance record ({ref if isinstance(ref, str) else type(ref).__name__})"]
+    try: root = repo_root()
+    except ClirError: root = None      # not a checkout: no lock, no commit to compare
+    cur, notes = current_record(ref, cfg.path, root)
+    diff, info = differences(ref, cur), information(ref, cur)
+    lines = ([f"environment: same as the reference ({shown})"] if not diff else
+             [f"environment: {len(diff)} difference{'s' * (len(diff) > 1)} from the reference ({shown}):"]
+             + [indent + d for d in diff[:MAX_LINES]] + ([f"{indent}... and {len(diff) - MAX_LINES} more"] if len(diff) > MAX_LINES else []))
+    return lines + [f"{indent}information: {x}" for x in info] + [f"{indent}not compared: {x}" for x in notes]
 
 # %% ../nbs/13e_regression.ipynb #451b01ea
 def _table(out: Path, name: str):
@@ -26,9 +61,10 @@ def _table(out: Path, name: str):
 
 # %% ../nbs/13e_regression.ipynb #41a1fc19
 def check(config, results_root="results", log=print) -> dict:
-    "Compare a configuration's result tables with its regression file; print one line per cell; return counts."
+    "Compare a configuration's result tables with its regression file: the environment's differences, then one line per cell; return counts."
     cfg = config if isinstance(config, (Config, ConfigHead)) else load_config_head(config)   # no plugin is imported
     reg = load_regression(regression_path(cfg))
+    for line in environment_lines(cfg): log(line)   # why a number may have moved: a dependency, a model, the data
     out, tables, counts = results_dir(cfg, results_root), {}, {"OK": 0, "FAIL": 0, "MISSING": 0}
     for c in reg.cells:
         tol = reg.tolerance if c.tol is None else c.tol
@@ -51,7 +87,7 @@ def check(config, results_root="results", log=print) -> dict:
 
 # %% ../nbs/13e_regression.ipynb #c00b06e3
 def write_regression(config, tables: list[str], results_root="results", tolerance: float = 1e-3) -> Path:
-    "Record the current result tables of a configuration as its regression file (after a reviewed run)."
+    "Record the current result tables of a configuration as its regression file (after a reviewed run), and their provenance beside it."
     cfg = config if isinstance(config, Config) else load_config(config)
     out, cells = results_dir(cfg, results_root), []
     for name in tables:
@@ -63,4 +99,7 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
     path = cfg.path.parent / cfg.regression
     atomic_write(path, f"# Expected scores of {cfg.name} (written by write_regression after a reviewed run).\n"
                  + yaml.safe_dump(dict(tolerance=tolerance, cells=cells), sort_keys=False, allow_unicode=True))
+    ref, made = reference_path(cfg), out / "provenance.json"    # the environment of these numbers goes with them
+    if made.is_file(): atomic_write(ref, made.read_bytes())
+    else: ref.unlink(missing_ok=True)                             # an older record would describe other numbers
     return path

@@ -16,19 +16,14 @@ from .languages import parse_pair
 from .llm import BackendSpec
 from .replay import export_llm_calls, seed_llm_calls
 from .retrieve import dt_plan, parse_method
+from .provenance import code_fingerprint, provenance, write_provenance
 from .progress import CHANNEL, QUIET_ENV, ProgressTail, verbosity
 
 logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
-__all__ = ['logger', 'KERNEL_ENV', 'code_fingerprint', 'clean_stale', 'needs', 'prepare', 'kernel_manager', 'kernelspec_of',
-           'tidy_notebook', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce']
-
-# %% ../nbs/13_reproduce.ipynb #6c8b4fcb
-def code_fingerprint() -> str:
-    "A hash of the package's source files: a notebook re-executes when the code that makes its tables changes."
-    here = Path(__file__).resolve().parent if "__file__" in globals() else repo_root() / "clir_llm"
-    return stable_hash(*[(p.name, p.read_bytes().decode("utf-8", "replace")) for p in sorted(here.rglob("*.py")) if p.name != "_modidx.py"])
+__all__ = ['logger', 'KERNEL_ENV', 'clean_stale', 'needs', 'prepare', 'kernel_manager', 'kernelspec_of', 'tidy_notebook',
+           'recorded_path', 'recorded_responses', 'record_responses', 'reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #81dd2201
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
@@ -271,5 +266,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
     if not recorded and recorded_path(cfg) is not None:
         if only is None and all(st["status"] == "ran" for st in status): record_responses(cfg, out, log)
         else: log(f"recorded responses not written: only a complete run (no --only; --force if up to date) records every call")
+    if any(st["status"] == "ran" for st in status) or not (out / "provenance.json").exists():
+        write_provenance(out, provenance(cfg))   # what produced these tables (after record_responses: the recorded file as it is now)
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status

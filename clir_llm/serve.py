@@ -25,9 +25,9 @@ from .cli_args import ArgumentParser, add_spec_arguments
 from .translate import get_translator
 
 # %% auto #0
-__all__ = ['ServeOptions', 'ServedModel', 'served_model', 'load_served', 'rerank_texts', 'Unavailable', 'RerankService',
-           'RerankDocument', 'RerankRequest', 'HTTPRefusal', 'parse_request', 'answer', 'make_app', 'server',
-           'ServerThread', 'cli_serve']
+__all__ = ['MAX_JSON_DEPTH', 'ServeOptions', 'ServedModel', 'served_model', 'unique_models', 'load_served', 'rerank_texts',
+           'Unavailable', 'RerankService', 'RerankDocument', 'RerankRequest', 'HTTPRefusal', 'json_problem',
+           'parse_request', 'answer', 'make_app', 'server', 'ServerThread', 'cli_serve']
 
 # %% ../nbs/16b_serve.ipynb #d3d0d1a9
 class ServeOptions(Options):
@@ -42,6 +42,10 @@ class ServeOptions(Options):
     max_request_bytes: int = opt(8_000_000, "bytes per request body at most", identity=False, gt=0)
     max_pending: int = opt(64, "requests queued or in progress at once; more are answered 429", identity=False, gt=0)
     max_batch: int = opt(16, "requests of one model reranked together in one call at most", identity=False, gt=0)
+    header_timeout: float = opt(10.0, "seconds a connection may take to send a request's headers (then 408, closed)", identity=False, gt=0, le=3600)
+    body_timeout: float = opt(60.0, "seconds a request may take to send its body (then 408)", identity=False, gt=0, le=3600)
+    max_client_connections: int = opt(32, "open connections from one client address at most; more are answered 429 "
+                                          "(behind a proxy every caller has the proxy's address)", identity=False, gt=0)
     batch_wait: float = opt(0.002, "seconds a batch waits for more requests before it starts", identity=False, ge=0, le=10)
     cache: Optional[str] = opt(None, "cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)", identity=False)
     cache_mode: Literal["readwrite", "readonly", "replay", "off"] = opt("readwrite", "as clir-llm rerank --cache-mode", identity=False)
@@ -78,24 +82,40 @@ def served_model(row: dict, where: str = "") -> ServedModel:
     return ServedModel(row["name"], spec, llm, f"{ql.code}-{dl.code}", row.get("docs", "og"), row.get("translator"),
                        row.get("dt_source", "auto"))
 
+# %% ../nbs/16b_serve.ipynb #d06f39f1
+def unique_models(models: list[ServedModel], where: str = "") -> dict[str, ServedModel]:
+    "`models` by name; two of one name are refused with one line (a server answers one model per name, never the last silently)."
+    at, seen = f"{where}: " if where else "", {}
+    for i, m in enumerate(models):
+        if m.name in seen:
+            raise ClirError(f"{at}rerankers {seen[m.name]} and {i} are both named {m.name!r}: a server answers one model per name; "
+                            "serve a configuration whose rerankers have names of their own")
+        seen[m.name] = i
+    return {m.name: m for m in models}
+
+
 # %% ../nbs/16b_serve.ipynb #b1dbe8e8
 def load_served(path) -> tuple[list[ServedModel], dict]:
     """The models and server options of the configuration at `path`: a serve configuration (`rerankers:` rows as
     `served_model` reads them, an optional `serve:` mapping of `ServeOptions`), or an experiment configuration (its
-    reranker rows, on the first of their pairs, their original documents)."""
+    reranker rows, on the first of their pairs, their original documents). Two rows of one name are refused (`unique_models`):
+    an experiment may name one reranker's rows on several pairs alike (configs/demo.yaml does, its tables' row names),
+    a server cannot tell them apart."""
     data = load_yaml(path)
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     if "collection" in data:   # an experiment configuration: validated as `clir-llm reproduce` validates it
         cfg = load_config(path)
-        return [ServedModel(rc.name, rc.spec, rc.llm, (rc.pairs or cfg.pairs)[0], "og" if "og" in rc.docs else "dt",
-                            str(cfg.first_stage.translator_spec) if cfg.first_stage.translator else None, cfg.first_stage.dt_source)
-                for rc in cfg.rerankers], {}
+        models = [ServedModel(rc.name, rc.spec, rc.llm, (rc.pairs or cfg.pairs)[0], "og" if "og" in rc.docs else "dt",
+                              str(cfg.first_stage.translator_spec) if cfg.first_stage.translator else None, cfg.first_stage.dt_source)
+                  for rc in cfg.rerankers]
+        unique_models(models, str(path))
+        return models, {}
     if bad := [k for k in data if k not in ("serve", "rerankers", "plugins")]: raise ClirError(f"{path}: unknown key {bad[0]!r} (a serve configuration has serve, rerankers, plugins)")
     import_plugins(data.get("plugins") or [])
     rows = data.get("rerankers")
     if not isinstance(rows, list) or not rows: raise ClirError(f"{path}: rerankers: a list of one or more reranker rows is needed")
     models = [served_model(r, f"{path}: rerankers[{i}]") for i, r in enumerate(rows)]
-    if len({m.name for m in models}) < len(models): raise ClirError(f"{path}: two rerankers share a name")
+    unique_models(models, f"{path}: rerankers")
     opts = data.get("serve") or {}
     if not isinstance(opts, dict): raise ClirError(f"{path}: serve: a mapping of server options is needed")
     ServeOptions.from_flat(opts, where=f"{path}: serve")
@@ -122,7 +142,7 @@ class Unavailable(ClirError):
 class RerankService:
     "The models of a server and the one worker thread that reranks their batches (see above); `token`: the bearer token asked, if any."
     def __init__(self, models: list[ServedModel], options: ServeOptions | None = None):
-        self.models, self.options = {m.name: m for m in models}, options or ServeOptions()
+        self.models, self.options = unique_models(models), options or ServeOptions()
         if not self.models: raise ClirError("no reranker to serve")
         self.cache = Cache(self.options.cache, mode=self.options.cache_mode)
         self.token = None
@@ -133,7 +153,7 @@ class RerankService:
         self.backends, self.rerankers, self.translators = {}, {}, {}
         self.queues, self.tasks = {}, {}
         self.pending = 0
-        self.stats = {"requests": 0, "batches": 0, "batched_requests": 0, "errors": 0}
+        self.stats = {"requests": 0, "batches": 0, "batched_requests": 0, "retried_alone": 0, "errors": 0}
 
     def reranker(self, name: str) -> Reranker:
         "The reranker of model `name`, built on first use (on the worker thread); its backend shared by every model of the same spec."
@@ -176,7 +196,9 @@ def _line(e) -> str:
 # %% ../nbs/16b_serve.ipynb #226158ad
 @patch
 async def _batches(self: RerankService, name: str):
-    "Forever: wait for a request of `name`, take the others waiting (up to `max_batch`), rerank them in one call on the worker."
+    """Forever: wait for a request of `name`, take the others waiting (up to `max_batch`), rerank them in one call on the
+    worker. A batch that fails for another reason than its backend (`Unavailable`) is retried request by request, so one
+    request that breaks a call costs the others nothing: each gets its own answer or its own error."""
     q, loop = self.queues[name], asyncio.get_running_loop()
     while True:
         batch = [await q.get()]
@@ -187,8 +209,18 @@ async def _batches(self: RerankService, name: str):
         self.stats["batches"] += 1; self.stats["batched_requests"] += len(batch)
         try: orders, diags = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r for r, _ in batch])
         except Exception as e:
-            for _, f in batch:
-                if not f.done(): f.set_exception(e)
+            if len(batch) == 1 or isinstance(e, Unavailable):   # nothing to isolate, or the backend is down for all of them
+                for _, f in batch:
+                    if not f.done(): f.set_exception(e)
+                continue
+            for r, f in batch:
+                if f.done(): continue
+                self.stats["retried_alone"] += 1
+                try: (o,), (d,) = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r])
+                except Exception as e1:
+                    if not f.done(): f.set_exception(e1)
+                else:
+                    if not f.done(): f.set_result((o, d))
             continue
         for (_, f), o, d in zip(batch, orders, diags):
             if not f.done(): f.set_result((o, d))
@@ -215,11 +247,42 @@ class HTTPRefusal(ClirError):
     def __init__(self, status: int, message: str, headers: dict | None = None):
         super().__init__(message); self.status, self.headers = status, headers or {}
 
+# %% ../nbs/16b_serve.ipynb #0f321164
+MAX_JSON_DEPTH = 32   # levels of arrays and objects in a request body (a document's fields included)
+
+def json_problem(data, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """What makes the parsed JSON `data` unfit for a request, or None: nesting deeper than `max_depth`, a string or field
+    name that is not text (a lone surrogate: no tokenizer, cache or UTF-8 answer takes it), a number that is not finite.
+    Walked without recursion, so any depth `json.loads` returns is checked."""
+    stack = [(data, 1, "")]
+    while stack:
+        v, depth, at = stack.pop()
+        where = (at if len(at) <= 60 else at[:60] + "...") or "the body"
+        if depth > max_depth: return f"{where}: nested deeper than {max_depth} levels"
+        if isinstance(v, str):
+            try: v.encode("utf-8")
+            except UnicodeEncodeError: return f"{where}: holds a lone surrogate (not text)"
+        elif isinstance(v, float) and (v != v or abs(v) == float("inf")): return f"{where}: {v} is not a finite number"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                try: k.encode("utf-8")
+                except UnicodeEncodeError: return f"{where}: a field name holds a lone surrogate (not text)"
+                stack.append((x, depth + 1, f"{at}.{k[:40]}" if at else k[:40]))
+        elif isinstance(v, list): stack.extend((x, depth + 1, f"{at}[{i}]") for i, x in enumerate(v))
+    return None
+
+
 # %% ../nbs/16b_serve.ipynb #787f7446
 def parse_request(body: bytes, service: RerankService) -> RerankRequest:
-    "The request in `body`, checked against the server's limits; an `HTTPRefusal` (400, 404) saying what is wrong."
-    try: data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise HTTPRefusal(400, f"the body is not JSON: {_line(e)}") from None
+    """The request in `body`, checked in full before it may join a batch (`json_problem`: depth, text, numbers) and against
+    the server's limits; an `HTTPRefusal` (400, 404) saying what is wrong."""
+    def constant(name): raise ValueError(f"{name} is not a JSON number")
+    try: data = json.loads(body, parse_constant=constant)
+    except RecursionError: raise HTTPRefusal(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:   # not JSON, not UTF-8, NaN or Infinity, an integer of more than 4,300 digits
+        why = "a number has more than 4,300 digits" if "integer string conversion" in str(e) else _line(e)
+        raise HTTPRefusal(400, f"the body is not JSON: {why}") from None
+    if problem := json_problem(data): raise HTTPRefusal(400, problem)
     if not isinstance(data, dict): raise HTTPRefusal(400, f"the body must be a JSON object, got {type(data).__name__}")
     try: req = RerankRequest.model_validate(data)
     except ValidationError as e: raise HTTPRefusal(400, "; ".join(pydantic_messages(e)[:3])[:400]) from None
@@ -256,18 +319,28 @@ def _refusal(e: HTTPRefusal):
 
 # %% ../nbs/16b_serve.ipynb #b7f5e2f9
 async def _body(request, service: RerankService) -> bytes:
-    "The request body, refused (401) without the bearer token when one is asked and (413) once it exceeds `max_request_bytes`."
-    if service.token is not None:
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {service.token}".encode()):
-            raise HTTPRefusal(401, "missing or wrong bearer token (send Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
+    """The request body, refused (401) without the bearer token when one is asked, (413) once it exceeds `max_request_bytes`
+    and (408) when it has not arrived within `body_timeout` seconds."""
+    if not _authorized(request, service):
+        raise HTTPRefusal(401, "missing or wrong bearer token (send Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
     limit, size, chunks = service.options.max_request_bytes, 0, []
     if (n := request.headers.get("content-length", "")).isdigit() and int(n) > limit:
         raise HTTPRefusal(413, f"the body has {int(n):,} bytes (at most {limit:,})")
-    async for c in request.stream():
-        size += len(c); chunks.append(c)
-        if size > limit: raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
+    async def read():
+        nonlocal size
+        async for c in request.stream():
+            size += len(c); chunks.append(c)
+            if size > limit: raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
+    try: await asyncio.wait_for(read(), service.options.body_timeout)
+    except TimeoutError: raise HTTPRefusal(408, f"the body did not arrive within {service.options.body_timeout:g} s (body_timeout)") from None
     return b"".join(chunks)
+
+# %% ../nbs/16b_serve.ipynb #56196234
+def _authorized(request, service: RerankService) -> bool:
+    "Whether `request` may use the models: no token is asked, or it sends `Authorization: Bearer <the token>` (compared in constant time)."
+    if service.token is None: return True
+    return hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {service.token}".encode())
+
 
 # %% ../nbs/16b_serve.ipynb #2fa38d78
 async def _rerank(request, service: RerankService, version: str) -> dict:
@@ -311,7 +384,8 @@ def make_app(service: RerankService):
                 service.stats["errors"] += 1
                 return _refusal(e)
         return endpoint
-    async def health(request):
+    async def health(request):   # open to load balancers' checks; what the server serves and spent only with the key
+        if not _authorized(request, service): return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "models": list(service.models), "pending": service.pending,
                              "stats": dict(service.stats), "usage": service.usage()})
     app.add_route("/v1/rerank", rerank("1"), methods=["POST"])
@@ -319,13 +393,55 @@ def make_app(service: RerankService):
     app.add_route("/health", health, methods=["GET"])
     return app
 
+# %% ../nbs/16b_serve.ipynb #38bc7125
+def _protocol(service: RerankService):
+    """uvicorn's HTTP/1.1 protocol, bounded for `service`: a connection that has not sent a request's headers within
+    `header_timeout` seconds (the first request or the next one on a kept-alive connection) is answered 408 and closed;
+    a request while more than `max_pending` + 16 connections are open is answered 503, and one from an address with more
+    than `max_client_connections` open 429, both with `Retry-After` and the API's JSON error (uvicorn's own
+    `limit_concurrency` answers plain text)."""
+    import h11   # optional: the `serve` extra (uvicorn's HTTP/1.1 parser)
+    from uvicorn.protocols.http.h11_impl import H11Protocol   # optional: as above
+    o, limit = service.options, service.options.max_pending + 16
+    class Protocol(H11Protocol):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            inner, self._timer = self.app, None
+            async def admit(scope, receive, send):
+                host = self.client[0] if self.client else None
+                if len(self.connections) > limit or len(self.tasks) > limit:
+                    e = HTTPRefusal(503, f"busy: {len(self.connections)} connections are open (at most {limit}); retry shortly", {"Retry-After": "5", "Connection": "close"})
+                elif host is not None and sum(1 for c in self.connections if c.client and c.client[0] == host) > o.max_client_connections:
+                    e = HTTPRefusal(429, f"too many connections from your address (at most {o.max_client_connections}); retry shortly", {"Retry-After": "1", "Connection": "close"})
+                else: return await inner(scope, receive, send)
+                service.stats["errors"] += 1
+                await _refusal(e)(scope, receive, send)
+            self.app = admit
+        def connection_made(self, transport): super().connection_made(transport); self._arm()
+        def on_response_complete(self): super().on_response_complete(); self._arm()
+        def connection_lost(self, exc):
+            if self._timer is not None: self._timer.cancel()
+            super().connection_lost(exc)
+        def _arm(self):
+            if self._timer is not None: self._timer.cancel()
+            self._timer = None if self.transport.is_closing() else self.loop.call_later(o.header_timeout, self._late)
+        def _late(self):   # h11 cannot answer before a request: the 408 is written as bytes
+            self._timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE: return
+            body = json.dumps({"message": f"no request headers within {o.header_timeout:g} s (header_timeout)"}).encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                                 b"connection: close\r\n\r\n%s" % (len(body), body))
+            self.transport.close()
+    return Protocol
+
+
 # %% ../nbs/16b_serve.ipynb #f3c3850e
 def server(service: RerankService, **config):
     "A uvicorn server of `service` on its host and port (`config`: more of uvicorn's settings); `run()` blocks."
     import uvicorn   # optional: the `serve` extra
     o = service.options
     cfg = uvicorn.Config(make_app(service), host=o.host, port=o.port, log_level="warning", access_log=False,
-                         limit_concurrency=o.max_pending + 16, timeout_keep_alive=5, **config)
+                         http=_protocol(service), timeout_keep_alive=5, **config)
     return uvicorn.Server(cfg)
 
 # %% ../nbs/16b_serve.ipynb #8f3608d3

@@ -1,7 +1,7 @@
 """The LLM backend interface (clir_llm.llm): one registry, specs parsed once with each kind's own options, keys and cache
 identities byte-identical to the code before options lived with their kinds (identity v1), options on the command line
 generated per kind, the cached and batched machinery with an injected executor, call keys."""
-import argparse, json, pickle, sys, types
+import argparse, json, pickle, shutil, sys, types
 from pathlib import Path
 import pytest, yaml
 from clir_llm.cache import Cache
@@ -200,7 +200,24 @@ def paths(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("v1")
     G = root / "gguf" / "model.gguf"; G.parent.mkdir(); G.write_bytes(b"GGUF" + bytes(range(256)) * 4)
-    return make_tiny_hf_model(root / "tiny-qwen2", "qwen2"), make_tiny_hf_model(root / "tiny-mt5", "mt5"), G
+    return tiny_fixture("tiny-qwen2", root), tiny_fixture("tiny-mt5", root), G
+
+
+def tiny_fixture(name: str, root: Path) -> Path:
+    "A copy of a shipped tiny model (tests/fixtures/tiny-models): fixed bytes, so its fingerprint holds on any transformers release."
+    return Path(shutil.copytree(Path(__file__).parent / "fixtures" / "tiny-models" / name, root / name))
+
+
+def test_the_shipped_tiny_models_are_what_make_tiny_hf_model_builds(tmp_path):
+    "The fixtures are the models `make_tiny_hf_model` builds (same config and weights) and load with the installed transformers."
+    import torch
+    from safetensors.torch import load_file
+    for name, arch in (("tiny-qwen2", "qwen2"), ("tiny-mt5", "mt5")):
+        shipped, built = tiny_fixture(name, tmp_path / "shipped"), make_tiny_hf_model(tmp_path / "built" / name, arch)
+        a, b = load_file(shipped / "model.safetensors"), load_file(built / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+        keep = lambda c: {k: v for k, v in c.items() if k not in ("transformers_version", "dtype", "torch_dtype")}
+        assert keep(json.loads((shipped / "config.json").read_text())) == keep(json.loads((built / "config.json").read_text())), name
 
 
 @pytest.fixture

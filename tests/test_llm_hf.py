@@ -574,3 +574,69 @@ def test_an_unknown_hub_id_fails_in_seconds(tmp_path):
     *said, seconds = p.stdout.strip().splitlines()
     assert said and said[0].startswith("LLMError hf:no-such-org/no-such-model-26: not in the local Hugging Face cache"), p.stdout + p.stderr[-2000:]
     assert "thrown while requesting" not in p.stderr and float(seconds) < 20, (seconds, p.stderr[-2000:])
+
+
+# ---------------------------------------------------------------- a wrapped forward (issue 36)
+def _wrap_forward(model, how):
+    "Put a call-counting wrapper on the instance's forward, as a benchmark, accelerate's hooks or PEFT do."
+    import functools
+    fwd, calls = model.forward, []
+    def counting(*a, **k): calls.append(1); return fwd(*a, **k)
+    model.forward = functools.wraps(fwd)(counting) if how == "functools.wraps" else counting
+    return calls, fwd
+
+
+@pytest.mark.parametrize("how", ["plain", "functools.wraps"])
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_wrapped_forward_gives_the_same_answers(tiny, how, reuse):
+    """A wrapper on the model's `forward` (without functools.wraps it hides the forward's parameters from transformers'
+    `generate`, which then leaves the positions of left-padded rows to the model) changes no answer or score, batched
+    or one at a time, with prefix reuse on and off. Before the fix, the plain wrapper changed batched answers."""
+    prompts = PROMPTS[:3] + prp_prompts()[:5]
+    ref = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=reuse, batch_size=8)
+    want, want_scores = ref.generate(prompts, max_new_tokens=6, progress=False), ref.score(prompts, [" A", " B"], progress=False)
+    b = get_backend(f"hf:{tiny['qwen2']}", prefix_cache=reuse, batch_size=8)
+    calls, fwd = _wrap_forward(b.hf_model, how)
+    try:
+        assert b.generate(prompts, max_new_tokens=6, progress=False) == want
+        got = b.score(prompts, [" A", " B"], progress=False)
+        assert max(abs(x - y) for r, s in zip(got, want_scores) for x, y in zip(r, s)) < 1e-5
+        assert b._keeps_logits() == ref._keeps_logits()      # the last position's logits only, wrapper or not
+        assert calls                                         # the wrapper was called: the model ran through it
+    finally: b.hf_model.forward = fwd
+
+
+class AnsweringModel(FakeModel):
+    "Answers row i of each call with the token ids `answers[i]` after its decoder input (then EOS)."
+    def __init__(self, config, answers): super().__init__(config); self.answers = answers
+    def generate(self, input_ids, generation_config=None, **kw):
+        self.calls.append({"input_ids": input_ids.tolist(), **kw, "gc": generation_config})
+        new = torch.tensor([a + [self.config.eos_token_id] for a in self.answers[:len(input_ids)]])
+        return torch.cat([kw["decoder_input_ids"], new], 1)
+
+
+def test_t5_exact_answers_decode_the_decoder_prefix_as_llm_rankers():
+    """Issue 38 item 4a: llm-rankers' T5 path decodes its decoder input ('<pad> Passage') with the 2 new tokens
+    (`batch_decode(output_ids, skip_special_tokens=True)`) and takes only 'Passage A' / 'Passage B': a first token without
+    its word-start marker ('A', not '▁A') reads 'PassageA', no answer. Before: the new tokens alone ('A'), a win."""
+    from clir_llm.core import Document, Qrels, Query, Run
+    from clir_llm.rerank import get_reranker
+    from clir_llm.testing import TinyCollection
+    t = tok("aya101")
+    bare_a, bare_b, marked_a = t.convert_tokens_to_ids(["A", "B", "▁A"])
+    dec = t.encode("<pad> Passage", add_special_tokens=False)                   # llm-rankers' decoder_input_ids
+    upstream = lambda new: t.batch_decode([dec + new + [1]], skip_special_tokens=True)[0]
+    assert (upstream([bare_a]), upstream([marked_a])) == ("PassageA", "Passage A")
+    coll = TinyCollection({"q": Query("q", "wer?", "en")}, {d: Document(d, f"text {d}", "", "de") for d in ("d1", "d2")},
+                          Qrels({"q": {"d1": 1, "d2": 0}}))
+    run = Run.from_ranked({"q": ["d2", "d1"]}, name="bm25")
+    for answers, failures in (([[bare_a], [bare_b]], 2), ([[marked_a], [marked_a]], 0), ([[marked_a], [bare_b]], 1)):
+        want = sum(upstream(a) not in ("Passage A", "Passage B") for a in answers)
+        b = HFBackend.create(str(FX / "aya101"), decoder_prefix="Passage",
+                             hf_model=AnsweringModel(AutoConfig.from_pretrained(FX / "aya101"), answers))
+        rr = get_reranker("pairwise-allpair", b, answers="exact", batch_size=2, doc_title=False, progress=False)
+        rr.rerank(coll, run, k=2)
+        assert b.hf_model.calls[0]["decoder_input_ids"].tolist() == [dec, dec]
+        assert rr.diagnostics["q"]["parse_failures"] == want == failures, answers
+    assert b.generate(["x"], max_new_tokens=2, progress=False) == ["A"]           # without the parameter: the new tokens alone
+    assert b.generate(["x"], max_new_tokens=2, decode_prefix=True, progress=False) == ["Passage A"]

@@ -728,3 +728,79 @@ def test_the_client_builds_and_answers_with_the_installed_openai(secret):
         assert isinstance(b.client, openai.OpenAI)
         assert b.generate(["hello"], max_new_tokens=4, progress=False) == ["echo: hello"]
         assert b._timeout(left=0.5).read == 0.5   # none beyond what the call has left
+
+
+# ---------- issue 39 items 5 and 6: numbers from a server and from options validated where they enter
+@pytest.mark.parametrize("header", ["-5", "nan", "inf", "-1e9"])
+def test_a_negative_or_nan_retry_after_is_ignored_not_a_traceback(secret, header):
+    "Retry-After: -5 (or nan) made time.sleep raise ValueError; such a wait is ignored and the backoff applies."
+    with FakeOpenAIServer(faults=[f"429:{header}"]) as srv:
+        b = _api(srv, max_retries=2)
+        ok = b.generate(["hello"], max_new_tokens=4, progress=False) == ["echo: hello"]
+    R.hostile("servers", f"Retry-After: {header}", ok)
+    assert ok
+
+
+def test_retry_after_ms_negative_is_ignored():
+    from types import SimpleNamespace as NS
+    from clir_llm.llm_openai import _retry_after
+    e = lambda h: NS(response=NS(headers=h))
+    assert _retry_after(e({"retry-after-ms": "-1000"})) is None and _retry_after(e({"retry-after-ms": "nan"})) is None
+    assert _retry_after(e({"retry-after-ms": "1500"})) == 1.5 and _retry_after(e({"retry-after": "2"})) == 2.0
+
+
+def _raw_server(payload: dict):
+    "A one-answer-fits-all OpenAI-compatible server on the loopback (what a broken server sends), as a context manager."
+    import contextlib, http.server, threading
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps(payload).encode()
+            self.send_response(200); self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    @contextlib.contextmanager
+    def run():
+        s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        t = threading.Thread(target=s.serve_forever, daemon=True); t.start()
+        try: yield f"http://127.0.0.1:{s.server_address[1]}/v1"
+        finally: s.shutdown(); s.server_close()
+    return run()
+
+
+def test_absurd_token_counts_never_become_tokens_or_dollars(secret):
+    "prompt_tokens -5 and completion_tokens 1e30 gave tokens_in -10 and a cost of 1.2e24 dollars; now the usage is dropped and counted."
+    answer = {"id": "x", "object": "chat.completion", "created": 0, "model": "gpt-4.1",
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+              "usage": {"prompt_tokens": -5, "completion_tokens": 1e30, "total_tokens": 0}}
+    with _raw_server(answer) as url:
+        b = get_backend("openai:gpt-4.1", None, base_url=url, backoff=0.01, concurrency=1)
+        assert b.generate(["a", "b"], max_new_tokens=4, progress=False) == ["hi", "hi"]
+    u = b.usage
+    ok = u.tokens_in >= 0 and u.tokens_out >= 0 and u.cost_usd < 1 and u.counters["bad_usage"] == 2
+    R.hostile("numbers", "a server reporting -5 and 1e30 tokens", ok)
+    assert ok, (u.tokens_in, u.tokens_out, u.cost_usd, dict(u.counters))
+
+
+def test_a_log_probability_above_zero_is_a_failed_call(secret):
+    "A top logprob of +50 (a probability above 1) was read as a score; now it is a failed attempt, retried, then one clear error."
+    with FakeOpenAIServer(top=lambda msgs: {"A": 50.0, "B": -1.0}) as srv:
+        b = _api(srv, max_retries=1)
+        with pytest.raises(LLMError, match="positive_logprobs") as e: b.score(["which?"], ["A", "B"], progress=False)
+    R.hostile("numbers", "a log-probability of +50", "positive_logprobs" in str(e.value))
+
+
+@pytest.mark.parametrize("bad", ["timeout=inf", "timeout=nan", "total_timeout=inf", "max_retries=1000000000000",
+                                 "concurrency=10000000", "backoff=inf", "max_wait=nan", "top_logprobs=500"])
+def test_unbounded_or_infinite_options_are_refused(bad):
+    "timeout=inf was accepted and then every call failed as a 'connection' error; counts without a bound ran away."
+    with pytest.raises((ClirError, LLMError, ValueError)) as e: BackendSpec.parse(f"openai:m[{bad}]").options
+    R.hostile("arguments", f"openai:m[{bad}]", bool(str(e.value)))
+
+
+@pytest.mark.parametrize("url", [[], " , ", "", "http://[::1/v1", "http://h:99999/v1"])
+def test_an_empty_or_broken_base_url_is_an_error_not_openais_api(secret, url):
+    "base_url: [] or ' , ' fell back to OpenAI's public API with OPENAI_API_KEY; 'http://[::1/v1' was a traceback later."
+    with pytest.raises((ClirError, LLMError, ValueError)) as e: get_backend({"spec": "openai:m", "base_url": url})
+    R.hostile("arguments", f"base_url={url!r}", "URL" in str(e.value) or "url" in str(e.value))
+    assert "Traceback" not in str(e.value)

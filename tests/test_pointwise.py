@@ -114,7 +114,7 @@ def test_encoder_decoder_backend(tiny, small, method):
 
 # ---------- Qwen3-Reranker (issue 29): its template, instruction and label tokens, equal to its model card
 
-def _qwen3_card(folder, pairs):
+def _qwen3_card(folder, pairs, max_length=8192):
     "The Qwen3-Reranker model card's usage, written again: prefix / body / suffix ids, left padding, softmax([no, yes])[yes]."
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -124,7 +124,7 @@ def _qwen3_card(folder, pairs):
     head = tok.encode(f"<|im_start|>system\n{judge}<|im_end|>\n<|im_start|>user\n", add_special_tokens=False)
     tail = tok.encode("<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", add_special_tokens=False)
     body = tok([f"<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: {q}\n<Document>: {d}"
-                for q, d in pairs], padding=False, truncation="longest_first", return_attention_mask=False, max_length=8192 - len(head) - len(tail))
+                for q, d in pairs], padding=False, truncation="longest_first", return_attention_mask=False, max_length=max_length - len(head) - len(tail))
     ids = [head + x + tail for x in body["input_ids"]]
     with torch.no_grad(): last = model(**tok.pad({"input_ids": ids}, padding=True, return_tensors="pt")).logits[:, -1, :]
     yes, no = tok.convert_tokens_to_ids("yes"), tok.convert_tokens_to_ids("no")
@@ -146,6 +146,35 @@ def test_qwen3_reranker_equals_its_model_card(tmp_path):
     ours = [yes_probability(*s) for s in b.score(prompts, rr._candidates(""), progress=False)]
     assert max(abs(a - r) for a, r in zip(ours, ref)) < 1e-5
     assert rr._candidates("") == ["yes", "no"] and rr.name.startswith("pointwise-qwen3-reranker[")
+
+
+def test_qwen3_reranker_cuts_as_its_card_by_default(tmp_path):
+    """Issue 38 item 4b: the card's usage cuts nothing below its 8,192-token pair: a query over 128 and a passage over 300
+    tokens reach the model whole (before: cut to 128 and 300, llm-rankers' cuts); those cuts stay options."""
+    from clir_llm.core import Document, Qrels, Query
+    from clir_llm.llm_hf import HFBackend
+    from clir_llm.pointwise import Qwen3RerankerOptions
+    from clir_llm.testing import TinyCollection, make_tiny_hf_model
+    folder = make_tiny_hf_model(tmp_path / "q3", "qwen3")
+    b = HFBackend.create(str(folder), dtype="float32")
+    query, passage = ("the cat sat on the mat " * 30).strip(), ("die Katze schläft auf dem Sofa. " * 60).strip()
+    assert b.count_tokens(query) > 128 and b.count_tokens(passage) > 300
+    coll = TinyCollection({"q": Query("q", query, "en")}, {"d": Document("d", passage, "", "de")}, Qrels({"q": {"d": 1}}))
+    seen, real = [], b.score
+    b.score = lambda prompts, cands, **kw: seen.extend(prompts) or real(prompts, cands, **kw)
+    card_ids, _ = _qwen3_card(str(folder), [(query, passage)])
+    rr = get_reranker("pointwise-qwen3-reranker", b, doc_title=False, progress=False)
+    assert type(rr.options) is Qwen3RerankerOptions and RerankerSpec.parse("pointwise-yes-no").options.passage_tokens == 300
+    rr.rerank(coll, Run({"q": {"d": 1.0}}), k=1)
+    assert [b._render(p)["ids"] for p in seen] == card_ids and not rr.diagnostics["q"]["truncated_docs"]
+    seen.clear()
+    get_reranker("pointwise-qwen3-reranker", b, doc_title=False, progress=False, query_tokens=128, passage_tokens=300).rerank(coll, Run({"q": {"d": 1.0}}), k=1)
+    assert len(b._render(seen[0])["ids"]) < len(card_ids[0]) - 300           # the old cuts, as options
+    seen.clear()
+    short = get_reranker("pointwise-qwen3-reranker", b, doc_title=False, progress=False, max_length=256)
+    short.rerank(coll, Run({"q": {"d": 1.0}}), k=1)
+    n = len(b._render(seen[0])["ids"])
+    assert 250 <= n <= 256 and abs(n - len(_qwen3_card(str(folder), [(query, passage)], 256)[0][0])) <= 1
 
 
 def test_qwen3_reranker_needs_a_chat_backend_with_prefill(small):

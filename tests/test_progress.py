@@ -126,3 +126,25 @@ def test_papermill_output_holds_no_widget(tmp_path):
         papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), progress_bar=False, kernel_name="python3")
     out = (tmp_path / "out.ipynb").read_text()
     assert "application/vnd.jupyter.widget-view+json" not in out and "three: 100%" in out
+
+
+def test_plain_papermill_stores_no_progress_leftovers(tmp_path):
+    """Issue 36 item 3: a plain `papermill` run (no `clir-llm reproduce`, so no progress channel) stored each text-bar
+    redraw of `progress_bar` as a stderr output of its own (`\\r...` lines; a cleared `leave=False` bar an empty red box
+    in JupyterLab), about a dozen in nbs/experiments/2_listwise.ipynb. A tiny notebook draws through the same code:
+    nothing is stored on stderr, the bars still count, and the cell's own output is kept."""
+    papermill, nbformat = pytest.importorskip("papermill"), pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"display_name": "python3", "language": "python", "name": "python3"}})
+    nb.cells = [nbformat.v4.new_code_cell(
+        "import time\nfrom clir_llm.progress import progress_bar\n"
+        "kept = progress_bar(range(4), desc='kept', mininterval=0)\nfor _ in kept: time.sleep(0.3)\n"
+        "gone = progress_bar(total=4, desc='gone', leave=False, mininterval=0)\n"
+        "for _ in range(4): time.sleep(0.3); gone.update()\ngone.close()\nprint('counted', kept.n, gone.n)")]
+    nbformat.write(nb, tmp_path / "bars.ipynb")
+    env = {k: os.environ.pop(k) for k in ("CLIR_LLM_PROGRESS", "TQDM_DISABLE") if k in os.environ}
+    try: papermill.execute_notebook(str(tmp_path / "bars.ipynb"), str(tmp_path / "out.ipynb"), cwd=str(tmp_path), progress_bar=False)
+    finally: os.environ.update(env)
+    outputs = [o for c in json.loads((tmp_path / "out.ipynb").read_text())["cells"] for o in c.get("outputs", [])]
+    stderr = ["".join(o["text"]) for o in outputs if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    assert not stderr, stderr[:4]
+    assert any("counted 4 4" in "".join(o.get("text", "")) for o in outputs), outputs

@@ -28,6 +28,52 @@ def test_trace_reading_as_rank1():
     assert cut_trace("no full stop") == "no full stop" and cut_trace("Done!  ") == "Done!"
     assert read_trace("Reasons.</think> true") == ("Reasons.", True)
     assert read_trace("Reasons. More") == ("Reasons.", False)
+    # Rank1's stop strings are '</think> true' and '</think> false': a '</think>' followed by anything else is no answer
+    assert read_trace("Reasons.</think>\nMaybe so") == ("Reasons.", False)
+    assert read_trace("A.</think> maybe. B.</think> false. More</think> true") == ("A.</think> maybe. B.", True)
+
+
+class Scripted(QrelsOracle):
+    "A plain-text model writing the given generations in turn; every prompt it generates from or scores is recorded."
+    is_chat = False
+    def __init__(self, coll, texts):
+        super().__init__(coll); self.texts, self.generated, self.scored = list(texts), [], []
+    def generate(self, prompts, max_new_tokens=64, **kw):
+        self.generated += prompts
+        return [self.texts.pop(0) for _ in prompts]
+    def score(self, prompts, candidates, **kw):
+        self.scored += prompts
+        return [[0.0, -1.0] for _ in prompts]
+
+
+def test_answer_read_at_the_stop_string_else_the_forced_path():
+    "The answer token is the one after the first '</think> true|false' (the generated text up to it); other traces take the forced path."
+    coll, first = tiny_setup(1, 3)
+    texts = ["A.</think> maybe. B.</think> false. Then</think> true", "Reasons.</think>\nMaybe so", "It is. Then it was not</think> true"]
+    b = Scripted(coll, texts)
+    rr = get_reranker("reasoning-rank1", b, batch_size=3, progress=False)
+    rr.rerank(coll, first, k=3)
+    prompts = b.generated
+    assert b.scored == [prompts[0] + "A.</think> maybe. B.</think>", prompts[1] + "\nReasons.\n</think>",
+                        prompts[2] + "It is. Then it was not</think>"]
+    assert [t["closed"] for t in rr.traces.values()] == [True, False, True]
+    assert all(p.startswith(pr) and texts[i].startswith(p[len(pr):]) for i, (p, pr) in enumerate(zip(b.scored, prompts)) if i != 1)
+    assert rr.diagnostics["q0"]["traces_closed"] == 2 and rr.diagnostics["q0"]["traces_forced"] == 1
+
+
+def test_whole_passages_by_default_a_cut_as_an_option():
+    "Rank1's code sends whole passages (a 16k context): no cut unless passage_tokens is given."
+    long = " ".join(f"w{i}" for i in range(700))
+    coll = TinyCollection({"q0": Query("q0", "cat")}, {"d0": Document("d0", long)}, {"q0": {"d0": 1}})
+    first = Run.from_ranked({"q0": ["d0"]})
+    b = Scripted(coll, ["Done.</think> true"] * 2)
+    rr = get_reranker("reasoning-rank1", b, progress=False)
+    rr.rerank(coll, first, k=1)
+    assert rr.options.passage_tokens is None and long in b.generated[0]
+    cut = get_reranker("reasoning-rank1", b, passage_tokens=300, progress=False)
+    cut.rerank(coll, first, k=1)
+    assert long not in b.generated[1] and " ".join(long.split()[:300]) + "\n<think>" in b.generated[1]
+    assert sum(cut.diagnostics["q0"]["truncated_docs"].values()) == 1
 
 
 def test_oracle_ranks_ideally_and_traces_go_beside_the_run(tmp_path):

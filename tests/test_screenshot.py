@@ -91,3 +91,73 @@ def test_the_check_names_what_lab_changed(tmp_path):
     ok, detail = checks["opens unmodified"]
     assert checks["kernel started"][0] and not ok, checks
     assert "/metadata/kernelspec/display_name" in detail and "/metadata/language_info" in detail, detail
+
+
+def _autosave_in_lab(root, rel: str, lab_args=(), autosave_s: int = 5, wait_s: float = 20) -> tuple[bool, str]:
+    """Open `root/rel` in a local JupyterLab (server started in `root`, as a user starts it in a clone) with Lab's autosave
+    every `autosave_s` seconds, let the kernel start and autosave run; return (whether the server saved it, its text)."""
+    import os, secrets, signal, time
+    shot = _lab_and_chromium()
+    token, port, tmp = secrets.token_hex(16), shot._free_port(), root / ".lab"
+    settings = tmp / "settings" / "@jupyterlab"
+    for ext, name, value in [("apputils-extension", "notification", {"fetchNews": "false"}),
+                             ("docmanager-extension", "plugin", {"autosave": True, "autosaveInterval": autosave_s})]:
+        (settings / ext).mkdir(parents=True, exist_ok=True)
+        (settings / ext / f"{name}.jupyterlab-settings").write_text(json.dumps(value))
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp / "config"), JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"))
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
+           "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           "--LabApp.expose_app_in_browser=True", *lab_args] + (["--allow-root"] if os.geteuid() == 0 else [])
+    log = tmp / "lab.log"
+    with open(log, "w") as out:
+        lab = subprocess.Popen(cmd, cwd=root, env=env, stdout=out, stderr=out, start_new_session=True)
+    page = None
+    try:
+        shot._wait_for_lab(port, token, lab)
+        page = shot.Chromium(shot.find_chromium(), "1200,900", tmp / "chromium")
+        page.call("Page.navigate", url=f"http://127.0.0.1:{port}/lab/tree/{rel}?token={token}")
+        deadline = time.time() + 90
+        while time.time() < deadline and (page.evaluate(shot._STATE_JS) or {}).get("info") != "answered": time.sleep(0.5)
+        time.sleep(wait_s)
+    finally:
+        if page is not None: page.close()
+        os.killpg(lab.pid, signal.SIGTERM)
+        try: lab.wait(timeout=20)
+        except subprocess.TimeoutExpired: os.killpg(lab.pid, signal.SIGKILL)
+    return f"Saving file at /{rel}" in log.read_text(), (root / rel).read_text(encoding="utf-8")
+
+
+def _repo_copy(tmp_path, rel: str):
+    "The repository's nbdev settings and one of its notebooks, at their places."
+    (tmp_path / rel).parent.mkdir(parents=True)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml"); shutil.copy(ROOT / rel, tmp_path / rel)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_lab_autosave_changes_no_notebook(tmp_path):
+    """Issue 36 item 3: a guide opened in a plain `jupyter lab` of this environment, its kernel started and autosave run,
+    is saved exactly as committed: the install's server extension (clir_llm.jupyter_hook) runs nbdev's clean as the
+    server saves (pyproject's jupyter_hooks = true); no flag and no per-user set-up."""
+    rel = "nbs/guides/interop.ipynb"
+    saved, text = _autosave_in_lab(_repo_copy(tmp_path, rel), rel)
+    assert saved, "Lab did not autosave (the check would prove nothing)"
+    assert text == (ROOT / rel).read_text(encoding="utf-8"), shot_diff(rel, text)
+
+
+@pytest.mark.slow
+def test_lab_autosave_without_the_hook_writes_the_kernels_spec(tmp_path):
+    "The check above can fail: with the hook's cleaning off (jupyter_hooks = false), autosave writes the kernel's display_name and language_info."
+    rel = "nbs/guides/interop.ipynb"
+    root = _repo_copy(tmp_path, rel)
+    cfg = (root / "pyproject.toml").read_text()
+    assert "jupyter_hooks = true" in cfg
+    (root / "pyproject.toml").write_text(cfg.replace("jupyter_hooks = true", "jupyter_hooks = false"))
+    saved, text = _autosave_in_lab(root, rel)
+    meta = json.loads(text)["metadata"]
+    assert saved and meta["kernelspec"]["display_name"] != "python3" and "language_info" in meta, meta
+
+
+def shot_diff(rel, text):
+    return _screenshot_module().changed_fields(json.loads((ROOT / rel).read_text()), json.loads(text))[:6]

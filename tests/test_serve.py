@@ -116,7 +116,7 @@ def test_concurrent_callers_are_batched_and_share_one_backend(served):
     assert codes == [200] * 8
     batches, batched = svc.stats["batches"] - before["batches"], svc.stats["batched_requests"] - before["batched_requests"]
     assert batched == 8 and batches < 8, svc.stats                  # at least two callers' requests reranked in one call
-    health = httpx.get(f"{url}/health").json()
+    health = httpx.get(f"{url}/health", headers=_auth()).json()
     assert len([n for n in health["usage"] if n.startswith("hf:")]) == 1   # prp and listwise: one backend, one account
     assert next(u for n, u in health["usage"].items() if n.startswith("hf:"))["calls"] > 0
 
@@ -139,9 +139,9 @@ def test_a_full_queue_is_a_429(tiny):
 
 def test_configurations(tmp_path):
     "A serve configuration and an experiment configuration (configs/demo.yaml) name the models; mistakes are one line naming the file."
-    models, opts = load_served(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+    models, opts = load_served(Path(__file__).resolve().parents[1] / "configs" / "demo-rerankers.yaml")
     assert models and all(m.llm is not None and m.docs == "og" for m in models) and opts == {}
-    assert [m.name for m in models][:1] == ["Qwen-0.5B listwise"]
+    assert [m.name for m in models][:1] == ["Qwen-0.5B setwise heapsort"]
     (tmp_path / "s.yaml").write_text("serve: {port: 0, max_documents: 50}\nrerankers:\n  - {name: a, method: pairwise-heapsort, llm: 'hf:x', k: 3, pair: en-fi}\n")
     models, opts = load_served(tmp_path / "s.yaml")
     assert (models[0].name, models[0].spec.options.k, models[0].pair, opts) == ("a", 3, "en-fi", {"port": 0, "max_documents": 50})
@@ -194,3 +194,157 @@ def test_rerank_texts_batches_requests_into_one_call(tiny):
     rr = get_reranker("pairwise-allpair", get_backend(f"hf:{tiny['qwen2']}"), progress=False)
     orders, diags = rerank_texts(rr, [("q one", ["a", "b", "c"]), ("q two", ["d", "e"])], "en-de")
     assert [sorted(o) for o in orders] == [[0, 1, 2], [0, 1]] and [d["prompts"] for d in diags] == [6, 2]
+
+
+# ---------- issue 39 item 4: one caller cannot break the others
+from _reliability import hostile
+
+
+class _UvicornLog:
+    "Records of uvicorn's error log (where the ASGI layer writes a traceback) while in the block."
+    def __enter__(self):
+        import logging
+        self.records, self.loggers = [], [logging.getLogger(n) for n in ("uvicorn.error", "uvicorn", "asyncio")]
+        self.h = logging.Handler(); self.h.emit = self.records.append
+        for lg in self.loggers: lg.addHandler(self.h)
+        return self
+    def __exit__(self, *a):
+        for lg in self.loggers: lg.removeHandler(self.h)
+    def tracebacks(self): return [r.getMessage() for r in self.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def _post_raw(url, body: bytes, headers=None, timeout=60):
+    return httpx.post(f"{url}/v1/rerank", content=body, headers={"Content-Type": "application/json", **(headers or {})}, timeout=timeout)
+
+
+def test_a_malformed_request_sent_with_valid_ones_breaks_none_of_them(tiny):
+    "A query with a lone surrogate sent 50 ms before four valid requests: it gets a 400, they get the answers they get alone."
+    svc = RerankService([served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}", "pair": "en-de"})],
+                        ServeOptions(port=0, batch_wait=0.4, cache_mode="off"))
+    bodies = [{"model": "prp", "query": f"malaria vaccine {i}", "documents": [f"doc {i} {j} mosquito" for j in range(3)]} for i in range(4)]
+    bad = b'{"model": "prp", "query": "cat \\ud800", "documents": ["a", "b"]}'
+    with ServerThread(svc) as url, _UvicornLog() as log:
+        alone = [httpx.post(f"{url}/v1/rerank", json=b, timeout=120).json()["results"] for b in bodies]
+        out = {}
+        def call(i):
+            if i < 0: out[i] = _post_raw(url, bad, timeout=120)
+            else: time.sleep(0.05); out[i] = httpx.post(f"{url}/v1/rerank", json=bodies[i], timeout=120)
+        threads = [threading.Thread(target=call, args=(i,)) for i in (-1, 0, 1, 2, 3)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    r = out[-1]
+    ok = (r.status_code == 400 and list(r.json()) == ["message"] and "\n" not in r.text.strip()
+          and [out[i].status_code for i in range(4)] == [200] * 4 and [out[i].json()["results"] for i in range(4)] == alone
+          and not log.tracebacks())
+    hostile("servers", "serve: a lone surrogate batched with valid requests", ok)
+    assert ok, (r.status_code, r.text, [(out[i].status_code, out[i].text[:200]) for i in range(4)], log.tracebacks()[:1])
+
+
+def test_a_failing_batch_is_retried_request_by_request(tiny):
+    "A request that passes validation but makes its batch fail: the others of the batch are answered alone, it gets a 400."
+    class Poisoned(RerankService):
+        def rerank_batch(self, name, requests):
+            if any(q == "poison" for q, _ in requests): raise ClirError("this reranker cannot read the query 'poison'")
+            return super().rerank_batch(name, requests)
+    svc = Poisoned([served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}"})],
+                   ServeOptions(port=0, batch_wait=0.4, cache_mode="off"))
+    bodies = [{"model": "prp", "query": q, "documents": ["a cat", "a dog", "a mat"]} for q in ("poison", "cat", "dog", "mat")]
+    with ServerThread(svc) as url:
+        alone = [httpx.post(f"{url}/v1/rerank", json=b, timeout=120).json().get("results") for b in bodies[1:]]
+        out = {}
+        def call(i): out[i] = httpx.post(f"{url}/v1/rerank", json=bodies[i], timeout=120)
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+    assert svc.stats["retried_alone"] >= 4, svc.stats            # they were batched together, then retried alone
+    ok = out[0].status_code == 400 and "poison" in out[0].json()["message"] and [out[i].json().get("results") for i in (1, 2, 3)] == alone
+    hostile("servers", "serve: a request that fails its batch", ok)
+    assert ok, [(out[i].status_code, out[i].text[:200]) for i in range(4)]
+
+
+def test_malformed_bodies_are_a_400_without_a_traceback(served):
+    "Deep JSON, a deep extra field, a 5,000-digit top_n, NaN and infinite numbers, lone surrogates: one line of JSON, no traceback logged."
+    svc, url = served
+    deep = lambda n: "[" * n + "]" * n
+    doc = lambda extra: '{"model": "prp", "query": "malaria", "return_documents": true, "documents": [{"text": "a", "x": %s}, "b"]}' % extra
+    cases = [("JSON nested 5,000 deep", deep(5_000)),
+             ("an extra field nested 3,000 deep", '{"model": "prp", "query": "q", "documents": ["a"], "x": %s}' % deep(3_000)),
+             ("a document field nested 900 deep", doc(deep(900))),
+             ("a document field nested 40 deep", doc(deep(40))),
+             ("a 5,000-digit top_n", '{"model": "prp", "query": "q", "documents": ["a"], "top_n": %s}' % ("9" * 5_000)),
+             ("NaN in a document field", doc("NaN")),
+             ("an infinite number in a document field", doc("1e999")),
+             ("a lone surrogate in a document", '{"model": "prp", "query": "q", "documents": ["a \\udc00 b"]}'),
+             ("a lone surrogate in a field name", doc('{"\\ud800": 1}')),
+             ("a lone surrogate in the model name", '{"model": "\\ud800", "query": "q", "documents": ["a"]}')]
+    with _UvicornLog() as log:
+        for kind, body in cases:
+            r = _post_raw(url, body.encode(), _auth())
+            try: good = 400 <= r.status_code < 500 and list(r.json()) == ["message"] and "\n" not in r.text.strip() and len(r.text) < 600
+            except ValueError: good = False
+            good = hostile("servers", f"serve: {kind}", good and not log.tracebacks())
+            assert good, (kind, r.status_code, r.text[:300], log.tracebacks()[:1])
+    assert httpx.post(f"{url}/v1/rerank", headers=_auth(), json={"model": "prp", "query": "q", "documents": ["a", "b"]}, timeout=60).status_code == 200
+
+
+def test_duplicate_model_names_are_refused_at_start(tmp_path):
+    "Two reranker rows of one name (configs/demo.yaml has two, one per pair, its tables' row names): one line at start, not the last served."
+    demo = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    cases = [("an experiment configuration", demo),
+             ("a serve configuration", tmp_path / "s.yaml")]
+    (tmp_path / "s.yaml").write_text("rerankers:\n  - {name: a, method: listwise, llm: 'hf:x'}\n  - {name: a, method: pairwise-heapsort, llm: 'hf:y'}\n")
+    for kind, path in cases:
+        with pytest.raises(ClirError) as e: load_served(path)
+        ok = "both named" in str(e.value) and "\n" not in str(e.value) and path.name in str(e.value)
+        hostile("configs", f"serve: two rerankers of one name in {kind}", ok)
+        assert ok, str(e.value)
+    row = served_model({"name": "a", "method": "listwise", "llm": "hf:x"})
+    with pytest.raises(ClirError, match="rerankers 0 and 1 are both named 'a'"): RerankService([row, row], ServeOptions(cache_mode="off"))
+    p = subprocess.run([str(Path(sys.executable).parent / "clir-llm"), "serve", str(demo), "--port", "0"], capture_output=True, text=True, timeout=120)
+    ok = p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1 and "'Qwen-0.5B listwise'" in p.stderr and "Traceback" not in p.stderr
+    hostile("configs", "clir-llm serve configs/demo.yaml (two rows of one name)", ok)
+    assert ok, (p.returncode, p.stderr[-1000:])
+
+
+def test_health_shows_models_and_usage_only_with_the_key(served):
+    "With auth_env set, /health answers a load balancer without the key, but only {'status': 'ok'}: models, stats and usage need the key."
+    svc, url = served
+    for kind, headers in [("no key", {}), ("a wrong key", {"Authorization": "Bearer nope"}), ("the token without Bearer", {"Authorization": TOKEN})]:
+        r = httpx.get(f"{url}/health", headers=headers, timeout=30)
+        ok = r.status_code == 200 and r.json() == {"status": "ok"} and "prp" not in r.text
+        hostile("servers", f"serve: /health with {kind}", ok)
+        assert ok, (kind, r.status_code, r.text[:300])
+    full = httpx.get(f"{url}/health", headers=_auth(), timeout=30).json()
+    assert full["models"] == ["prp", "listwise", "down"] and {"stats", "usage", "pending"} <= set(full)
+
+
+def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
+    "30 connections with half-sent headers: refusals meanwhile are JSON (429/503, Retry-After), after header_timeout they are closed with a 408 and others get answers; a slow body is a 408."
+    svc = RerankService([served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}"})],
+                        ServeOptions(port=0, max_pending=4, header_timeout=1.0, body_timeout=1.0, max_client_connections=10, cache_mode="off"))
+    ok_body = {"model": "prp", "query": "q", "documents": ["a", "b"]}
+    with ServerThread(svc) as url:
+        host, port = url.rsplit("/", 1)[1].split(":")
+        socks = []
+        try:
+            for _ in range(30):   # bounded: 30 loopback connections, each 2 header lines and no blank line
+                s = socket.create_connection((host, int(port)), timeout=10); s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: x\r\n"); socks.append(s)
+            time.sleep(0.1)
+            r = httpx.post(f"{url}/v1/rerank", json=ok_body, timeout=30)
+            try: during = r.status_code in (429, 503) and "retry-after" in r.headers and list(r.json()) == ["message"]
+            except ValueError: during = False
+            hostile("servers", "serve: 30 connections with half-sent headers (refusal meanwhile)", during)
+            assert during, (r.status_code, r.headers, r.text[:200])
+            time.sleep(1.5)
+            first = socks[0].recv(1000)
+            closed = first.startswith(b"HTTP/1.1 408") and b'"message"' in first
+            after = httpx.post(f"{url}/v1/rerank", json=ok_body, timeout=60)
+            ok = hostile("servers", "serve: half-sent headers past header_timeout", closed and after.status_code == 200)
+            assert ok, (first[:300], after.status_code, after.text[:200])
+        finally:
+            for s in socks: s.close()
+        with socket.create_connection((host, int(port)), timeout=10) as s:   # headers, then 5 of the 100 bytes announced
+            s.sendall(b"POST /v1/rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+            t0 = time.time(); got = s.recv(1000)
+        ok = hostile("servers", "serve: a body sent too slowly", got.startswith(b"HTTP/1.1 408") and b'"message"' in got and time.time() - t0 < 10)
+        assert ok, got[:300]

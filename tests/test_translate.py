@@ -1,7 +1,7 @@
 """clir_llm.translate: NLLB's real code path (NllbTokenizer, M2M100 generate with forced BOS) on a tiny random model built
 here, offline; translator specs with their options; the translated views; the batches run by an injected executor; and
 every identity (cache namespaces, translator keys, view tags) byte for byte as the code before Architecture II made it."""
-import json, subprocess, sys
+import json, shutil, subprocess, sys
 from pathlib import Path
 import pytest
 from clir_llm.cache import Cache, CacheMiss
@@ -248,14 +248,15 @@ class StubBackend:
 
 def _translators(tmp):
     "The translators the identities were captured with (names as in tests/fixtures/identities-v1.json)."
-    from clir_llm.testing import make_tiny_mt_model
     from clir_llm.translate_dict import DictionaryTranslator
     from clir_llm.translate_hf import LLMTranslator, LLMTranslatorOptions
     class FD:   # stands for a loaded FreeDict
         def __init__(self, name, version): self.name, self.version = name, version
     cache = Cache(tmp / "cache")
-    nllb, nllb16 = tiny_nllb(tmp / "models" / "tiny-nllb"), tiny_nllb(tmp / "models" / "tiny-nllb-d16", seed=1, d_model=16)
-    marian, m2m = make_tiny_mt_model(tmp / "models" / "tiny-marian", "marian"), make_tiny_mt_model(tmp / "models" / "tiny-m2m100", "m2m100")
+    # the tiny models as shipped (tests/fixtures/tiny-models: tiny_nllb and make_tiny_mt_model's output saved once), so the
+    # pinned fingerprints hold on any transformers release; test_the_shipped_tiny_mt_models_are_what_the_makers_build checks them
+    shipped = Path(__file__).parent / "fixtures" / "tiny-models"
+    nllb, nllb16, marian, m2m = (Path(shutil.copytree(shipped / n, tmp / "models" / n)) for n in ("tiny-nllb", "tiny-nllb-d16", "tiny-marian", "tiny-m2m100"))
     fds = {"en-de": FD("dict-freedict-eng-deu", "2024.01-1"), "en-fi": FD("dict-freedict-eng-fin", "local")}
     out = {"dict:freedict": get_translator("dict:freedict", cache=cache),
            "dict:freedict+dicts": DictionaryTranslator(cache=cache, dictionaries=fds),
@@ -316,3 +317,24 @@ def test_token_budget_batches_are_the_gpu_default_and_configs_set_them():
         assert [r.options.batch_size for r in cfg.rerankers] == [1, None, None, 2, 2]   # rank_llm's one window, llm-rankers' two orders
     spec = TranslatorSpec.parse("nllb:facebook/nllb-200-1.3B[batch_tokens=8192]")
     assert get_translator(spec, executor=gpu).batch_tokens == 8192 and spec.key() == "nllb:facebook/nllb-200-1.3B"
+
+
+def tiny_translate(path, docs):
+    return get_translator(f"nllb:{tiny_nllb(path)}", cache=Cache(path.parent / "c"), device="cpu").translate(docs, "de", "en")
+
+
+def test_the_shipped_tiny_mt_models_are_what_the_makers_build(tmp_path):
+    "The fixtures behind test_identities_v1 are tiny_nllb's and make_tiny_mt_model's models (same weights and config), and load here."
+    import torch
+    from safetensors.torch import load_file
+    from clir_llm.testing import make_tiny_mt_model
+    shipped = Path(__file__).parent / "fixtures" / "tiny-models"
+    built = {"tiny-nllb": tiny_nllb(tmp_path / "tiny-nllb"), "tiny-nllb-d16": tiny_nllb(tmp_path / "tiny-nllb-d16", seed=1, d_model=16),
+             "tiny-marian": make_tiny_mt_model(tmp_path / "tiny-marian", "marian"), "tiny-m2m100": make_tiny_mt_model(tmp_path / "tiny-m2m100", "m2m100")}
+    keep = lambda c: {k: v for k, v in c.items() if k not in ("transformers_version", "dtype", "torch_dtype")}
+    for name, b in built.items():
+        x, y = load_file(shipped / name / "model.safetensors"), load_file(b / "model.safetensors")
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x), name
+        assert keep(json.loads((shipped / name / "config.json").read_text())) == keep(json.loads((b / "config.json").read_text())), name
+    t = get_translator(f"nllb:{Path(shutil.copytree(shipped / 'tiny-nllb', tmp_path / 'm' / 'tiny-nllb'))}", cache=Cache(tmp_path / "c"), device="cpu")
+    assert t.translate(DOCS[:1], "de", "en") == tiny_translate(tmp_path / "b" / "tiny-nllb", DOCS[:1])   # loads, and runs as the built one
