@@ -123,7 +123,7 @@ def test_check_says_same_when_nothing_differs_even_on_another_machine_and_commit
         r["machine"].update(cpu="Some Other CPU 9000", cpu_flags=["avx512f", "avx512_bf16"], platform="Linux-9.9", cores=256, torch_threads=128)
     ref = _reference(tmp_path, elsewhere)
     env = _check(tmp_path)
-    assert env[0] == f"environment: same as the reference ({ref})", env
+    assert env[0] == f"environment: same as the reference ({ref.relative_to(tmp_path)})", env   # named relative to the config's folder (9338589)
     assert not [l for l in env[1:] if "information" not in l], env            # nothing but information
     assert any("information: machine: cpu Some Other CPU 9000 ->" in l for l in env), env
 
