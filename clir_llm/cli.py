@@ -7,24 +7,25 @@ from __future__ import annotations
 import contextlib, importlib, logging, os, re, sys, traceback, warnings
 from . import __version__
 from .core import ClirError, redact
-from .progress import quiet_libraries, setup_logging
+from .cli_args import setup_logging
+from .progress import quiet_libraries
 
 # %% auto #0
 __all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
-    "evaluate":  ("clir_llm.evaluate:cli_evaluate",   "score a run against qrels (per measure, one line each)"),
-    "datasets":  ("clir_llm.collections:cli_datasets", "list collections, language pairs and counts"),
-    "build-demo":("clir_llm.demo:cli_build_demo",      "rebuild the demo collection from Debian's manual pages"),
-    "translate": ("clir_llm.translate:cli_translate",  "translate queries (QT) or documents (DT) of a collection"),
-    "retrieve":  ("clir_llm.retrieve:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
-    "rerank":    ("clir_llm.rerank:cli_rerank",        "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
-    "models":    ("clir_llm.assets:cli_models",        "prepare / list the offline stand-in models"),
-    "prepare":   ("clir_llm.reproduce:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
-    "reproduce": ("clir_llm.reproduce:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
-    "check":     ("clir_llm.regression:cli_check",      "compare a config's results with its regression file"),
-    "methods":   ("clir_llm.methods:cli_methods",       "every registered method, model and collection, as the strings the CLI and configs accept, with its options"),
+    "evaluate":  ("clir_llm.cli_data:cli_evaluate",   "score a run against qrels (per measure, one line each)"),
+    "datasets":  ("clir_llm.cli_data:cli_datasets", "list collections, language pairs and counts"),
+    "build-demo":("clir_llm.cli_data:cli_build_demo",      "rebuild the demo collection from Debian's manual pages"),
+    "translate": ("clir_llm.cli_stages:cli_translate",  "translate queries (QT) or documents (DT) of a collection"),
+    "retrieve":  ("clir_llm.cli_stages:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
+    "rerank":    ("clir_llm.cli_stages:cli_rerank",        "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
+    "models":    ("clir_llm.cli_data:cli_models",        "prepare / list the offline stand-in models"),
+    "prepare":   ("clir_llm.cli_experiments:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
+    "reproduce": ("clir_llm.cli_experiments:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
+    "check":     ("clir_llm.cli_experiments:cli_check",      "compare a config's results with its regression file"),
+    "methods":   ("clir_llm.cli_experiments:cli_methods",       "every registered method, model and collection, as the strings the CLI and configs accept, with its options"),
     "serve":     ("clir_llm.serve:cli_serve",           "serve configured rerankers over HTTP (Cohere's and Jina's rerank API)"),
 }
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_collections.ipynb #6b9a6e02
 from __future__ import annotations
-import argparse, bisect, gzip, hashlib, json, os, socket, sqlite3, time, zlib
+import bisect, gzip, hashlib, json, os, socket, sqlite3, time, zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from importlib import resources
@@ -16,7 +16,7 @@ from .core import ClirError, FormatError, Query, Document, Qrels, check_id, stab
 from .cache import default_cache_dir
 from .languages import parse_pair, language
 from .progress import progress_bar as tqdm
-from .specs import ArgumentParser, Options, Registry, opt
+from .specs import Options, Registry, opt
 
 # %% auto #0
 __all__ = ['COLLECTIONS', 'CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CIRAL_PAIRS', 'CLEF_LANGS', 'CLEF_COUNTS', 'CLEF_PAIRS',
@@ -25,7 +25,7 @@ __all__ = ['COLLECTIONS', 'CIRAL_LANGS', 'CIRAL_COUNTS', 'CIRAL_JUDGED', 'CIRAL_
            'CountedOptions', 'CollectionSource', 'AnyPair', 'register_collection', 'collection_pairs',
            'list_collections', 'load_collection', 'read_ciral_topics', 'load_ciral', 'clef_home', 'read_text_lines',
            'iter_doc_blocks', 'parse_clef_doc', 'iter_clef_docs', 'read_clef_topics', 'read_clef_qrels',
-           'clef_doc_files', 'load_clef2003', 'cli_datasets']
+           'clef_doc_files', 'load_clef2003']
 
 # %% ../nbs/03_collections.ipynb #dfb4fa3b
 def data_dir() -> Path:
@@ -757,41 +757,3 @@ def _qrels_line_clef(path, qid) -> int | None:
 register_collection("clef2003", load_clef2003, CLEF_PAIRS,
                     "CLEF 2003 (licensed, $CLEF_HOME): news in en de fi it ru, topics C141-C200, the paper's nine pairs",
                     env="CLEF_HOME", options=CountedOptions, licence="CLEF 2003 is licensed (ELRA-E0008)")
-
-# %% ../nbs/03_collections.ipynb #18de495c
-def cli_datasets(argv=None) -> int:
-    "`clir-llm datasets`: collections (the names `--collection` and the config key `collection:` accept), pairs and counts."
-    ap = ArgumentParser(prog="clir-llm datasets", description="List collections, language pairs and counts.")
-    ap.add_argument("names", nargs="*", help="collections to show (default: all)")
-    ap.add_argument("--count", action="store_true", help="also count documents of external collections (streams the corpus)")
-    ap.add_argument("--pair", dest="pairs", action="append", default=[], help="pair to show of a collection that takes any pair (files:)")
-    a = ap.parse_args(argv)
-    entries = [(COLLECTIONS.lookup(n)[0], n) for n in a.names] or [(e, e.name) for e in COLLECTIONS.entries()]
-    print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description"); broken = []
-    for e, n in entries:
-        src, desc = e.obj, e.summary
-        if e.is_prefix and n.strip().lower() == e.name:   # a prefix without its argument: what it takes (and, for irds:, the ids)
-            print(f"{e.example:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc}")
-            for line in (src.listing(bool(a.names)) if src.listing else []): print(f"  {line}")
-            continue
-        pairs = src.pair_list(COLLECTIONS.lookup(n)[1])
-        if isinstance(pairs, AnyPair): pairs = [p for p in a.pairs] if a.pairs else []
-        if src.env and not os.environ.get(src.env):   # no Hub look-ups (and their retries) just to list
-            print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (set ${src.env} to a local copy to list it)"); continue
-        if src.remote and not src.env:   # downloaded on first use: listed by its pairs, not loaded
-            for p in pairs: print(f"{n:<10} {p:<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (from {src.remote} on first use)")
-            continue
-        if not pairs: print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} ({'give --pair' if e.is_prefix else 'not built'})")
-        for p in pairs:
-            try: c = load_collection(n, p)
-            except ClirError as err:
-                print(f"{n:<10} {p:<6} {'-':>7} {'-':>9} {'-':>7} {'-':>8}  not available: {err}"); broken.append(f"{n} {p}"); continue
-            nd = c.num_docs if (src.shipped or a.count) else "?"
-            judged = sum(map(len, c.qrels.values())); rel = sum(len(c.qrels.relevant(q)) for q in c.qrels)
-            print(f"{n:<10} {p:<6} {len(c.queries):>7} {nd:>9} {judged:>7} {rel:>8}  {desc}")
-    print(f"\n--collection and the config key collection: accept {', '.join(e.example for e in COLLECTIONS.entries())}")
-    print("options (load_collection(name, pair, **options); a configuration gives root:)")
-    w = max(len(e.example) for e in COLLECTIONS.entries())
-    for e in COLLECTIONS.entries(): print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
-    if broken: raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
-    return 0

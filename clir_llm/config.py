@@ -11,7 +11,7 @@ import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
                       StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
-from .core import MAX_DEPTH, ClirError, load_yaml
+from .core import MAX_DEPTH, ClirError, load_yaml, repo_root
 from .languages import parse_pair
 from .llm import BackendSpec
 from .rerank import RERANKERS, V1_OPTIONS, RerankerOptions, RerankerSpec, _unknown_options, run_identity
@@ -25,7 +25,8 @@ from .engine import ExecutionSpec
 # %% auto #0
 __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name', 'FirstStageConfig',
            'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config',
-           'load_config', 'ConfigHead', 'load_config_head', 'repo_root', 'experiment_notebook', 'results_dir']
+           'load_config', 'ConfigHead', 'load_config_head', 'experiment_notebook', 'results_dir', 'RegressionCell',
+           'Regression', 'regression_path', 'load_regression']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -435,15 +436,6 @@ def load_config_head(path) -> ConfigHead:
     try: return ConfigHead.model_validate(data, context={"path": path})
     except ValidationError as e: raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
 
-# %% ../nbs/13a_config.ipynb #299eefc6
-def repo_root() -> Path:
-    "The checkout that holds `nbs/` (the package is installed in editable mode from it)."
-    here = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
-    for cand in (here, Path.cwd(), Path.cwd().parent):
-        if (cand / "nbs" / "experiments").is_dir(): return cand
-    raise ClirError("cannot find nbs/experiments: run clir-llm reproduce from a clone of the repository "
-                    "(installed with `pip install -e .`)")
-
 # %% ../nbs/13a_config.ipynb #dfb392da
 def experiment_notebook(name: str) -> Path:
     "Path of the experiment notebook `name` (with or without `.ipynb`)."
@@ -457,3 +449,39 @@ def experiment_notebook(name: str) -> Path:
 def results_dir(cfg: Config, root="results") -> Path:
     "Where a configuration's executed notebooks, runs and tables go: `results/<name>/`."
     return Path(root) / cfg.name
+
+# %% ../nbs/13a_config.ipynb #716e252d
+class RegressionCell(_Strict):
+    "One expected number of a result table: table, row, column, the value and its own tolerance (else the file's)."
+    table: str
+    row: str
+    col: str
+    expected: float = Field(allow_inf_nan=False)
+    tol: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+    source: str = ""
+
+# %% ../nbs/13a_config.ipynb #47189de7
+class Regression(_Strict):
+    "A regression file: a tolerance (finite, not negative) and at least one cell."
+    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
+    cells: list[RegressionCell] = Field(min_length=1)
+
+# %% ../nbs/13a_config.ipynb #26724883
+def regression_path(cfg: Config | ConfigHead) -> Path:
+    "The regression file `cfg` names, relative to the configuration file."
+    if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
+    return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
+
+# %% ../nbs/13a_config.ipynb #ba975cee
+def load_regression(path) -> Regression:
+    "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
+    path = Path(path)
+    if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
+    data = load_yaml(path, "regression file is not valid YAML")
+    if not isinstance(data, dict):
+        raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
+    try: return Regression(**data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ClirError(f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+                        + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")) from None

@@ -17,7 +17,7 @@ __all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE
            'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml', 'writable_target',
            'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env', 'SecretError', 'redact',
            'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage',
-           'usage_path', 'stable_hash', 'memoised', 'Retriever']
+           'usage_path', 'stable_hash', 'memoised', 'Retriever', 'repo_root']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -562,3 +562,12 @@ class Retriever(ABC):
 
     @abstractmethod
     def retrieve(self, collection, k: int = 100) -> Run: "The run of this first stage on `collection`."
+
+# %% ../nbs/00_core.ipynb #299eefc6
+def repo_root() -> Path:
+    "The checkout that holds `nbs/` (the package is installed in editable mode from it)."
+    here = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd().parent
+    for cand in (here, Path.cwd(), Path.cwd().parent):
+        if (cand / "nbs" / "experiments").is_dir(): return cand
+    raise ClirError("cannot find nbs/experiments: run clir-llm reproduce from a clone of the repository "
+                    "(installed with `pip install -e .`)")

@@ -4,17 +4,16 @@
 
 # %% ../nbs/04_demo.ipynb #4bb94488
 from __future__ import annotations
-from .specs import ArgumentParser
-import argparse, gzip, hashlib, json, os, re, shutil, subprocess, tempfile
+import gzip, hashlib, json, os, re, shutil, subprocess, tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from .core import ClirError, atomic_write, check_output_folder, write_json
-from .collections import CLEF_LANGS, data_dir
+from .core import ClirError, atomic_write, write_json
+from .collections import CLEF_LANGS
 from .progress import progress_bar as tqdm
 
 # %% auto #0
 __all__ = ['TRANSLATION_PACKAGES', 'ENGLISH_PACKAGES', 'LANGS', 'GROFF', 'LICENSE_TEXT', 'download_debs', 'deb_info', 'is_alias',
-           'collect_pages', 'render', 'page_text', 'split_name', 'build_demo', 'cli_build_demo', 'compare_folders']
+           'collect_pages', 'render', 'page_text', 'split_name', 'build_demo', 'compare_folders']
 
 # %% ../nbs/04_demo.ipynb #51840d80
 TRANSLATION_PACKAGES = ["manpages-de", "manpages-fi", "manpages-it", "manpages-ru"]
@@ -228,31 +227,6 @@ def build_demo(out_dir, packages: list[str] | None = None, deb_dir=None, min_pag
     infos, page, dups, groff_version = _render_pages(packages, deb_dir, workers, progress)
     pairs, stats, qrels, used_q = _demo_pairs(page, min_pages)
     return _write_demo(Path(out_dir), page, pairs, stats, qrels, used_q, infos, dups, groff_version)
-
-# %% ../nbs/04_demo.ipynb #36473520
-def cli_build_demo(argv=None) -> int:
-    "`clir-llm build-demo`: rebuild the demo collection from Debian's manual-page packages."
-    ap = ArgumentParser(prog="clir-llm build-demo", description="Rebuild the demo collection from Debian packages.")
-    ap.add_argument("--out", help="output folder (default: the package's data/demo)")
-    ap.add_argument("--debs", help="folder of .deb files to use instead of `apt-get download`")
-    ap.add_argument("--min-pages", type=int, default=50, help="keep pairs with at least this many pages in both languages")
-    ap.add_argument("--workers", type=int, default=2, help="parallel groff processes")
-    ap.add_argument("--check", action="store_true", help="build into a temporary folder and compare with --out byte for byte")
-    a = ap.parse_args(argv)
-    out = Path(a.out) if a.out else data_dir() / "demo"
-    if not a.check:   # the folder is replaced as a whole: never through a link, never a folder that holds no collection
-        check_output_folder(out, inputs=[a.debs], replaced=True)
-        if out.is_dir() and any(out.iterdir()) and not (out / "MANIFEST.json").is_file():
-            raise ClirError(f"--out {out}: holds files but no collection (no MANIFEST.json); build-demo replaces the whole folder")
-        m = build_demo(out, deb_dir=a.debs, min_pages=a.min_pages, workers=a.workers)
-        for p, s in m["pair_stats"].items(): print(f"{p}: {s['queries']} queries, {s['docs']} documents")
-        print(f"wrote {out}"); return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        build_demo(Path(tmp) / "demo", deb_dir=a.debs, min_pages=a.min_pages, workers=a.workers)
-        diff = compare_folders(out, Path(tmp) / "demo")
-    for d in diff: print(d)
-    print("identical" if not diff else f"{len(diff)} difference(s)")
-    return 0 if not diff else 1
 
 # %% ../nbs/04_demo.ipynb #54f32bc0
 def compare_folders(a, b) -> list[str]:

@@ -10,11 +10,11 @@ from fastcore.basics import patch
 from pydantic import Field
 from .core import ClirError, Usage
 from .executor import LOCAL, Executor
-from .specs import Spec, add_spec_arguments, validated
+from .specs import Spec, validated
 
 # %% auto #0
 __all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'reachable',
-           'make_executor', 'add_execution_arguments', 'execution_args']
+           'make_executor']
 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
@@ -246,15 +246,3 @@ def batch_sizes(self: RayExecutor) -> list[int]:
 def make_executor(spec: ExecutionSpec | None, **kw) -> Executor:
     "The executor of `spec`: `LOCAL` for local, a `RayExecutor` for ray."
     return RayExecutor(spec, **kw) if spec is not None and spec.engine == "ray" else LOCAL
-
-# %% ../nbs/13g_engine.ipynb #7ffff21b
-def add_execution_arguments(ap):
-    "Add the `ExecutionSpec` options to an argparse parser; each defaults to None (the configuration's value)."
-    add_spec_arguments(ap, ExecutionSpec, group="execution (where heavy work runs; outputs are the same)")
-    ap.set_defaults(**{k: None for k in ExecutionSpec.model_fields})
-    return ap
-
-# %% ../nbs/13g_engine.ipynb #6f2fbcf9
-def execution_args(ns) -> dict:
-    "The execution options given on the command line (parsed by a parser with `add_execution_arguments`)."
-    return {k: v for k in ExecutionSpec.model_fields if (v := getattr(ns, k, None)) is not None}

@@ -13,15 +13,13 @@ import pandas as pd
 import ir_measures
 from scipy import stats
 from fastcore.basics import patch
-from .core import ClirError, Qrels, Run, cut
-from .collections import load_collection
-from .specs import ArgumentParser
+from .core import ClirError
 
 _log = logging.getLogger("clir_llm.evaluate")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
-           'per_query', 'evaluate', 'paired_ttest', 'holm', 'Cell', 'ResultTable', 'cli_evaluate']
+           'per_query', 'evaluate', 'paired_ttest', 'holm', 'Cell', 'ResultTable']
 
 # %% ../nbs/12_evaluate.ipynb #037f569d
 ALIASES = {"MAP": "AP", "map": "AP", "MRR": "RR", "mrr": "RR"}
@@ -266,40 +264,3 @@ def notes(self: ResultTable) -> list[str]:
         out.append(f"{const} cell(s) differ from their baseline by the same amount on every query: t-test undefined (no variance), no mark.")
     if self.avg and self.avg_rule == "rounded": out.append(f"AVG: mean of the per-pair values rounded to {self.digits} decimals (the paper's rule).")
     return out
-
-# %% ../nbs/12_evaluate.ipynb #47b3bf5c
-def cli_evaluate(argv=None) -> int:
-    "`clir-llm evaluate`: score a TREC run."
-    ap = ArgumentParser(prog="clir-llm evaluate", description="Score a TREC run against qrels.")
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--qrels", help="TREC qrels file")
-    src.add_argument("--collection", help="registered collection name (see `clir-llm datasets`); needs --pair")
-    ap.add_argument("--pair", help="query-document language pair of --collection, e.g. en-de")
-    ap.add_argument("--run", required=True, help="TREC run file")
-    ap.add_argument("--measures", default="MAP nDCG@20",
-                    help="measures separated by spaces or commas: ir-measures names (nDCG(dcg='exp-log2')@10) or trec_eval names "
-                         "(ndcg_cut_20, map, P_10) (default: 'MAP nDCG@20')")
-    ap.add_argument("--per-query", action="store_true", help="also print one line per query")
-    ap.add_argument("--missing", choices=["zero", "skip"], default="zero",
-                    help="judged topics absent from the run: score 0 (trec_eval -c, default) or skip")
-    a = ap.parse_args(argv)
-    if a.qrels: qrels = Qrels.read(a.qrels)
-    else:
-        if not a.pair: raise ClirError("--collection needs --pair (e.g. --pair en-de)")
-        qrels = load_collection(a.collection, a.pair).qrels
-    run = Run.read(a.run)
-    df = per_query(run, qrels, a.measures, a.missing)
-    if not any(q in qrels for q in run):
-        qs = lambda n: f"{n} quer{'y' if n == 1 else 'ies'}"
-        _log.warning(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
-              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0")
-    try:
-        if a.per_query:
-            for q, row in df.iterrows():
-                for m, v in row.items(): print(f"{m}\t{q}\t{v:.4f}")
-        for m in df.columns: print(f"{m}\t{df[m].mean() if len(df) else 0.0:.4f}")
-        sys.stdout.flush()
-    except BrokenPipeError:  # `clir-llm evaluate --per-query | head`: the reader has enough; stop quietly, as `cat` would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not fail again
-        return 141  # 128 + SIGPIPE, the status of a tool stopped by a closed pipe
-    return 0

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_llm.ipynb #7be218ed
 from __future__ import annotations
-import argparse, hashlib, math, os, threading
+import hashlib, math, os, threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -15,13 +15,12 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Usage
 from .cache import Cache, CacheMiss, redact
 from .executor import LOCAL, Executor, batches_of, run_groups
-from .specs import ArgumentParser, Options, Registry, Spec, _arg_type, split_options, validated
+from .specs import Options, Registry, Spec, split_options, validated
 
 # %% auto #0
 __all__ = ['PARAM_DEFAULTS', 'KEY_ORDER', 'BACKENDS', 'LLMError', 'chat_messages', 'plain_text', 'local_revision',
            'BackendOptions', 'given_names', 'given_only', 'lay_over', 'output_options', 'Backend', 'kind_class',
-           'BackendSpec', 'CachedBackend', 'rebuild_backend', 'get_backend', 'llm_of_argv', 'add_backend_arguments',
-           'backend_spec_from_args', 'call_key', 'match_call']
+           'BackendSpec', 'CachedBackend', 'rebuild_backend', 'get_backend', 'call_key', 'match_call']
 
 # %% ../nbs/10_llm.ipynb #f04a5474
 class LLMError(ClirError):
@@ -552,47 +551,6 @@ def get_backend(spec: str | dict | BackendSpec, cache: Cache | None = None, **kw
     """A backend from `kind:model[...]`, a mapping `{spec: ..., option: value}` or a `BackendSpec`; `kw`: the kind's
     options (laid over) and constructor collaborators (`executor`, `label`, ...). `cache=None` caches nothing."""
     return BackendSpec.parse(spec).build(cache, **kw)
-
-# %% ../nbs/10_llm.ipynb #4b005894
-def llm_of_argv(argv) -> str | None:
-    "The value of `--llm` in `argv` (None: not given), read before a parser knows which kind's flags to add."
-    pre = ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--llm")
-    return pre.parse_known_args(argv)[0].llm
-
-# %% ../nbs/10_llm.ipynb #14f40894
-def add_backend_arguments(ap, llm=None, group: str = "LLM backend options"):
-    """Add `--llm-option KEY=VALUE` (repeatable) and one `--llm-<name>` flag per option of the kind `llm` names (its
-    `Options`, quirks flattened); without `llm`, the flags of every registered kind (each name once)."""
-    kinds = [kind_class(llm)] if llm else BACKENDS.values()
-    g = ap.add_argument_group(group + (f" ({kinds[0].kind}:)" if llm else ""))
-    g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a backend option (repeatable), e.g. --llm-option concurrency=16 --llm-option base_url=http://h:8000/v1")
-    fields = {}
-    for k in kinds:
-        for name, f in k.Options.flat_fields().items(): fields.setdefault(name, f)
-    for name, f in fields.items():
-        typ, choices, is_bool = _arg_type(f.annotation)
-        flag, dest = "--llm-" + name.replace("_", "-"), "llm_opt_" + name
-        default = None if f.is_required() or not llm else f.default
-        help_ = (f.description or "") + ("" if default in (None, "") else f" (default {default})")
-        if is_bool: g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        else: g.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
-    return ap
-
-# %% ../nbs/10_llm.ipynb #86474b10
-def backend_spec_from_args(ns, llm: str | None = None) -> BackendSpec | None:
-    "The `BackendSpec` of `--llm` (or `llm`) with the options given on the command line; None without `--llm`."
-    llm = llm if llm is not None else getattr(ns, "llm", None)
-    opts = {k[len("llm_opt_"):]: v for k, v in vars(ns).items() if k.startswith("llm_opt_") and v is not None}
-    for kv in getattr(ns, "llm_option", None) or []:
-        k, eq, v = kv.partition("=")
-        if not eq or not k.strip(): raise ClirError(f"--llm-option {kv!r}: expected KEY=VALUE")
-        opts[k.strip().replace("-", "_")] = v.strip()
-    if llm is None:
-        if opts: raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
-        return None
-    return BackendSpec.parse(llm, **opts)
 
 # %% ../nbs/10_llm.ipynb #563c48ca
 def call_key(backend: Backend, op: str, params: dict, prompt, candidates=None) -> str:

@@ -5,7 +5,7 @@
 # %% ../nbs/14a_methods.ipynb #cdec7251
 from __future__ import annotations
 from .core import ClirError
-from .specs import ArgumentParser, Registry, import_plugins
+from .specs import Registry
 from .assets import OFFLINE_MODELS
 from .collections import COLLECTIONS
 from .dense import ENCODERS
@@ -15,7 +15,7 @@ from .retrieve import FIRST_STAGES
 from .translate import TRANSLATORS
 
 # %% auto #0
-__all__ = ['rows', 'registries', 'cli_methods']
+__all__ = ['rows', 'registries']
 
 # %% ../nbs/14a_methods.ipynb #56e67cf0
 def rows(registry: Registry) -> list[tuple[str, str, str]]:
@@ -32,17 +32,3 @@ def registries() -> dict[str, list[tuple[str, str, str]]]:
             "translators (--translator; config: first_stage.translator)": rows(TRANSLATORS),
             "rerankers (rerank --method; config: rerankers[].method)": rows(RERANKERS),
             "LLM backends (rerank --llm; config: rerankers[].llm)": rows(BACKENDS) + stand_ins}
-
-# %% ../nbs/14a_methods.ipynb #9860eae1
-def cli_methods(argv=None) -> int:
-    "`clir-llm methods [--plugin MODULE]`: every registry, one accepted string, its summary and its options per line."
-    ap = ArgumentParser(prog="clir-llm methods", description="List what the package can run, as accepted strings, with their options.")
-    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods)")
-    a = ap.parse_args(argv)
-    import_plugins(a.plugin)
-    for kind, found in registries().items():
-        print(kind)
-        w = max(len(s) for s, _, _ in found)
-        for s, summary, opts in found:
-            print(f"  {s:<{w}}  {summary}" + (f"\n  {'':<{w}}    options: {opts}" if opts else ""))
-    return 0

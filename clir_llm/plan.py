@@ -12,12 +12,11 @@ from itertools import islice
 import yaml
 from .core import ClirError
 from .collections import CIRAL_COUNTS, CLEF_COUNTS, CLEF_TOPICS, COLLECTIONS, collection_pairs, data_dir, load_collection
-from .config import Config, experiment_notebook
+from .config import Config, experiment_notebook, load_regression, regression_path
 from .dense import get_encoder_spec
 from .languages import parse_pair
 from .pairwise import max_comparisons, simulate_comparisons
 from .prices import load_prices
-from .regression import load_regression, regression_path
 from .rerank import TextStats
 from .retrieve import dt_plan, parse_method
 from .executor import LocalExecutor

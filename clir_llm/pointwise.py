@@ -9,9 +9,9 @@ from typing import Callable, Sequence
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
-from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring, doc_text
 from .specs import opt
-from .templates import prompt_tokens
+from .templates import prompt_tokens, squash
 
 # %% auto #0
 __all__ = ['pointwise_order', 'yes_probability', 'PointwiseOptions', 'Qwen3RerankerOptions', 'PointwiseReranker']
@@ -106,8 +106,6 @@ def estimate(cls: PointwiseReranker, options: PointwiseOptions, method: str, sta
 @patch
 def _whole_passages(self: PointwiseReranker, collection, ids: list[str]) -> dict[str, str]:
     "The passages of `ids` (docid -> text) uncut (Qwen3-Reranker by default: its card cuts only the pair, `_pair_cut`)."
-    from clir_llm.rerank import doc_text
-    from clir_llm.templates import squash
     return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
 
 # %% ../nbs/11e_pointwise.ipynb #81f7fa19

@@ -4,15 +4,14 @@
 
 # %% ../nbs/00b_progress.ipynb #21db9106
 from __future__ import annotations
-import argparse, contextlib, json, logging, os, shutil, sys, threading, time
+import contextlib, json, logging, os, shutil, sys, threading, time
 from pathlib import Path
 from fastcore.basics import patch
 from tqdm.std import tqdm as std_tqdm
-from .core import redact
 
 # %% auto #0
 __all__ = ['CHANNEL', 'WIDGETS', 'QUIET_ENV', 'progress_context', 'ChannelBar', 'progress_bar', 'format_event', 'ProgressTail',
-           'quiet_libraries', 'add_verbosity_arguments', 'RedactFilter', 'setup_logging', 'verbosity']
+           'quiet_libraries', 'verbosity']
 
 # %% ../nbs/00b_progress.ipynb #bba16bc7
 CHANNEL = "CLIR_LLM_PROGRESS"
@@ -172,45 +171,6 @@ QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": 
 def quiet_libraries():
     "Ask transformers and the Hub for errors only and no bars of their own (load reports, 'Loading weights'), unless the user set otherwise."
     for k, v in QUIET_ENV.items(): os.environ.setdefault(k, v)
-
-# %% ../nbs/00b_progress.ipynb #553b2bd3
-def add_verbosity_arguments(ap: argparse.ArgumentParser):
-    "Add `-v/--verbose` and `-q/--quiet` to a command's parser."
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("-v", "--verbose", action="store_true", help="show logs, warnings and the notebook kernels' output")
-    g.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors (no progress)")
-
-# %% ../nbs/00b_progress.ipynb #1ccf2ccc
-class _CommandLineHandler(logging.StreamHandler):
-    "The handler `setup_logging` adds (a second call replaces it)."
-
-# %% ../nbs/00b_progress.ipynb #06608e0e
-class RedactFilter(logging.Filter):
-    "A logging filter that redacts every credential the process holds (`core.redact`) from a record's message and traceback."
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        if (clean := redact(msg)) != msg: record.msg, record.args = clean, ()
-        if record.exc_info:
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info)); record.exc_info = None
-        return True
-
-# %% ../nbs/00b_progress.ipynb #ab96ea56
-def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
-    """Send the `clir_llm` logger to stderr at DEBUG (`verbose`), ERROR (`quiet`) or INFO; return the level. Every
-    record is redacted (`RedactFilter`) on the logger and on its handler (records of the `clir_llm.*` loggers too)."""
-    level = logging.DEBUG if verbose else logging.ERROR if quiet else logging.INFO
-    logger = logging.getLogger("clir_llm")
-    for h in [h for h in logger.handlers if isinstance(h, _CommandLineHandler)]: logger.removeHandler(h)
-    h = _CommandLineHandler(sys.stderr)
-    h.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
-    h.addFilter(RedactFilter())
-    if not any(isinstance(f, RedactFilter) for f in logger.filters): logger.addFilter(RedactFilter())
-    logger.addHandler(h); logger.setLevel(level); logger.propagate = False
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        for rh in logging.getLogger().handlers:   # the libraries' logs too (-v): a request URL may carry a key
-            if not any(isinstance(f, RedactFilter) for f in rh.filters): rh.addFilter(RedactFilter())
-    return level
 
 # %% ../nbs/00b_progress.ipynb #d6184e52
 def verbosity() -> int:

@@ -7,14 +7,15 @@ from __future__ import annotations
 import hashlib, json, os, platform, subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 from . import __version__
-from .core import ClirError, check_no_secret, stable_hash, write_json
+from .core import ClirError, check_no_secret, repo_root, stable_hash, write_json
 from .assets import offline_model, sha256_file
 from .collections import COLLECTIONS, load_collection
-from .config import Config, repo_root
 from .dense import get_encoder_spec
 from .llm import BackendSpec, local_revision
 from .translate import TranslatorSpec
+if TYPE_CHECKING: from clir_llm.config import Config   # annotations only: a record reads a loaded configuration
 
 # %% auto #0
 __all__ = ['PACKAGES', 'LOCK', 'CPU_FLAGS', 'FORMAT', 'COMPARED', 'code_fingerprint', 'package_versions', 'git_state',

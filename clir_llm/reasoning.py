@@ -9,9 +9,9 @@ from pathlib import Path
 from fastcore.basics import patch
 from .progress import progress_bar as tqdm
 from .core import ClirError, FormatError, Run, atomic_write
-from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring
+from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _quiet, check_scoring, doc_text
 from .specs import opt
-from .templates import PromptTemplate, prompt_tokens
+from .templates import PromptTemplate, prompt_tokens, squash
 from .pointwise import pointwise_order, yes_probability
 
 # %% auto #0
@@ -78,8 +78,6 @@ def _as_prompt(self: ReasoningReranker, text: str, continuation: str = ""):
 def _passages(self: ReasoningReranker, collection, q: str, ids: list[str]) -> dict[str, str]:
     "The passages of `ids` (docid -> text): whole (Rank1's code), or cut to `passage_tokens` backend tokens (each cut counted)."
     if self.options.passage_tokens is not None: return self.cut_passages(collection, q, ids)
-    from clir_llm.rerank import doc_text
-    from clir_llm.templates import squash
     return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
 
 # %% ../nbs/11h_reasoning.ipynb #42e6b921

@@ -7,40 +7,14 @@ from __future__ import annotations
 import json
 import pandas as pd
 from pathlib import Path
-from typing import Optional
 import yaml
-from pydantic import Field, ValidationError
-from .core import ClirError, atomic_write, load_yaml
-from .config import _Strict, Config, ConfigHead, load_config, load_config_head, repo_root, results_dir
+from .core import ClirError, atomic_write
+from .config import Config, ConfigHead, load_config, load_config_head, load_regression, regression_path, repo_root, results_dir   # the regression file's format lives with the configuration
 from .provenance import current_record, differences, information
 from .tables import load_table
-from .specs import ArgumentParser
 
 # %% auto #0
-__all__ = ['MAX_LINES', 'RegressionCell', 'Regression', 'regression_path', 'reference_path', 'environment_lines',
-           'load_regression', 'check', 'write_regression', 'cli_check']
-
-# %% ../nbs/13e_regression.ipynb #716e252d
-class RegressionCell(_Strict):
-    "One expected number of a result table: table, row, column, the value and its own tolerance (else the file's)."
-    table: str
-    row: str
-    col: str
-    expected: float = Field(allow_inf_nan=False)
-    tol: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
-    source: str = ""
-
-# %% ../nbs/13e_regression.ipynb #47189de7
-class Regression(_Strict):
-    "A regression file: a tolerance (finite, not negative) and at least one cell."
-    tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
-    cells: list[RegressionCell] = Field(min_length=1)
-
-# %% ../nbs/13e_regression.ipynb #26724883
-def regression_path(cfg: Config | ConfigHead) -> Path:
-    "The regression file `cfg` names, relative to the configuration file."
-    if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
-    return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
+__all__ = ['MAX_LINES', 'reference_path', 'environment_lines', 'check', 'write_regression']
 
 # %% ../nbs/13e_regression.ipynb #91db1d05
 def reference_path(cfg: Config | ConfigHead) -> Path:
@@ -74,20 +48,6 @@ def environment_lines(cfg: Config | ConfigHead, indent: str = "  ") -> list[str]
              [f"environment: {len(diff)} difference{'s' * (len(diff) > 1)} from the reference ({shown}):"]
              + [indent + d for d in diff[:MAX_LINES]] + ([f"{indent}... and {len(diff) - MAX_LINES} more"] if len(diff) > MAX_LINES else []))
     return lines + [f"{indent}information: {x}" for x in info] + [f"{indent}not compared: {x}" for x in notes]
-
-# %% ../nbs/13e_regression.ipynb #ba975cee
-def load_regression(path) -> Regression:
-    "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
-    path = Path(path)
-    if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
-    data = load_yaml(path, "regression file is not valid YAML")
-    if not isinstance(data, dict):
-        raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
-    try: return Regression(**data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ClirError(f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-                        + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")) from None
 
 # %% ../nbs/13e_regression.ipynb #451b01ea
 def _table(out: Path, name: str):
@@ -143,12 +103,3 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
     if made.is_file(): atomic_write(ref, made.read_bytes())
     else: ref.unlink(missing_ok=True)                             # an older record would describe other numbers
     return path
-
-# %% ../nbs/13e_regression.ipynb #29796e5d
-def cli_check(argv=None) -> int:
-    "`clir-llm check CONFIG`: OK / FAIL / MISSING per regression cell; exit 1 on any FAIL or MISSING."
-    ap = ArgumentParser(prog="clir-llm check", description="Compare results with the configuration's regression file.")
-    ap.add_argument("config"); ap.add_argument("--results", default="results")
-    a = ap.parse_args(argv)
-    c = check(a.config, a.results)
-    return 0 if c["FAIL"] == 0 and c["MISSING"] == 0 else 1

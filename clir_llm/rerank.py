@@ -4,25 +4,21 @@
 
 # %% ../nbs/11_rerank.ipynb #368d7fc1
 from __future__ import annotations
-import argparse, inspect, time
+import inspect, time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar, Optional
 from fastcore.basics import patch
 from pydantic import SerializeAsAny, field_validator, model_validator
-from .core import ClirError, FormatError, Run, Usage, check_outputs, usage_path, write_json
-from .specs import ArgumentParser, Options, Registry, Spec, add_spec_arguments, import_plugins, opt, spec_from_args, validated
+from .core import ClirError, FormatError, Run, Usage, usage_path, write_json
+from .specs import Options, Registry, Spec, opt, validated
 from .templates import PromptTemplate, squash
-from .llm import BackendSpec, add_backend_arguments, backend_spec_from_args
-from .cache import Cache
-from .collections import load_collection
-from .retrieve import DT_SOURCES, docs_view
-from .rank_llm_io import RecordingBackend, invocations, read_requests, results, write_results
+from .llm import BackendSpec
 
 # %% auto #0
 __all__ = ['SCORING_NEEDS', 'RERANKERS', 'V1_OPTIONS', 'RerankerOptions', 'Reranker', 'doc_text', 'check_scoring', 'TextStats',
-           'CallLoad', 'RerankerSpec', 'run_identity', 'get_reranker', 'check_run', 'cli_rerank']
+           'CallLoad', 'RerankerSpec', 'run_identity', 'get_reranker', 'check_run']
 
 # %% ../nbs/11_rerank.ipynb #ca17b234
 class RerankerOptions(Options):
@@ -355,76 +351,3 @@ def check_run(path, run: Run, collection, k: int = 100):
         for d in run.docids(q, k):
             try: collection.get_doc(d)
             except ClirError: raise FormatError(path, first.get((q, d)), f"document {d!r} (query {q!r}) is not in {where}") from None
-
-# %% ../nbs/11_rerank.ipynb #9247c60d
-def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> argparse.ArgumentParser:
-    "`clir-llm rerank`'s parser: the common options, then the options of `method`'s family and of `llm`'s backend kind."
-    ap = ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise "
-                                 "PRP, setwise, pointwise) or any registered reranker. `--method M --help` lists M's options; "
-                                 "`--llm KIND:MODEL --help` the backend's.")
-    ap.add_argument("--collection", help="collection name (demo, fixture, ciral, clef2003); not with --input")
-    ap.add_argument("--pair", required=True, help="language pair, e.g. en-de")
-    ap.add_argument("--run", help="first-stage run (TREC format); not with --input")
-    ap.add_argument("--input", metavar="REQUESTS.jsonl", help="rank_llm Request JSONL (query, candidates with docid, score, doc): "
-                    "the queries, documents and first-stage order, instead of --collection and --run")
-    ap.add_argument("--method", required=True, choices=methods, help="a registered reranker")
-    ap.add_argument("--plugin", action="append", default=[], metavar="MODULE", help="import MODULE first (it registers a reranker of its own); repeatable")
-    ap.add_argument("--llm", help="backend spec: hf:<id or path>, openai:<model>, vllm:<id>, gguf:<path> (not for a method without a model)")
-    ap.add_argument("--docs", default="og", choices=("og", "dt"), help="rerank original documents or their translation")
-    ap.add_argument("--translator", help="translator spec for --docs dt when the collection ships no translations")
-    ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
-                    help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
-    ap.add_argument("--top-k", type=int, default=100, help="how many documents of each query to rerank")
-    ap.add_argument("--max-queries", type=int, help="rerank only the first N queries of the run (sorted ids, as a config's max_queries) "
-                    "and write only them; evaluate with `--missing skip`")
-    ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
-    ap.add_argument("--cache-mode", default="readwrite", choices=("readwrite", "readonly", "replay", "off"))
-    ap.add_argument("--out", required=True, help="where to write the reranked run")
-    ap.add_argument("--output-format", default="trec", choices=("trec", "rank_llm"),
-                    help="a TREC run (default), or rank_llm Result JSONL with each query's invocations_history")
-    if method in methods:
-        add_spec_arguments(ap, RERANKERS[method].options_for(method), group=f"{method} options")
-    if llm: add_backend_arguments(ap, llm)   # the kind's options: --llm-<option> and --llm-option KEY=VALUE
-    return ap
-
-# %% ../nbs/11_rerank.ipynb #f2343002
-def _first_parse(argv) -> argparse.Namespace:
-    "The arguments that decide the rest of the parser: plugins, the method and the backend."
-    pre = ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--plugin", action="append", default=[]); pre.add_argument("--method"); pre.add_argument("--llm")
-    return pre.parse_known_args(argv)[0]
-
-# %% ../nbs/11_rerank.ipynb #42f4d5a6
-def cli_rerank(argv=None) -> int:
-    "`clir-llm rerank`: rerank a first-stage run with an LLM (or any registered reranker)."
-    first = _first_parse(argv)
-    import_plugins(first.plugin)   # before --method's choices are read from the registry
-    a = _rerank_parser(RERANKERS.names(), first.method, first.llm).parse_args(argv)
-    spec = spec_from_args(RERANKERS[a.method].options_for(a.method), a)
-    spec = RerankerSpec.parse(a.method, **spec.flat(defaults=False))
-    llm = backend_spec_from_args(a)      # bad backend options fail here, before any input is read
-    if spec.reranker.needs_backend and llm is None: raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
-    if a.input and (a.collection or a.run) or not a.input and not (a.collection and a.run):
-        raise ClirError("give --collection and --run, or --input (a rank_llm Request file) alone")
-    requests = read_requests(a.input, a.pair) if a.input else None   # rank_llm requests: the collection and the run
-    run = requests.run if requests else Run.read(a.run)
-    if a.max_queries is not None:
-        if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
-        run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
-    og = requests.collection if requests else load_collection(a.collection, a.pair)
-    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()])   # before any model call
-    if not requests: check_run(a.run, run, og, a.top_k)
-    collection = docs_view(og, a.docs, a.translator, a.dt_source)
-    backend = llm.build(cache=Cache(a.cache, mode=a.cache_mode)) if llm is not None else None
-    if a.output_format == "rank_llm" and backend is not None: backend = RecordingBackend(backend)   # calls kept for the Results
-    rr = spec.build(backend)
-    out = rr.rerank(collection, run, k=a.top_k)
-    if a.output_format == "trec": out.write(a.out, tag=f"{rr.name}-{a.docs}")
-    else: write_results(a.out, results(out, og, run, backend and invocations(lambda b: spec.build(b, progress=False), backend,
-                                                                             collection, run, a.top_k), requests))
-    rr.save(a.out)
-    u = rr.usage
-    print(f"{a.out}: {len(out)} queries reranked by {rr.name} ({a.docs.upper()}); {u.calls} model calls, "
-          f"{u.cache_hits} cache hits, {u.tokens_in} tokens in, {u.seconds:.1f}s"
-          + (f"; {u.counters['prefix_cache_hits']} prompts reused a held prefix" if "prefix_cache_hits" in u.counters else ""))
-    return 0

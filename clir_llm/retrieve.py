@@ -4,29 +4,24 @@
 
 # %% ../nbs/09_retrieve.ipynb #fbb8d655
 from __future__ import annotations
-import argparse, time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import field_validator
-from .core import MAX_DEPTH, ClirError, Retriever, Run, Usage, check_outputs, usage_path
+from .core import ClirError, Retriever, Run, Usage
 from .bm25 import BM25, BM25Options
-from .cache import Cache
-from .collections import COLLECTIONS, load_collection
-from .dense import Dense, DenseOptions, encoder_quirks, get_encoder_spec, options_from
-from .dense_hf import HFEncoderOptions, hf_encoder_spec
-from .dense_index import DenseIndex, parse_shard
-from .engine import add_execution_arguments, execution_args, execution_of, make_executor
+from .collections import COLLECTIONS
+from .dense import ENCODER_FAMILIES, Dense, DenseOptions, encoder_quirks, get_encoder_spec, options_from
 from .executor import LOCAL, Executor
-from .specs import ArgumentParser, Registry, Spec, add_spec_arguments, import_plugins, validated
+from .specs import Registry, Spec, validated
 from .translate import Translator, TranslatorSpec, get_translator, translate_documents, translate_queries
 
 # %% auto #0
 __all__ = ['DT_SOURCES', 'FIRST_STAGES', 'rrf', 'DTPlan', 'dt_plan', 'docs_view', 'translated_name', 'Translated', 'Fusion',
            'encodes_title', 'FirstStage', 'parse_method', 'BM25Method', 'DenseMethod', 'FusionMethod', 'get_retriever',
-           'paper_first_stage', 'cli_retrieve']
+           'paper_first_stage']
 
 # %% ../nbs/09_retrieve.ipynb #5b90ac4c
 def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
@@ -295,7 +290,8 @@ class DenseMethod(FirstStage):
         "`dense:hf:` encoders take their options (pooling, prefixes, max_length, dtype, title, revision) apart too."
         if not options: return self
         if not self.is_hf: raise ClirError(f"{self}: options are for dense:hf:<model> encoders (a registry encoder's settings are its entry)")
-        return type(self)(encoder=hf_encoder_spec(self.encoder, **options).name)
+        family, arg = ENCODER_FAMILIES.find(self.encoder)   # the `hf:` family (dense_hf, a plugin of the registry)
+        return type(self)(encoder=family.obj(arg, **options).name)
 
     @classmethod
     def paper_first_stage(cls) -> dict:
@@ -356,87 +352,3 @@ def paper_first_stage(translator=None) -> dict:
     out = {}
     for cls in dict.fromkeys(FIRST_STAGES.values()): out |= cls.paper_first_stage()
     return out | (TranslatorSpec.parse(translator).paper_first_stage() if translator else {})
-
-# %% ../nbs/09_retrieve.ipynb #2e83740f
-def _retrieve_arguments(ap):
-    "The first stages' option flags, generated from their `Options` (not given: the options' defaults), and the index flags."
-    add_spec_arguments(ap, BM25Options, group="BM25 options")
-    add_spec_arguments(ap, DenseOptions, skip=("dtype", "title", "half"), group="dense options (registry encoders and dense:hf:)")
-    add_spec_arguments(ap, HFEncoderOptions, group="dense:hf:<model> options (merged into the method string)")
-    ap.set_defaults(**{k: None for k in [*BM25Options.flat_fields(), *DenseOptions.flat_fields(), *HFEncoderOptions.flat_fields()]})
-    ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
-    ap.add_argument("--shard", help="encode only shard i/n of the dense index (counted from 0) and stop: one job of a batch scheduler")
-
-# %% ../nbs/09_retrieve.ipynb #680f9fcb
-def _with_cli_options(method, a):
-    "`method` with the `dense:hf:` flags given on the command line (an error for any other method)."
-    opts = {k: getattr(a, k) for k in HFEncoderOptions.model_fields if getattr(a, k, None) is not None}
-    if not opts: return method
-    if not isinstance(method, DenseMethod) or not method.is_hf:
-        raise ClirError(f"--{next(iter(opts)).replace('_', '-')} is an option of dense:hf:<model> encoders, not of {method}")
-    return method.with_options(**opts)
-
-# %% ../nbs/09_retrieve.ipynb #8984692d
-def _cli_options(a) -> dict:
-    "The first-stage options given on the command line (each method keeps its own)."
-    names = [*BM25Options.flat_fields(), *(k for k in DenseOptions.flat_fields() if k not in ("dtype", "title", "half"))]
-    return {k: v for k in names if (v := getattr(a, k, None)) is not None} | ({"quirks": a.quirk} if a.quirk else {})
-
-# %% ../nbs/09_retrieve.ipynb #e171495f
-def _cli_shard(method, a, executor: Executor) -> int:
-    "`--shard i/n`: encode one shard of the dense index of `method` and print where it is."
-    i, n = parse_shard(a.shard)
-    if not isinstance(method, DenseMethod): raise ClirError(f"--shard encodes a dense index; {method} is not a dense:<encoder> method")
-    dense = method.build(cache=Cache(a.cache) if a.cache else None, executor=executor, **_cli_options(a))
-    coll = load_collection(a.collection, a.pair, root=a.root)
-    idx = DenseIndex(dense, coll, dense.vectors)
-    if not idx.persisted: raise ClirError("--shard writes shards into the cache; the cache is not writable here")
-    path = idx.encode_shard(i, n)
-    print(f"{dense.name} {coll.name} {coll.pair}: shard {i}/{n} -> {path} ({dense.usage.counters.get('docs_encoded', 0)} documents encoded)")
-    return 0
-
-# %% ../nbs/09_retrieve.ipynb #291d37c5
-def _retrieve_parser() -> argparse.ArgumentParser:
-    "The parser of `clir-llm retrieve`."
-    ap = ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
-    ap.add_argument("--collection", required=True, help="collection name (see `clir-llm datasets`), e.g. demo")
-    ap.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
-    ap.add_argument("--method", required=True, help="bm25-og | bm25-qt | bm25-dt | dense:<name> | rrf:<a>+<b> (`clir-llm methods` lists them)")
-    ap.add_argument("--translator", help="translator for bm25-qt/bm25-dt, e.g. dict:freedict or nllb:facebook/nllb-200-1.3B")
-    ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
-                    help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
-    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods); repeatable")
-    ap.add_argument("--out", help="TREC run file to write (usage JSON is written beside it); required unless --shard")
-    ap.add_argument("--k", type=int, default=100, help="documents per query (default 100)")
-    ap.add_argument("--root", help="folder of the collection (default: the registered location)")
-    ap.add_argument("--cache", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
-    _retrieve_arguments(ap)
-    add_execution_arguments(ap)
-    return ap
-
-# %% ../nbs/09_retrieve.ipynb #35084c02
-def cli_retrieve(argv=None) -> int:
-    "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
-    a = _retrieve_parser().parse_args(argv)
-    if not 1 <= a.k <= MAX_DEPTH: raise ClirError(f"--k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.k}")
-    if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
-    if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
-    import_plugins(a.plugin)
-    method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
-    BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
-    options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
-    if a.out: check_outputs([a.out, usage_path(a.out)])   # a link, FIFO, folder or unwritable place: refused before any work
-    executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
-    if a.shard: return _cli_shard(method, a, executor)
-    t0 = time.time()
-    coll = load_collection(a.collection, a.pair, root=a.root)
-    check_outputs([a.out, usage_path(a.out)], coll.files())   # never one of the collection's own files
-    retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
-                              executor=executor, **_cli_options(a))
-    run = retriever.retrieve(coll, k=a.k)
-    run.write(a.out)
-    usage = Usage().add(retriever.usage)
-    usage.seconds = time.time() - t0
-    usage.save(usage_path(a.out))
-    print(f"{a.out}: {run.name}, {len(run)} queries, {sum(map(len, run.values()))} results, {usage.seconds:.1f} s")
-    return 0

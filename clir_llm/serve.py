@@ -20,7 +20,8 @@ from .memory import InMemoryCollection
 from .core import Run
 from .rerank import Reranker, RerankerSpec
 from .retrieve import DT_SOURCES, docs_view
-from .specs import ArgumentParser, Options, add_spec_arguments, import_plugins, opt, pydantic_messages
+from .specs import Options, import_plugins, opt, pydantic_messages
+from .cli_args import ArgumentParser, add_spec_arguments
 from .translate import get_translator
 
 # %% auto #0

@@ -4,17 +4,17 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import abc, argparse, importlib, inspect, re, sys, typing
+import abc, importlib, inspect, re, sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Callable, Literal, Optional, get_args, get_origin
+from typing import Any, Callable, Optional
 from fastcore.basics import patch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .core import ClirError
 
 # %% auto #0
 __all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'pydantic_messages', 'validated', 'opt', 'Options',
-           'Quirks', 'add_spec_arguments', 'spec_from_args', 'ArgumentParser', 'split_options']
+           'Quirks', 'split_options']
 
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
@@ -291,51 +291,6 @@ def options_line(self: Registry, name: str) -> str:
     cls = self.options_of(name)
     if cls is None: return ""
     return ", ".join(n if f.is_required() else f"{n}={f.default}" for n, f in cls.flat_fields().items())
-
-# %% ../nbs/00a_specs.ipynb #dec31633
-def _arg_type(ann):
-    "(argparse type, choices, is_bool) for a pydantic field annotation."
-    origin, args = get_origin(ann), get_args(ann)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        inner = [a for a in args if a is not type(None)]
-        return _arg_type(inner[0]) if len(inner) == 1 else (str, None, False)
-    if origin is Literal: return type(args[0]), list(args), False
-    if ann is bool: return None, None, True
-    if ann in (int, float, str): return ann, None, False
-    return str, None, False
-
-# %% ../nbs/00a_specs.ipynb #7cbf658e
-def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (),
-                       group: str | None = None):
-    "Add one `--option` per field of `spec_cls` (not in `skip`); defaults and help come from the fields."
-    target = ap.add_argument_group(group) if group else ap
-    fields = spec_cls.flat_fields() if issubclass(spec_cls, Options) else spec_cls.model_fields   # quirks flattened
-    for name, f in fields.items():
-        if name in skip: continue
-        typ, choices, is_bool = _arg_type(f.annotation)
-        extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-        flag = extra.get("flag") or "--" + name.replace("_", "-")   # a field may name its own flag: Field(..., json_schema_extra={"flag": "--sort-k"})
-        default = None if f.is_required() else f.default
-        help_ = (f.description or "") + ("" if default is None else f" (default {default})")
-        if is_bool: target.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_)
-        else: target.add_argument(flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_)
-    return ap
-
-# %% ../nbs/00a_specs.ipynb #834236af
-def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
-    "Build `spec_cls` from parsed arguments (fields that were added by `add_spec_arguments`) plus `extra`."
-    if issubclass(spec_cls, Options):
-        values = {k: getattr(ns, k) for k in spec_cls.flat_fields() if hasattr(ns, k)}
-        return spec_cls.from_flat({**values, **extra}, where="command line")
-    values = {k: getattr(ns, k) for k in spec_cls.model_fields if hasattr(ns, k)}
-    return validated(spec_cls, {**values, **extra}, where="command line")
-
-# %% ../nbs/00a_specs.ipynb #7278f9ba
-class ArgumentParser(argparse.ArgumentParser):
-    "argparse's parser whose errors are one line: `<prog>: error: <message> (see <prog> --help)`, exit status 2."
-    def error(self, message: str):
-        if len(message) > 300: message = message[:300] + f"... ({len(message):,} characters)"   # a huge argument is not echoed whole
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 # %% ../nbs/00a_specs.ipynb #3717f48c
 def _split_unquoted(body: str, sep: str = ",") -> list[str]:

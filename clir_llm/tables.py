@@ -8,7 +8,8 @@ import pandas as pd
 from .evaluate import Cell, ResultTable
 from pathlib import Path
 from .core import ClirError, atomic_write
-from .pipeline import Pipeline
+from typing import TYPE_CHECKING
+if TYPE_CHECKING: from clir_llm.pipeline import Pipeline   # annotations only: a table reads a built pipeline, never builds one
 
 # %% auto #0
 __all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'references', 'reference_cells', 'reference_notes', 'first_stage_table',

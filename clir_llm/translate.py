@@ -5,7 +5,7 @@
 # %% ../nbs/06_translate.ipynb #fb278eda
 from __future__ import annotations
 import string
-import argparse, json, os, re, shutil, tempfile, time
+import json, os, re, shutil, tempfile, time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass
@@ -15,18 +15,18 @@ from typing import ClassVar, Literal, Optional, Sequence
 from fastcore.basics import patch
 from pydantic import Field
 from .progress import progress_bar as tqdm
-from .core import ClirError, Document, Query, Usage, stable_hash, write_json, atomic_write, check_output_folder, check_outputs
+from .core import ClirError, Document, Query, Usage, stable_hash, write_json, atomic_write
 from .languages import language
 from .cache import Cache
-from .collections import StreamedCollection, load_collection
+from .collections import StreamedCollection
 from .executor import LOCAL, Executor
-from .specs import ArgumentParser, Options, Quirks, Registry, Spec, add_spec_arguments, opt, split_options
+from .specs import Options, Quirks, Registry, Spec, opt, split_options
 
 # %% auto #0
 __all__ = ['TRANSLATORS', 'VIEW_REVISION', 'Translator', 'save_accounting', 'Splitter', 'rule_split', 'sentence_splitter',
            'SentenceOptions', 'SentenceTranslator', 'folder_fingerprint', 'Seq2SeqOptions', 'NLLBQuirks', 'NLLBOptions',
            'NLLBTranslator', 'rebuild_translator', 'tiny_nllb', 'TranslatorSpec', 'get_translator', 'view_identity',
-           'TranslatedView', 'TranslatedDocuments', 'translate_queries', 'translate_documents', 'cli_translate']
+           'TranslatedView', 'TranslatedDocuments', 'translate_queries', 'translate_documents']
 
 # %% ../nbs/06_translate.ipynb #277525c5
 class Translator(ABC):
@@ -677,22 +677,6 @@ def translate_documents(collection, translator: Translator, chunk_size: int = 64
                            source=collection, translator=translator,
                            translation={"what": "documents", "src": src, "tgt": tgt, "view": f"dt[{translator.name}]"})
 
-# %% ../nbs/06_translate.ipynb #2369e9f2
-def _translate_parser(spec: TranslatorSpec) -> argparse.ArgumentParser:
-    "The parser of `clir-llm translate` with the flags of `spec`'s translator options (not given: the spec's own)."
-    p = ArgumentParser(prog="clir-llm translate", description=cli_translate.__doc__)
-    p.add_argument("--collection", required=True, help="collection name (`clir-llm datasets` lists them)")
-    p.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
-    p.add_argument("--what", choices=["queries", "documents"], default="queries", help="QT (queries) or DT (documents)")
-    p.add_argument("--translator", default="dict:freedict", help=", ".join(e.example for e in TRANSLATORS.entries()))
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--root", default=None, help="collection data folder (collection-specific)")
-    p.add_argument("--limit", type=int, default=None, help="translate only the first N documents (DT)")
-    ocls = spec.translator_class.Options
-    add_spec_arguments(p, ocls, group=f"{spec.kind}: options (laid over the spec string's)")
-    p.set_defaults(**{k: None for k in ocls.flat_fields()})
-    return p
-
 # %% ../nbs/06_translate.ipynb #a6ed6cb6
 def _translation_file(coll, what: str) -> str:
     "The file `clir-llm translate` writes: queries in the document language (TSV), or documents in the query language (JSONL)."
@@ -711,26 +695,3 @@ def _write_translation(v, coll, out: Path, what: str, limit: int | None) -> tupl
         if limit is not None and len(lines) >= limit: break
     atomic_write(path, "\n".join(lines) + "\n")
     return path, len(lines)
-
-# %% ../nbs/06_translate.ipynb #5ae43fc9
-def cli_translate(argv=None) -> int:
-    "`clir-llm translate`: translate a collection's queries (QT) or documents (DT) and save them with their accounting."
-    pre = ArgumentParser(add_help=False); pre.add_argument("--translator", default="dict:freedict")
-    spec = TranslatorSpec.parse(pre.parse_known_args(argv)[0].translator)
-    a = _translate_parser(spec).parse_args(argv)
-    if a.limit is not None and a.limit < 1: raise ClirError(f"--limit must be at least 1 (documents to translate), got {a.limit}")
-    opts = {k: v for k in spec.translator_class.Options.flat_fields() if (v := getattr(a, k, None)) is not None}
-    coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
-    out = check_output_folder(a.out, inputs=coll.files())   # before the translator is built: nothing is replaced, nothing is lost
-    check_outputs([out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files())
-    tr = spec.build(**opts)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    v = translate_queries(coll, tr) if a.what == "queries" else translate_documents(coll, tr)
-    path, n = _write_translation(v, coll, out, a.what, a.limit)
-    acc = save_accounting(out / f"{a.what}.translation.json", tr, collection=coll.name, collection_key=coll.key, view_key=v.key,
-                          pair=coll.pair, what=a.what, src=v.translation["src"], tgt=v.translation["tgt"], items=n, output=path.name,
-                          wall_seconds=round(time.perf_counter() - t0, 3), pairs_served=tr.pairs_served())
-    t = v.translation
-    print(f"{t['view']} {coll.name} {t['src']}->{t['tgt']}: {n} {a.what} -> {path} (accounting: {acc})")
-    return 0

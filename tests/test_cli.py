@@ -290,7 +290,7 @@ CLI_EXE = str(Path(sys.executable).parent / "clir-llm")
 
 
 def test_retrieve_doc_max_length_reaches_the_encoder(monkeypatch, tmp_path):
-    import clir_llm.retrieve as R
+    import clir_llm.cli_stages as R   # the command and the names it calls
     from clir_llm.core import ClirError
     seen = {}
     class Stop(Exception): pass

@@ -200,7 +200,7 @@ def test_methods_list_the_backend_and_the_reranker():
 
 def test_cli_rerank_with_a_tiny_cross_encoder(tiny, tmp_path):
     from clir_llm.collections import load_collection
-    from clir_llm.rerank import cli_rerank
+    from clir_llm.cli_stages import cli_rerank
     fx = load_collection("fixture", "en-de")
     Run.from_ranked({q: [d.docid for d in fx.iter_docs()] for q in fx.queries}, name="order").write(tmp_path / "first.trec")
     assert cli_rerank(["--collection", "fixture", "--pair", "en-de", "--run", str(tmp_path / "first.trec"), "--method", "cross-encoder",

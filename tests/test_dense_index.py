@@ -34,7 +34,7 @@ def test_cli_flags_and_shard_jobs(xlmr, tmp_path):
     usage = json.loads(next(tmp_path.glob("again*.json")).read_text())
     assert usage["counters"].get("index_loads") == 1 and "index_builds" not in usage["counters"]   # reused, not rebuilt
     assert again.read_text() == one.read_text()
-    from clir_llm.retrieve import cli_retrieve
+    from clir_llm.cli_stages import cli_retrieve
     with pytest.raises(ClirError, match="option of dense:hf"): cli_retrieve(base[1:] + ["--method", "bm25-og", "--pooling", "cls", "--out", str(out)])
     with pytest.raises(ClirError, match="--out is required"): cli_retrieve(base[1:] + ["--method", m])
 

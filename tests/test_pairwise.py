@@ -294,7 +294,8 @@ def test_heapsort_quirk_is_refused_by_bubblesort():
         with pytest.raises(ClirError, match=f"reranker '{m}' has no option 'heapsort_ties'"):
             get_reranker(m, QrelsOracle(coll), heapsort_ties="first-stage")
         assert "heapsort_ties" not in PairwiseReranker.options_for(m).flat_fields()
-    from clir_llm.rerank import _rerank_parser, RERANKERS
+    from clir_llm.cli_stages import _rerank_parser
+    from clir_llm.rerank import RERANKERS
     ap = _rerank_parser(RERANKERS.names(), "pairwise-bubblesort", None)
     assert "--heapsort-ties" not in ap.format_help()
     assert "--heapsort-ties" in _rerank_parser(RERANKERS.names(), "pairwise-heapsort", None).format_help()

@@ -26,9 +26,9 @@ def _cli(fn, args) -> str:
 def test_pyterrier_experiment_equals_the_cli(tiny, tmp_path):
     """BM25 >> PRP heapsort (a tiny model through `hf:`) on the demo's en-de: `pt.Experiment` gives the numbers of
     `clir-llm evaluate` on the run of `clir-llm retrieve` + `rerank`, the same run file, from the same cache."""
-    from clir_llm.retrieve import cli_retrieve
-    from clir_llm.rerank import cli_rerank
-    from clir_llm.evaluate import cli_evaluate
+    from clir_llm.cli_stages import cli_retrieve
+    from clir_llm.cli_stages import cli_rerank
+    from clir_llm.cli_data import cli_evaluate
     cache, llm = tmp_path / "cache", f"hf:{tiny['qwen2']}"
     _cli(cli_retrieve, ["--collection", "demo", "--pair", "en-de", "--method", "bm25-og", "--k", 20, "--cache", cache, "--out", tmp_path / "bm25.trec"])
     _cli(cli_rerank, ["--collection", "demo", "--pair", "en-de", "--run", tmp_path / "bm25.trec", "--method", "pairwise-heapsort",

@@ -7,7 +7,8 @@ import pytest
 from clir_llm.core import ClirError, FormatError, Qrels, Run
 from clir_llm.collections import load_collection
 from clir_llm.rank_llm_io import RecordingBackend, invocations, read_requests, results, write_results
-from clir_llm.rerank import cli_rerank, get_reranker
+from clir_llm.cli_stages import cli_rerank
+from clir_llm.rerank import get_reranker
 from clir_llm.testing import QrelsOracle
 from _rerankers import tiny   # noqa: F401  (a fixture)
 

@@ -8,7 +8,8 @@ import pytest
 from clir_llm.core import ClirError, FormatError, Run, stable_hash
 from clir_llm.rerank import (RERANKERS, V1_OPTIONS, CallLoad, Reranker, RerankerOptions, RerankerSpec, TextStats, check_run,
                              check_scoring, get_reranker, run_identity)
-from clir_llm.specs import spec_from_args, validated
+from clir_llm.cli_args import spec_from_args
+from clir_llm.specs import validated
 from clir_llm.listwise import ListwiseOptions, ListwiseReranker
 from clir_llm.pairwise import HeapsortOptions, HeapsortQuirks, PairwiseOptions, PairwiseReranker
 from clir_llm.testing import QrelsOracle, tiny_setup
@@ -342,7 +343,7 @@ def test_every_listed_reranker_builds():
 
 
 def test_every_method_is_registered_and_listed():
-    from clir_llm.methods import cli_methods
+    from clir_llm.cli_experiments import cli_methods
     new = ["setwise-heapsort", "setwise-bubblesort", "pointwise-yes-no", "pointwise-qlm", "listwise-first"]
     assert all(m in ALL for m in new)
     with contextlib.redirect_stdout(io.StringIO()) as out: cli_methods([])
@@ -464,7 +465,7 @@ COMMON = ["--collection", "c", "--pair", "en-de", "--run", "r", "--out", "o"]
 
 
 def _parser(method, llm=None):
-    from clir_llm.rerank import _rerank_parser
+    from clir_llm.cli_stages import _rerank_parser
     return _rerank_parser(ALL, method, llm)
 
 
@@ -480,7 +481,7 @@ def test_cli_options_come_from_the_family():
 
 
 def test_quirks_are_cli_flags_of_their_family():
-    from clir_llm.rerank import _first_parse
+    from clir_llm.cli_stages import _first_parse
     a = _parser("listwise").parse_args(COMMON + ["--method", "listwise", "--last-window", "short", "--cut", "tokens"])
     assert spec_from_args(ListwiseOptions, a).non_default() == {"last_window": "short", "cut": "tokens"}
     a = _parser("pairwise-heapsort").parse_args(COMMON + ["--method", "pairwise-heapsort", "--heapsort-ties", "llm-rankers"])
@@ -635,7 +636,7 @@ def _fixture_run(tmp_path):
 
 
 def test_cli_rerank_in_process(tiny, tmp_path, capsys):
-    from clir_llm.rerank import cli_rerank
+    from clir_llm.cli_stages import cli_rerank
     run = _fixture_run(tmp_path)
     args = ["--collection", "fixture", "--pair", "en-de", "--run", str(tmp_path / "run.trec"), "--method", "listwise",
             "--window", "3", "--step", "1", "--llm", f"hf:{tiny['qwen2']}", "--top-k", "4", "--out", str(tmp_path / "rr.trec"),
@@ -674,7 +675,7 @@ def test_cli_rerank_on_fixture(tiny, tmp_path):
                                           ("setwise-bubblesort", ["--sort-k", "1", "--scoring", "likelihood", "--num-child", "2"]),
                                           ("pointwise-yes-no", []), ("pointwise-qlm", []), ("listwise-first", ["--window", "3", "--step", "1"])])
 def test_cli_rerank_og_and_dt_on_tiny_hf(tiny, tmp_path, method, extra):
-    from clir_llm.rerank import cli_rerank
+    from clir_llm.cli_stages import cli_rerank
     run = _fixture_run(tmp_path)
     for docs in ("og", "dt"):
         out = tmp_path / f"{docs}.trec"

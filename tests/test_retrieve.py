@@ -176,7 +176,7 @@ def test_paper_settings_and_capabilities():
 
 
 def test_cli_flags_come_from_the_options(capsys):
-    from clir_llm.retrieve import cli_retrieve
+    from clir_llm.cli_stages import cli_retrieve
     with pytest.raises(SystemExit): cli_retrieve(["--help"])
     out = capsys.readouterr().out
     for flag in ("--k1", "--threads", "--batch-size", "--chunk-size", "--doc-max-length", "--paper-quirks", "--e5-no-prefix",

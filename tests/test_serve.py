@@ -45,7 +45,7 @@ def test_cohere_client_gets_the_order_of_clir_llm_rerank(served, tiny, tmp_path)
     fx, q, ids, texts = _fixture_query()
     Run.from_ranked({q: ids}).write(tmp_path / "run.trec")
     with contextlib.redirect_stdout(io.StringIO()):
-        from clir_llm.rerank import cli_rerank
+        from clir_llm.cli_stages import cli_rerank
         assert cli_rerank(["--collection", "fixture", "--pair", "en-de", "--run", str(tmp_path / "run.trec"), "--method", "pairwise-heapsort",
                            "--llm", f"hf:{tiny['qwen2']}", "--top-k", str(len(ids)), "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "rr.trec")]) == 0
     want = [ids.index(d) for d in Run.read(tmp_path / "rr.trec").docids(q)]

@@ -182,7 +182,7 @@ def test_cli_documents_with_local_nllb(model_dir, tmp_path):
 
 
 def test_cli_help_lists_the_translators_options(capsys):
-    from clir_llm.translate import cli_translate
+    from clir_llm.cli_stages import cli_translate
     with pytest.raises(SystemExit): cli_translate(["--translator", "nllb:", "--help"])
     out = capsys.readouterr().out
     assert "--batch-tokens" in out and "--nllb-output" in out and "--senses" not in out
