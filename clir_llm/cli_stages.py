@@ -3,11 +3,12 @@
 # %% ../nbs/14d_cli_stages.ipynb #d35f4f4f
 from __future__ import annotations
 import argparse, time
+from pathlib import Path
 from .core import ClirError
 from .cli_args import (ArgumentParser, add_backend_arguments, add_execution_arguments, add_spec_arguments,
                                backend_spec_from_args, execution_args, spec_from_args)
 from .bm25 import BM25Options
-from .cache import Cache
+from .cache import Cache, default_cache_dir
 from .collections import load_collection
 from .core import MAX_DEPTH, Run, Usage, check_output_folder, check_outputs, usage_path
 from .dense import DenseOptions, options_from
@@ -23,6 +24,11 @@ from .translate import TRANSLATORS, TranslatorSpec, _translation_file, _write_tr
 
 # %% auto #0
 __all__ = ['cli_translate', 'cli_retrieve', 'cli_rerank']
+
+# %% ../nbs/14d_cli_stages.ipynb #8409fe07
+def _state(a) -> list:
+    "The folders whose files a command never writes as outputs: the cache it reads and writes (`--cache`, else the default)."
+    return [Path(a.cache) if getattr(a, "cache", None) else default_cache_dir()]
 
 # %% ../nbs/14d_cli_stages.ipynb #2369e9f2
 def _translate_parser(spec: TranslatorSpec) -> argparse.ArgumentParser:
@@ -50,7 +56,7 @@ def cli_translate(argv=None) -> int:
     opts = {k: v for k in spec.translator_class.Options.flat_fields() if (v := getattr(a, k, None)) is not None}
     coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
     out = check_output_folder(a.out, inputs=coll.files())   # before the translator is built: nothing is replaced, nothing is lost
-    check_outputs([out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files())
+    check_outputs([out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files(), state=_state(a))
     tr = spec.build(**opts)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -131,12 +137,12 @@ def cli_retrieve(argv=None) -> int:
     method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
     BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
     options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
-    if a.out: check_outputs([a.out, usage_path(a.out)])   # a link, FIFO, folder or unwritable place: refused before any work
+    if a.out: check_outputs([a.out, usage_path(a.out)], state=_state(a))   # a link, FIFO, folder or unwritable place: refused before any work
     executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
     if a.shard: return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
-    check_outputs([a.out, usage_path(a.out)], coll.files())   # never one of the collection's own files
+    check_outputs([a.out, usage_path(a.out)], coll.files(), state=_state(a))   # never one of the collection's own files
     retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
                               executor=executor, **_cli_options(a))
     run = retriever.retrieve(coll, k=a.k)
@@ -203,7 +209,7 @@ def cli_rerank(argv=None) -> int:
         if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
         run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
     og = requests.collection if requests else load_collection(a.collection, a.pair)
-    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()])   # before any model call
+    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()], state=_state(a))   # before any model call
     if not requests: check_run(a.run, run, og, a.top_k)
     collection = docs_view(og, a.docs, a.translator, a.dt_source)
     backend = llm.build(cache=Cache(a.cache, mode=a.cache_mode)) if llm is not None else None

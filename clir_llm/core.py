@@ -169,13 +169,17 @@ def _probe_folder(o: Path, what: str):
     os.close(fd); os.unlink(tmp)
 
 # %% ../nbs/00_core.ipynb #d9f42b74
-def check_outputs(outputs, inputs=(), what: str = "--out") -> list[Path]:
+def check_outputs(outputs, inputs=(), what: str = "--out", state=()) -> list[Path]:
     """The `outputs` (paths) checked before any work: regular files or nothing yet, none of the `inputs` (the same file
-    by path, link or inode), each creatable in its folder (writable, a name the file system takes)."""
+    by path, link or inode), none of a `state` folder's databases (the cache's `*.sqlite` files and their journals), each
+    creatable in its folder (writable, a name the file system takes)."""
     ins = [Path(i) for i in inputs if i is not None]
     out = []
     for o in outputs:
         o = writable_target(o)
+        for d in (Path(s) for s in state if s is not None):
+            if o.resolve().is_relative_to(d.resolve()) and re.search(r"\.sqlite(-wal|-shm|-journal)?$", o.name):
+                raise ClirError(f"{what} {o} is a database of the cache folder {d} (state, never an output); choose another output file")
         for i in ins:
             same = o.resolve() == i.resolve()
             if not same and o.exists() and i.exists():

@@ -11,7 +11,7 @@ from . import __version__
 from .core import ClirError, atomic_write, check_output_folder, check_outputs, redact, write_json, stable_hash
 from .assets import models_table, offline_model
 from .cache import Cache
-from .config import Config, load_config, repo_root, experiment_notebook, results_dir
+from .config import Config, load_config, regression_path, repo_root, experiment_notebook, results_dir
 from .languages import parse_pair
 from .llm import BackendSpec
 from .replay import export_llm_calls, seed_llm_calls
@@ -23,7 +23,7 @@ logger = logging.getLogger("clir_llm.reproduce")
 
 # %% auto #0
 __all__ = ['logger', 'KERNEL_ENV', 'clean_stale', 'needs', 'prepare', 'kernel_manager', 'kernelspec_of', 'tidy_notebook',
-           'recorded_path', 'recorded_responses', 'record_responses', 'reproduce']
+           'recorded_path', 'check_recorded_target', 'recorded_responses', 'record_responses', 'reproduce']
 
 # %% ../nbs/13_reproduce.ipynb #81dd2201
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
@@ -182,6 +182,22 @@ def recorded_path(cfg: Config) -> Path | None:
     if not cfg.recorded: return None
     return (cfg.path.parent / cfg.recorded) if cfg.path else Path(cfg.recorded)
 
+# %% ../nbs/13_reproduce.ipynb #fba6fc20
+def check_recorded_target(cfg: Config) -> Path | None:
+    """Before a recording run: the file `recorded:` names, refused as an output when it is the configuration, its
+    regression file or their provenance reference, or an existing file that holds no recorded LLM responses."""
+    path = recorded_path(cfg)
+    if path is None: return None
+    reg = regression_path(cfg) if cfg.regression else None
+    check_outputs([path], [cfg.path, reg, reg.with_suffix(".provenance.json") if reg else None], "recorded:")
+    if path.is_file() and path.stat().st_size:
+        with open(path, "rb") as f: first = f.readline(1 << 20)
+        try: ok = isinstance(d := json.loads(first), dict) and {"op", "key"} <= d.keys()
+        except (ValueError, UnicodeDecodeError): ok = False
+        if not ok: raise ClirError(f"recorded: {path} exists and holds no recorded LLM responses (its first line is no record "
+                                   "with 'op' and 'key'); refusing to replace it")
+    return path
+
 # %% ../nbs/13_reproduce.ipynb #6770bffe
 @contextmanager
 def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, log=print):
@@ -234,7 +250,7 @@ def reproduce(config, only: list[str] | None = None, replay: bool = False, resul
         raise ClirError(f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({', '.join(cfg.experiments)})")
     out = results_dir(cfg, results_root)
     for folder, what in ((results_root, "--results"), (out, "--results"), (figures_dir, "--figures")): check_output_folder(folder, what)
-    if not recorded and recorded_path(cfg) is not None: check_outputs([recorded_path(cfg)], [cfg.path], "recorded:")
+    if not recorded: check_recorded_target(cfg)   # a recording run replaces that file: never a config, a regression file, ...
     out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)

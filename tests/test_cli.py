@@ -381,3 +381,21 @@ def test_readme_cli_example_prints_the_demo_table_number(tmp_path):
     got = float(p.stdout.split()[1])
     table = pd.read_csv(ROOT / "results" / "demo" / "tables" / "first_stage.csv", index_col=0)
     assert f"{got:.3f}" == f"{table.loc['mE5-small', 'en-de']:.3f}"
+
+
+# ---------- issue 39 item 1: an output never replaces the cache's state
+@pytest.mark.parametrize("cmd", ["rerank", "retrieve"])
+def test_a_cache_database_as_output_is_refused_before_any_work(tmp_path, cmd):
+    "`rerank ... --cache C --out C/llm.sqlite` exited 0 and replaced the cache database with a TREC run."
+    cache = tmp_path / "cache"; cache.mkdir()
+    db = cache / "llm.sqlite"; db.write_bytes(b"SQLite format 3\x00" + bytes(100))
+    before = db.read_bytes()
+    args = (["rerank", "--run", R.good_run(tmp_path), "--method", "pairwise-allpair", "--llm", "hf:nothing-loaded", "--top-k", "2"]
+            if cmd == "rerank" else ["retrieve", "--method", "bm25-og"])
+    p = R.run_cli(*args[:1], "--collection", "fixture", "--pair", "en-de", *args[1:], "--cache", cache, "--out", db,
+                  env=R.env_for(tmp_path / "other-cache"), timeout=300)
+    R.expect_one_line_error(f"{cmd} --out inside --cache", p, "outputs", "is a database of the cache folder")
+    assert db.read_bytes() == before
+    p = R.run_cli(*args[:1], "--collection", "fixture", "--pair", "en-de", *args[1:], "--out", tmp_path / "c" / "embed.sqlite-wal",
+                  env=R.env_for(tmp_path / "c"), timeout=300)   # the default cache ($CLIR_LLM_CACHE) too, and a database's journal
+    R.expect_one_line_error(f"{cmd} --out inside $CLIR_LLM_CACHE", p, "outputs", "is a database of the cache folder")

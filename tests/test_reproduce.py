@@ -512,3 +512,19 @@ def test_tidy_notebook_records_the_kernel_spec_as_jupyterlab_writes_it(tmp_path)
     nb["metadata"]["kernelspec"]["name"] = "no-such-kernel"   # a kernel this machine lacks: left as the notebook has it
     (tmp_path / "t.ipynb").write_text(json.dumps(nb)); tidy_notebook(tmp_path / "t.ipynb")
     assert json.loads((tmp_path / "t.ipynb").read_text())["metadata"]["kernelspec"]["display_name"] == "python3"
+
+
+# ---------- issue 39 item 1: a recording run never replaces a config, a regression file or another file
+@pytest.mark.parametrize("target", ["reg.yaml", "r.yaml", "reg.provenance.json", "notes.txt"])
+def test_recorded_never_names_a_file_a_recording_run_would_destroy(tmp_path, target):
+    "`recorded:` naming the config's own regression file (or the config, or any file holding no recorded responses) was overwritten with JSONL by --no-recorded."
+    import yaml
+    (tmp_path / "reg.yaml").write_text("cells: []\n"); (tmp_path / "reg.provenance.json").write_text("{}\n")
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(dict(name="r", collection="fixture", pairs=["en-de"], measure="MAP",
+        experiments=["first_stage"], first_stage=dict(methods=["bm25-og"]), regression="reg.yaml", recorded=target)))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    p = R.run_cli("reproduce", tmp_path / "r.yaml", "--no-recorded", "--results", tmp_path / "results", env=R.env_for(tmp_path / "cache"),
+                  cwd=tmp_path, timeout=300)
+    R.expect_one_line_error(f"recorded: {target} with --no-recorded", p, "outputs", "recorded:")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
