@@ -288,7 +288,8 @@ def test_worker_recipe_rebuilds_an_equivalent_encoder(models, tmp_path):
     assert w.spec == e.spec and w.spec.doc_max_length == 128 and (w.device, w.dtype) == (e.device, e.dtype)
     assert w.cache.mode == "off" and w._model is None and w.namespace("doc").identity == e.namespace("doc").identity
     texts = [D.doc_input(e.spec, d) for d in DOCS]
-    assert np.array_equal(w.encode_batch(texts, 128), e.encode_docs(DOCS, sort=False))
+    # one batch of 4 against batches of 3 and 1: padding moves a vector by float32 rounding (3e-8 seen), not more
+    assert np.allclose(w.encode_batch(texts, 128), e.encode_docs(DOCS, sort=False), rtol=0, atol=1e-6)
 
 
 def test_device_from_options_then_executor(tmp_path):
