@@ -37,7 +37,9 @@ def _encode(value) -> tuple[bytes, str]:
         return np.ascontiguousarray(value).tobytes(), json.dumps({"npy": str(value.dtype), "shape": list(value.shape)})
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     check_no_secret(text)
-    return text.encode("utf-8"), "json"
+    try: return text.encode("utf-8"), "json"
+    except UnicodeEncodeError:   # a lone surrogate (a server's answer holding U+D800 alone): stored escaped, read back as it was
+        return json.dumps(value, sort_keys=True).encode("ascii"), "json"
 
 # %% ../nbs/02_cache.ipynb #ccf47b3b
 def _decode(blob: bytes, codec: str):

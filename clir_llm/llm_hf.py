@@ -369,9 +369,11 @@ class HFOptions(BackendOptions):
     chat: Optional[bool] = opt(None, "render prompts with the chat template (none: when the tokenizer has one)")
     system_prompt: Optional[str] = opt(None, "a system message put before chat prompts that have none")
     trust_remote_code: bool = opt(False, "run the model repository's own code", identity=False)
-    prefix_cache: bool = opt(True, "reuse the key/value states of prompt prefixes computed before (decoder-only models whose "
-                                   "layers attend to every earlier token; answers as without it up to float rounding; off "
-                                   "under the quirk no_attention_mask)", identity=False)
+    prefix_cache: Optional[bool] = opt(None, "reuse the key/value states of prompt prefixes computed before (decoder-only "
+                                             "models whose layers attend to every earlier token; answers as without it up to "
+                                             "float rounding in float32). None: on in float32, off in bfloat16/float16, where "
+                                             "reuse moved a logit by up to 0.2 (10h_prefix_cache); off under the quirk "
+                                             "no_attention_mask", identity=False)
     prefix_cache_gb: Optional[float] = opt(None, "memory for those states on the model's device (none: 2 GB on a CPU, half "
                                                  "the free memory of a GPU)", identity=False, gt=0)
     prepare_gguf: bool = opt(True, "save a GGUF model once as a plain folder under the cache root (loads in seconds)", identity=False)
@@ -412,7 +414,7 @@ class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, KVPrefixMixin, C
         self.decoder_prefix, self.system_prompt = o.decoder_prefix, o.system_prompt
         self.double_bos, self.no_attention_mask = o.quirks.double_bos, o.quirks.no_attention_mask
         # llm-rankers computed each prompt whole, unmasked: reuse (held states, masked suffixes) cannot make those calls
-        self.prefix_cache, self.prefix_cache_gb = o.prefix_cache and not o.quirks.no_attention_mask, o.prefix_cache_gb
+        self.prefix_cache, self.prefix_cache_gb = False if o.quirks.no_attention_mask else o.prefix_cache, o.prefix_cache_gb
         self.max_model_len, self._device_map, self._quantize, self._trust = o.max_model_len, o.device_map, o.quantize, o.trust_remote_code
         self._device = o.device or executor.device     # None: cuda when available, when the model loads
         self._choose_dtype(o.dtype, stand_in=om is not None, card=None if local or om else model_card(model))

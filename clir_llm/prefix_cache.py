@@ -243,7 +243,7 @@ def stage_levels(rests: Sequence[int], cost: float) -> list[int]:
 class KVPrefixMixin:
     """Prefix reuse for a decoder-only transformers backend: `_prefill(seqs, limits, keep)` (logits of the last `keep`
     positions, states reused and kept) and `_generate_reusing(items, gc)` (greedy answers over held prefixes). The
-    backend sets `prefix_cache` (on/off) and `prefix_cache_gb` (None: 2 GB on a CPU, half the free memory of a GPU) and
+    backend sets `prefix_cache` (True on, False off, None on in float32 only) and `prefix_cache_gb` (None: 2 GB on a CPU, half the free memory of a GPU) and
     counts `prefill_tokens`, `prefill_padding_tokens`, `prefix_cache_tokens` and `prefix_cache_hits` in its usage.
     `stage_cost`: what a forward pass costs beyond its tokens, in token positions (None: 32 on a CPU, about what reading
     the weights of a 0.5B model once costs beside a token's arithmetic; 512 on a GPU, where a pass's fixed cost
@@ -256,7 +256,8 @@ class KVPrefixMixin:
 
     def _reuses(self) -> bool:
         "Whether prefix reuse applies: switched on; a decoder-only model on one device whose layers all attend to every earlier token."
-        if not self.prefix_cache or self.is_encoder_decoder or getattr(self, "_device_map", None): return False
+        if self.prefix_cache is False or self.is_encoder_decoder or getattr(self, "_device_map", None): return False
+        if self.prefix_cache is None and not self.exact_reuse_dtype(): return False   # the default: float32 only
         cfg = self.config
         if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True): return False
         return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or ["full_attention"]))
@@ -266,6 +267,13 @@ class KVPrefixMixin:
         "The store of key/value states (made on first use, its capacity in bytes; a prefix is reused to its last token)."
         if self._kv_store is None: self._kv_store = BlockStore(self._kv_budget(), self.prefix_block, partial=True)
         return self._kv_store
+
+# %% ../nbs/10h_prefix_cache.ipynb #ecee4794
+@patch
+def exact_reuse_dtype(self: KVPrefixMixin) -> bool:
+    "Whether the model computes in float32, where reuse gives the plain path's logits up to float rounding (the default reuses only then)."
+    import torch   # heavy: the model is loaded by now
+    return next(self.hf_model.parameters()).dtype == torch.float32   # transformers' `dtype`: its first parameter's
 
 # %% ../nbs/10h_prefix_cache.ipynb #19a4171c
 @patch

@@ -163,3 +163,15 @@ def test_read_only_cache_fails_clearly(tmp_path):
         assert "set CLIR_LLM_CACHE to a writable folder" in p.stderr
         assert not srv.requests, "no model call before the cache is known to work"
     assert not (tmp_path / "out.trec").exists()
+
+
+def test_lone_surrogate_in_a_value_is_stored_and_read_back(tmp_path):
+    "An LLM answer holding a lone surrogate ('cat \\ud800', issue 39 item 5) was a UnicodeEncodeError traceback in the cache."
+    from clir_llm.cache import Cache
+    rec = {"text": "cat \ud800 [1] > [2]", "tokens_in": 3}
+    ns = Cache(tmp_path / "c").namespace("llm", model="m")
+    try: ns.put("prompt", rec); ok = True
+    except UnicodeEncodeError: ok = False
+    R.hostile("servers", "an answer holding a lone surrogate (cache)", ok)
+    assert ok
+    assert Cache(tmp_path / "c").namespace("llm", model="m").get("prompt") == rec
