@@ -1305,6 +1305,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                              'clir_llm/prefix_cache.py'),
                                        'clir_llm.prefix_cache.KVPrefixMixin._stages': ( 'prefix_cache.html#kvprefixmixin._stages',
                                                                                         'clir_llm/prefix_cache.py'),
+                                       'clir_llm.prefix_cache.KVPrefixMixin.exact_reuse_dtype': ( 'prefix_cache.html#kvprefixmixin.exact_reuse_dtype',
+                                                                                                  'clir_llm/prefix_cache.py'),
                                        'clir_llm.prefix_cache.KVPrefixMixin.kv_store': ( 'prefix_cache.html#kvprefixmixin.kv_store',
                                                                                          'clir_llm/prefix_cache.py'),
                                        'clir_llm.prefix_cache._cache_tensor': ( 'prefix_cache.html#_cache_tensor',
