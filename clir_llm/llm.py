@@ -444,6 +444,20 @@ def _finite(rec) -> bool:
     "Whether a record's scores (if it has any) are all finite numbers."
     return not isinstance(rec, dict) or all(isinstance(v, (int, float)) and math.isfinite(v) for v in rec.get("scores") or ())
 
+# %% ../nbs/10_llm.ipynb #a1d39c01
+_ANSWER = {"generate": "text", "score": "scores", "crossencode": "logit"}   # the field a stored record of each operation must hold
+
+def _usable(rec, op: str) -> bool:
+    """Whether a stored record can be served for `op`: a dict holding its answer (`text` a string, `scores` a list of
+    finite numbers, `logit` a finite number) and counts (`tokens_in`, `tokens_out`, `seconds`) that are numbers >= 0.
+    Anything else (a hand-edited or planted row: `null`, a list, `{}`, `text: 5`, `tokens_in: "many"`) is asked again."""
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(rec, dict) or not all(num(rec[k]) and rec[k] >= 0 for k in ("tokens_in", "tokens_out", "seconds") if k in rec):
+        return False
+    v = rec.get(_ANSWER.get(op, ""))
+    return {"generate": isinstance(v, str), "score": isinstance(v, list) and bool(v) and all(map(num, v)),
+            "crossencode": num(v)}.get(op, True)
+
 # %% ../nbs/10_llm.ipynb #2180d5b9
 def _checked(b: CachedBackend, rec: dict) -> dict:
     "`rec` if its scores are finite; else a failed call (counted, never stored): NaN or infinity never ranks a document."
@@ -460,7 +474,9 @@ def _serve(self: CachedBackend, op: str, params: dict, items: list, method: str,
     if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
     self._check_length(items, params)
     ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
-    hits = {i: r for i, r in ns.get_many(items).items() if _finite(r)}   # a stored non-finite score (an older version's) is asked again
+    got = ns.get_many(items)
+    hits = {i: r for i, r in got.items() if _usable(r, op)}   # a stored row of the wrong shape or a non-finite score is asked again
+    if len(hits) < len(got): self._count("bad_cache_rows", len(got) - len(hits))
     for r in hits.values(): self._account(r, cached=True)
     keys = [ns.key(it) for it in items]
     todo, seen = [], set()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 from .core import ClirError, atomic_write, stable_hash
 from .cache import Cache
-from .llm import Backend, call_key, get_backend, match_call
+from .llm import Backend, _usable, call_key, get_backend, match_call
 
 # %% auto #0
 __all__ = ['export_llm_calls', 'read_llm_calls', 'seed_llm_calls', 'recompute_llm_calls']
@@ -59,6 +59,8 @@ def read_llm_calls(path) -> list[dict]:
         if not isinstance(d, dict) or (miss := [f for f in _RECORDED_FIELDS if f not in d]):
             raise ClirError(f"{path} line {i}: fields {', '.join(miss) if isinstance(d, dict) else 'all'} missing: {redo}")
         if d["check"] != _check(d): raise ClirError(f"{path} line {i}: the line does not match its check hash (edited?): {redo}")
+        if not _usable(d["response"], d["op"]):   # the check hash is recomputable: a planted line of the wrong shape is refused here
+            raise ClirError(f"{path} line {i}: response {str(d['response'])[:60]!r} is not a {str(d['op'])[:20]} record: {redo}")
         out.append(d)
     return out
 

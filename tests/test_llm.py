@@ -601,3 +601,19 @@ def test_an_option_given_twice_in_a_backend_spec_is_refused(tmp_path):
     p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
                    "--llm", "hf:x[dtype=float32,dtype=bfloat16]", "--out", tmp_path / "o.trec")
     R.expect_one_line_error("llm option given twice", p, "arguments", "option 'dtype' is given twice")
+
+
+@pytest.mark.parametrize("bad", ["null", "[1, 2]", "{}", '{"text": 5}', '{"text": "x", "tokens_in": "many"}',
+                                 '{"text": "x", "seconds": "s"}', '{"text": "x", "tokens_out": -3}'])
+def test_a_cache_row_of_the_wrong_shape_is_a_counted_miss(tmp_path, bad):
+    """A stored call record that is valid JSON of the wrong shape (planted by hand or by a recorded: file, issue 39 item 5)
+    is asked again and counted (bad_cache_rows), never a traceback (was AttributeError, KeyError, ValueError)."""
+    import sqlite3
+    Reverse("toy", cache=Cache(tmp_path)).generate(["hello"], progress=False)
+    with sqlite3.connect(tmp_path / "llm.sqlite") as con: con.execute("UPDATE entries SET value = ?", (bad.encode(),))
+    b = Reverse("toy", cache=Cache(tmp_path))
+    try: out, ok = b.generate(["hello"], progress=False), True
+    except Exception as e: out, ok = repr(e), False   # noqa: BLE001 - the bug the test is about
+    R.hostile("input files", f"a cache row of the wrong shape ({bad[:20]})", ok and out == ["olleh"])
+    assert out == ["olleh"] and b.usage.calls == 1 and b.usage.counters.get("bad_cache_rows") == 1, (out, b.usage)
+    assert Reverse("toy", cache=Cache(tmp_path)).generate(["hello"], progress=False) == ["olleh"]   # stored again, well-formed

@@ -149,3 +149,18 @@ def test_every_recorded_demo_key_is_reproduced():
     b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(mode="off"))
     bad = [c["key"] for c in calls if call_key(b, c["op"], c["params"], c["prompt"], c.get("candidates")) != c["key"]]
     assert not bad and len(calls) > 2000, bad[:5]
+
+
+@pytest.mark.parametrize("response", [None, [1, 2], {}, {"text": 5}, {"text": "x", "tokens_in": "many"}])
+def test_a_planted_response_of_the_wrong_shape_is_refused_with_its_line(tmp_path, response):
+    """A recorded: line whose check hash was recomputed over a response of the wrong shape (issue 39 item 5) is refused
+    with one line naming the file and line, before it reaches the cache (it was five different tracebacks later)."""
+    from clir_llm.core import ClirError
+    from clir_llm.replay import _check
+    d = {"key": "k" * 16, "backend": "hf:x", "op": "generate", "params": {"max_new_tokens": 8}, "prompt": "p", "response": response}
+    d["check"] = _check(d)
+    p = tmp_path / "rec.jsonl"; p.write_text(json.dumps(d) + "\n")
+    try: read_llm_calls(p); msg = None
+    except ClirError as e: msg = str(e)
+    R.hostile("configs", f"a recorded: line planting a cache row ({str(response)[:20]})", msg is not None and "\n" not in msg)
+    assert msg and f"{p} line 1: response" in msg and "is not a generate record" in msg, msg
