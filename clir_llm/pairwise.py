@@ -4,6 +4,7 @@
 
 # %% ../nbs/11c_pairwise.ipynb #9cc99338
 from __future__ import annotations
+import math
 import random
 from itertools import combinations
 from functools import lru_cache
@@ -13,6 +14,7 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .prefix_cache import segment_reuse
 from typing import Literal
+from pydantic import model_validator
 from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _lang, _quiet, doc_text
 from .specs import Quirks, opt
 from .templates import parse_prp, parse_prp_exact, prompt_tokens, squash
@@ -25,12 +27,14 @@ __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
     "Both-order PRP comparisons for one query: remembered in either order, counted; `ask` answers the prompts of `__call__`."
-    def __init__(self, ask: Callable[[list[tuple[str, str]]], list[str | None]] | None = None,  # ordered pairs -> 'A'/'B'/None
+    def __init__(self, ask: Callable[[list[tuple[str, str]]], list[str | float | None]] | None = None,  # ordered pairs -> 'A'/'B'/None (soft: P(A))
                  cache: bool = True,            # remember comparisons (either order)
-                 batch_orders: bool = True):    # ask both orders in one call (else one call per prompt)
-        self.ask, self.cache, self.batch_orders = ask, cache, batch_orders
+                 batch_orders: bool = True,     # ask both orders in one call (else one call per prompt)
+                 soft: bool = False):           # answers are P(A); a comparison's value is their both-order average
+        self.ask, self.cache, self.batch_orders, self.soft = ask, cache, batch_orders, soft
         self.memo: dict[tuple[str, str], float] = {}
         self.stats = {"comparisons": 0, "comparisons_asked": 0, "comparison_cache_hits": 0, "ties": 0, "parse_failures": 0}
+        if soft: self.stats["answers_a"] = 0   # prompts with P(A) > ½: the position bias the average cancels
 
     def plan(self, pairs) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         "Count a request for `pairs`: the prompts it needs (both orders of every pair the memo does not know), and those pairs."
@@ -47,19 +51,23 @@ class PairJudge:
         for i, (a, b) in enumerate(todo):
             first, second = answers[2 * i], answers[2 * i + 1]
             self.stats["parse_failures"] += (first is None) + (second is None)
-            v = 1.0 if (first, second) == ("A", "B") else 0.0 if (first, second) == ("B", "A") else 0.5
+            if self.soft:   # ½ P_A(a, b) + ½ (1 - P_A(b, a)); an unreadable order counts ½
+                p1, p2 = (0.5 if x is None else x for x in (first, second))
+                v = 0.5 * p1 + 0.5 * (1.0 - p2)
+                self.stats["answers_a"] += (p1 > 0.5) + (p2 > 0.5)
+            else: v = 1.0 if (first, second) == ("A", "B") else 0.0 if (first, second) == ("B", "A") else 0.5
             self.stats["ties"] += v == 0.5
             self.stats["comparisons_asked"] += 1
             self.memo[a, b], self.memo[b, a] = v, 1.0 - v
 
     def __call__(self, pairs: list[tuple[str, str]]) -> list[float]:
-        "Preference of the first document of each pair (1, ½, 0), asking `ask` only what it was never asked."
+        "Preference of the first document of each pair (1, ½, 0; soft: a probability), asking `ask` only what it was never asked."
         return judge_many({None: self}, {None: pairs}, lambda owners, items: self.ask(items), self.batch_orders)[None]
 
 # %% ../nbs/11c_pairwise.ipynb #fbdd7992
 def judge_many(judges: Mapping, pending: Mapping[str, list], ask: Callable[[list, list], list],
                batch_orders: bool = True) -> dict[str, list[float]]:
-    "Values (1, ½, 0) of the pending pairs of several judges (key -> pairs); `ask(owners, ordered pairs)` answers all their prompts at once (one per call unless `batch_orders`)."
+    "Values (1, ½, 0; soft judges: probabilities) of the pending pairs of several judges (key -> pairs); `ask(owners, ordered pairs)` answers all their prompts at once (one per call unless `batch_orders`)."
     todo, items, owners = {}, [], []
     for q, pairs in pending.items():
         prompts, need = judges[q].plan(pairs)
@@ -75,7 +83,7 @@ def judge_many(judges: Mapping, pending: Mapping[str, list], ask: Callable[[list
     return out
 
 # %% ../nbs/11c_pairwise.ipynb #fa10d447
-Sort = Generator[list, list, list]  # yields pairs to compare, receives their values (1, ½, 0), returns the ranking
+Sort = Generator[list, list, list]  # yields pairs to compare, receives their values (1, ½, 0, or a probability), returns the ranking
 
 def _keep_rest(top: list, docids: list) -> list:
     "`top` followed by the other documents in their first-stage order."
@@ -83,7 +91,7 @@ def _keep_rest(top: list, docids: list) -> list:
 
 # %% ../nbs/11c_pairwise.ipynb #d25f9fbd
 def allpair(docids: list, k: int | None = None) -> Sort:
-    "Compare every pair (all at once); score = wins + ½ ties; the best `k` by score (first-stage order breaks ties), then the rest."
+    "Compare every pair (all at once); score = the sum of its values (hard: wins + ½ ties; soft: its win probabilities); the best `k` by score (first-stage order breaks ties), then the rest."
     pairs = list(combinations(docids, 2))
     values = yield pairs
     score = dict.fromkeys(docids, 0.0)
@@ -96,13 +104,13 @@ def allpair(docids: list, k: int | None = None) -> Sort:
 HEAPSORT_TIES = ("first-stage", "llm-rankers")
 
 def heapsort(docids: list, k: int = 10, ties: str = "first-stage") -> Sort:
-    """Heapsort that stops after the best `k` are popped. a > b when a wins both orders; a tie counts as greater when a
+    """Heapsort that stops after the best `k` are popped. a > b when its value is above ½ (hard: a wins both orders); a tie counts as greater when a
     was ranked higher before (`ties="first-stage"`), or never (`ties="llm-rankers"`, llm-rankers' `__gt__`)."""
     if ties not in HEAPSORT_TIES: raise ClirError(f"heapsort ties must be one of {', '.join(HEAPSORT_TIES)}, got {ties!r}")
     arr, n = list(docids), len(docids)
     pos = {d: i for i, d in enumerate(docids)}
     by_rank = ties == "first-stage"
-    def greater(a, b, v): return v == 1.0 or (by_rank and v == 0.5 and pos[a] < pos[b])
+    def greater(a, b, v): return v > 0.5 or (by_rank and v == 0.5 and pos[a] < pos[b])
     def sift_down(i, size):
         while True:
             largest, l, r = i, 2 * i + 1, 2 * i + 2
@@ -128,7 +136,7 @@ def bubblesort(docids: list, k: int = 10) -> Sort:
     for i in range(min(k, n)):
         lowest_swap = None
         for j in range(start, i, -1):
-            if (yield [(ranking[j], ranking[j - 1])])[0] == 1.0:
+            if (yield [(ranking[j], ranking[j - 1])])[0] > 0.5:   # hard values: 1 only
                 ranking[j - 1], ranking[j] = ranking[j], ranking[j - 1]
                 if lowest_swap is None: lowest_swap = j
         if lowest_swap is None: break  # nothing moved: every later pass would ask the same pairs again
@@ -243,11 +251,25 @@ class PairwiseOptions(RerankerOptions):
     k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, flag="--sort-k")
     scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated answer, or compare the likelihoods "
                                                        "of the labels (A, B)")
+    decision: Literal["hard", "soft"] = opt("hard", "with likelihood scoring: each order a hard A/B, a win needs both orders "
+                                            "(hard), or P(A) averaged over the two orders, a win above 1/2 (soft: the PRP paper's scoring mode)")
     query_tokens: int = opt(128, "query cut (backend tokens)", gt=0)
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
     cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
     batch_orders: bool = opt(True, "both orders of a comparison in one call", identity=False)
     quirks: PairwiseQuirks = PairwiseQuirks()
+
+    @model_validator(mode="after")
+    def _soft_needs_likelihood(self):
+        if self.decision == "soft" and self.scoring != "likelihood":
+            raise ValueError("decision 'soft' averages the labels' likelihoods: it needs scoring 'likelihood'")
+        return self
+
+    def identity(self) -> dict:
+        "As every option class's, without `decision` at its default (hard): the runs and keys made before it existed keep their names."
+        out = super().identity()
+        if out.get("decision") == "hard": del out["decision"]
+        return out
 
 # %% ../nbs/11c_pairwise.ipynb #4f4241d8
 class HeapsortQuirks(PairwiseQuirks):
@@ -271,13 +293,15 @@ class PairwiseReranker(Reranker):
         self.sort = self.variants[self.method]
         if self.options.scoring == "likelihood" and not backend.supports_logprobs:
             raise ClirError(f"backend {backend.name!r} cannot score continuations: use scoring='generation'")
+        if self.options.decision == "soft" and self.options.scoring != "likelihood":
+            raise ClirError("decision='soft' averages the labels' likelihoods: it needs scoring='likelihood'")
 
     @property
     def name(self) -> str:
         o, ties = self.options, getattr(self.options.quirks, "heapsort_ties", "first-stage")
         return (f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
                 + ("" if ties == "first-stage" else f"[ties-{ties}]") + ("[tsv]" if o.quirks.tsv_round_trip else "")
-                + ("" if o.quirks.answers == "parse" else f"[answers-{o.quirks.answers}]"))
+                + ("" if o.quirks.answers == "parse" else f"[answers-{o.quirks.answers}]") + ("[soft]" if o.decision == "soft" else ""))
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
@@ -288,7 +312,7 @@ class PairwiseReranker(Reranker):
         for q in self.diagnostics:
             ids = run.docids(q, k)
             queries[q], texts[q] = self._cut(collection, q, ids)
-            judges[q] = PairJudge(cache=o.cache_comparisons)
+            judges[q] = PairJudge(cache=o.cache_comparisons, soft=o.decision == "soft")
             sorts[q] = SORTS[self.sort](ids, k=o.k, **tie)
         bound = sum(max_comparisons(self.sort, len(run.docids(q, k)), o.k) for q in self.diagnostics)
         bar = tqdm(total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False)
@@ -376,10 +400,16 @@ def _prompt(self: PairwiseReranker, query: str, a: str, b: str):
         return [{"role": "user", "content": text}, {"role": "assistant", "content": pre}], True
     return ([{"role": "user", "content": text}] if chat else text), False
 
+# %% ../nbs/11c_pairwise.ipynb #5f0a7c31
+def _p_first(la: float, lb: float) -> float | None:
+    "P(A) normalised over the two labels from their log-likelihoods: e^la / (e^la + e^lb); None when neither is finite."
+    d = la - lb
+    return None if math.isnan(d) else 0.5 * (1.0 + math.tanh(d / 2))
+
 # %% ../nbs/11c_pairwise.ipynb #b76924e1
 @patch
-def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | None]:
-    "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None."
+def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | float | None]:
+    "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None (soft decision: P(A), or None)."
     out = []
     bs = (self.options.batch_size or len(items) or 1) if self.backend.supports_batching else 1
     for i in range(0, len(items), bs):
@@ -399,7 +429,8 @@ def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: lis
         else:
             cands = [ch["A"], ch["B"]] if prefilled else ["Passage" + ch["A"], "Passage" + ch["B"]]
             scores = self.backend.score(prompts, cands, **_quiet(self.backend.score))
-            letters = ["A" if s[0] > s[1] else "B" if s[1] > s[0] else None for s in scores]
+            if self.options.decision == "soft": letters = [_p_first(s[0], s[1]) for s in scores]
+            else: letters = ["A" if s[0] > s[1] else "B" if s[1] > s[0] else None for s in scores]
             n_out = 0
         out += letters
         for j, q in enumerate(qids[i:i + bs]):

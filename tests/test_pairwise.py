@@ -566,3 +566,63 @@ def test_the_progress_line_shows_the_prefix_cache_hits(tiny, tmp_path, monkeypat
     ch.unlink()
     get_reranker("pairwise-bubblesort", QrelsOracle(coll), k=3).rerank(coll, run, k=8)   # a backend without a prefix cache: no postfix
     assert all("postfix" not in json.loads(l) for l in ch.read_text().splitlines())
+
+
+# ---------- soft both-orders decision (Qin et al. 2024, sec. 3.1, scoring mode): P(x > y) = ½ P_A(x, y) + ½ (1 - P_A(y, x))
+
+class BiasedLikelihood(QrelsOracle):
+    "Log-likelihoods of a position-biased model with a weak relevance signal: log P(A) - log P(B) = 2 + 0.3 (grade A - grade B) > 0."
+    def score(self, prompts, candidates, **kw):
+        from clir_llm.templates import prompt_text, squash
+        self.usage.calls += 1
+        out = []
+        for p in prompts:
+            text = prompt_text(p); qid = self._query(squash(text)); m = self._match("pairwise", text)[1]
+            out.append([0.0, -2.0 - 0.3 * (self._grade(qid, m["a"]) - self._grade(qid, m["b"]))])
+        return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_soft_decision_ranks_where_hard_rule_ties(method):
+    coll, run = make(2, 12)
+    hard = get_reranker(method, BiasedLikelihood(coll), k=3, scoring="likelihood", progress=False)
+    out = hard.rerank(coll, run, k=12)
+    assert all(out.docids(q) == run.docids(q) for q in run)           # 'A' in every prompt: every comparison a tie
+    assert hard.diagnostics["q0"]["ties"] == hard.diagnostics["q0"]["comparisons_asked"] > 0
+    soft = get_reranker(method, BiasedLikelihood(coll), k=3, scoring="likelihood", decision="soft", progress=False)
+    out = soft.rerank(coll, run, k=12)
+    for q in run:
+        assert top_grades(coll, out, q, 3) == ideal(coll, q, 3), (method, q)
+        assert sorted(out.docids(q)) == sorted(run.docids(q))
+    d = soft.diagnostics["q0"]
+    assert d["ties"] < d["comparisons_asked"] and d["answers_a"] == d["prompts"]   # the bias stays visible in the diagnostics
+
+
+def test_soft_judge_values_are_the_averaged_probabilities():
+    j = PairJudge(soft=True)
+    _, todo = j.plan([("x", "y")])
+    j.record(todo, [0.9, 0.7])            # P_A(x, y) = 0.9, P_A(y, x) = 0.7
+    assert j.memo["x", "y"] == pytest.approx(0.6) and j.memo["y", "x"] == pytest.approx(0.4)
+    assert j.stats["ties"] == 0 and j.stats["answers_a"] == 2
+    _, todo = j.plan([("u", "v")]); j.record(todo, [None, 0.2])   # an unreadable order counts as ½
+    assert j.memo["u", "v"] == pytest.approx(0.65) and j.stats["parse_failures"] == 1
+
+
+def test_soft_decision_identity_only_when_set():
+    hard, soft = RerankerSpec.parse("pairwise-bubblesort", scoring="likelihood"), RerankerSpec.parse("pairwise-bubblesort", scoring="likelihood", decision="soft")
+    assert "decision" not in hard.key() and "decision" not in hard.options.identity() and "decision" not in hard.describe()
+    assert "decision=soft" in soft.key() and soft.options.identity()["decision"] == "soft"
+    assert hard.key() == RerankerSpec.parse("pairwise-bubblesort", scoring="likelihood", decision="hard").key()
+    coll, _ = make(1, 5)
+    assert get_reranker(soft, QrelsOracle(coll)).name.endswith("[soft]") and "soft" not in get_reranker(hard, QrelsOracle(coll)).name
+    with pytest.raises(ClirError, match="likelihood"): get_reranker("pairwise-allpair", QrelsOracle(coll), decision="soft")
+
+
+def test_soft_decision_from_a_config_row():
+    from clir_llm.config import RerankerConfig
+    row = dict(name="P", llm="hf:x", method="pairwise-bubblesort", first_stages=["bm25-qt"], scoring="likelihood", k=1)
+    soft = RerankerConfig(**row, decision="soft")
+    assert soft.options.decision == "soft" and soft.run_identity()["decision"] == "soft" and soft.model_dump()["decision"] == "soft"
+    assert "decision" not in RerankerConfig(**row).run_identity() and "decision" not in RerankerConfig(**row).model_dump()
+    assert RerankerConfig(**row, decision="hard").run_identity() == RerankerConfig(**row).run_identity()
+    with pytest.raises(ValueError, match="needs scoring 'likelihood'"): RerankerConfig(**{**row, "scoring": "generation"}, decision="soft")
