@@ -283,9 +283,9 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
 # %% ../nbs/07_bm25.ipynb #1ff963d4
 class BM25Options(Options):
     "The options of Lucene BM25: its two parameters (the paper's, pyserini's defaults) and the search threads."
-    k1: float = opt(0.9, "BM25 term-frequency saturation", ge=0)
+    k1: float = opt(0.9, "BM25 term-frequency saturation", ge=0, le=1000)   # finite: Lucene's parser refuses inf (a Java traceback)
     b: float = opt(0.4, "BM25 document-length normalisation", ge=0, le=1)
-    threads: int = opt(2, "Java search threads", identity=False, gt=0)
+    threads: int = opt(2, "Java search threads", identity=False, gt=0, le=1024)
 
 # %% ../nbs/07_bm25.ipynb #72850769
 class BM25(Retriever):

@@ -243,3 +243,11 @@ def test_no_hit_queries_searched_again_together_on_a_kept_searcher(tmp_path, mon
     b.k1 = 1.2   # other settings: another searcher
     assert b.retrieve(DE) == B.BM25.create(cache=Cache(tmp_path), progress=False, k1=1.2).retrieve(DE, batch=False)
     assert opened.count("t-de") >= 2
+
+
+@pytest.mark.parametrize("flag,value", [("--k1", "inf"), ("--k1", "1e400"), ("--k1", "nan"), ("--k1", "-1"), ("--threads", "1000000")])
+def test_bm25_numbers_are_bounded_before_the_jvm(tmp_path, flag, value):
+    "`--k1 inf` reached Lucene's Float.parseFloat (a Java NumberFormatException traceback), `--threads 1000000` was accepted (issue 39 items 5-6)."
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", flag, value, "--out", tmp_path / "r.trec")
+    R.expect_rc(f"bm25 {flag} {value}", p.returncode, p.stderr, flag.lstrip("-"), cls="numbers")
+    assert not (tmp_path / "r.trec").exists()
