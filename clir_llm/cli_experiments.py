@@ -6,7 +6,7 @@ import logging, sys
 from .cli_args import ArgumentParser, add_execution_arguments, add_verbosity_arguments, execution_args, setup_logging
 import json, os
 from .config import load_config, results_dir
-from .engine import EXECUTION_ENV, execution_of
+from .engine import EXECUTION_ENV, execution_of, make_executor
 from .methods import registries
 from .plan import plan
 from .progress import verbosity
@@ -56,6 +56,7 @@ def cli_reproduce(argv=None) -> int:
         for l in plan(cfg, gpu=a.gpu): print(l)
         print("dry run: nothing was loaded or downloaded" + (f"; the configuration's code was imported ({', '.join(cfg.plugins)})"
                                                              if cfg.plugins else "")); return 0
+    make_executor(execution, installed=True)   # engine: ray where Ray is not installed: said before any notebook starts
     quiet = verbosity() >= logging.ERROR
     st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet,
                    recorded=a.recorded)

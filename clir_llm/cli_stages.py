@@ -138,7 +138,7 @@ def cli_retrieve(argv=None) -> int:
     BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
     options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
     if a.out: check_outputs([a.out, usage_path(a.out)], state=_state(a))   # a link, FIFO, folder or unwritable place: refused before any work
-    executor = make_executor(execution_of(None, **execution_args(a)))   # --engine ray: model batches on Ray actors, cache here
+    executor = make_executor(execution_of(None, **execution_args(a)), installed=True)   # --engine ray: model batches on Ray actors, cache here
     if a.shard: return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)

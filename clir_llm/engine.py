@@ -4,7 +4,7 @@
 
 # %% ../nbs/13g_engine.ipynb #1cb77cc8
 from __future__ import annotations
-import contextlib, copy, json, os, socket, time
+import contextlib, copy, importlib.util, json, os, socket, sys, time
 from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import Field
@@ -243,6 +243,10 @@ def batch_sizes(self: RayExecutor) -> list[int]:
     return [n for sizes in ray.get([a.batches.remote() for a in self._actors]) for n in sizes]
 
 # %% ../nbs/13g_engine.ipynb #30435506
-def make_executor(spec: ExecutionSpec | None, **kw) -> Executor:
-    "The executor of `spec`: `LOCAL` for local, a `RayExecutor` for ray."
-    return RayExecutor(spec, **kw) if spec is not None and spec.engine == "ray" else LOCAL
+def make_executor(spec: ExecutionSpec | None, installed: bool = False, **kw) -> Executor:
+    """The executor of `spec`: `LOCAL` for local, a `RayExecutor` for ray (`installed`: Ray must be importable here now,
+    as a command checks before it loads a model; a plan or a run's names need no Ray)."""
+    if spec is None or spec.engine != "ray": return LOCAL
+    if installed and "ray" not in sys.modules and importlib.util.find_spec("ray") is None:
+        raise ClirError("engine: ray needs Ray, which is not installed here: pip install 'clir-llm[ray]' (or use engine: local)")
+    return RayExecutor(spec, **kw)

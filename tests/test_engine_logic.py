@@ -436,3 +436,23 @@ def test_a_hub_nllb_is_named_from_its_config_alone(monkeypatch):
     monkeypatch.setattr(NLLBTranslator, "load", lambda self: pytest.fail("the model was loaded to name its revision"))
     tr = get_translator("nllb:facebook/nllb-200-distilled-600M", cache=Cache(mode="off"), device="cpu", progress=False)
     assert tr.revision == "abc123" and tr._model is None
+
+
+def test_engine_ray_without_ray_fails_before_anything_loads(tmp_path, monkeypatch):
+    "`--engine ray` where Ray is not installed was a ModuleNotFoundError traceback after the model had loaded (issue 39 item 5)."
+    import importlib.util
+    import _reliability as R
+    from clir_llm import cli_stages
+    find = importlib.util.find_spec
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find(name, *a))
+    monkeypatch.setattr(cli_stages, "load_collection", lambda *a, **k: pytest.fail("the collection was loaded"))
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "dense:e5-small", "--engine", "ray",
+                   "--out", tmp_path / "r.trec")
+    R.expect_rc("--engine ray without Ray", p.returncode, p.stderr, "engine: ray needs Ray", cls="arguments")
+    with pytest.raises(ClirError, match="not installed here"): make_executor(ExecutionSpec(engine="ray"), installed=True)
+    assert isinstance(make_executor(ExecutionSpec(engine="ray")), RayExecutor)   # a plan or a run's names need no Ray
+    cfg = R.reduced_config(tmp_path / "c.yaml")
+    monkeypatch.setattr("clir_llm.cli_experiments.reproduce", lambda *a, **k: pytest.fail("a notebook started"))
+    p = R.run_main("reproduce", cfg, "--engine", "ray", "--results", tmp_path / "res", "--figures", tmp_path / "fig")
+    R.expect_rc("reproduce --engine ray without Ray", p.returncode, p.stderr, "engine: ray needs Ray", cls="arguments")
