@@ -4,13 +4,15 @@
 
 # %% ../nbs/13g_engine.ipynb #1cb77cc8
 from __future__ import annotations
-import contextlib, copy, importlib.util, json, os, socket, sys, time
+import copy, importlib.util, json, logging, os, socket, sys, time
 from typing import Literal, Optional
 from fastcore.basics import patch
 from pydantic import Field
 from .core import ClirError, Usage
 from .executor import LOCAL, Executor
 from .specs import Spec, validated
+
+_log = logging.getLogger("clir_llm.engine")   # warnings go through logging: the command line prints them
 
 # %% auto #0
 __all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'reachable',
@@ -84,35 +86,19 @@ def _free_port() -> int:
     "A TCP port nothing listens on now."
     with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
 
-# %% ../nbs/13g_engine.ipynb #9bc9ac53
-@contextlib.contextmanager
-def _agent_ports_in_advance():
-    "While Ray starts a node here: the dashboard agent's ports chosen beforehand, its listen-port file written first."
-    try:
-        # optional: the ray extra (its internals, Ray 2.60)
-        import ray._private.node as node, ray._private.parameter as parameter
-        from ray._raylet import DASHBOARD_AGENT_LISTEN_PORT_NAME, persist_port   # optional: the ray extra (Ray 2.60 internals)
-        init, start = parameter.RayParams.__init__, node.Node.start_raylet
-    except (ImportError, AttributeError): yield; return   # another Ray: start as it does
-    def params(self, *a, **kw):
-        init(self, *a, **kw)
-        for f in ("metrics_agent_port", "metrics_export_port", "runtime_env_agent_port", "dashboard_agent_listen_port"):
-            if not getattr(self, f, None) or f == "dashboard_agent_listen_port": setattr(self, f, _free_port())
-    def raylet(self, *a, **kw):
-        persist_port(self._session_dir, self._node_id, DASHBOARD_AGENT_LISTEN_PORT_NAME,
-                     self._ray_params.dashboard_agent_listen_port)
-        return start(self, *a, **kw)
-    parameter.RayParams.__init__, node.Node.start_raylet = params, raylet
-    try: yield
-    finally: parameter.RayParams.__init__, node.Node.start_raylet = init, start
-
 # %% ../nbs/13g_engine.ipynb #c878a353
-def start_local_ray(num_cpus: int | None = None):
-    "Start a Ray cluster on this machine (never joins another), with `num_cpus` CPUs (None: all); returns `ray`."
+def start_local_ray(num_cpus: int | None = None, attempts: int = 3):
+    """Start a Ray cluster on this machine (never joins another) with `num_cpus` CPUs (None: all), through `ray.init`;
+    a start that timed out (a busy machine) is shut down and made again, at most `attempts` starts. Returns `ray`."""
     import ray   # optional: the ray extra
-    with _agent_ports_in_advance():
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    return ray
+    for i in range(1, attempts + 1):
+        try:
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            return ray
+        except Exception as e:   # Ray raises a bare Exception when its node does not come up in time
+            if ray.is_initialized(): ray.shutdown()
+            if i == attempts or "timed out" not in str(e): raise
+            _log.warning("Ray's local node timed out while starting (start %d of %d); starting it again", i, attempts)
 
 # %% ../nbs/13g_engine.ipynb #a5c50678
 GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare

@@ -331,6 +331,27 @@ def test_no_address_starts_a_local_cluster_never_joins_one(fake_ray, monkeypatch
     assert fake_ray.inits[-1]["address"] == "auto" and len(fake_ray.inits) == 3
 
 
+def test_a_local_start_that_timed_out_is_made_again_through_ray_init_only(fake_ray, monkeypatch):
+    """Issue 37 item 5: `start_local_ray` calls Ray's public `ray.init` (no private method replaced); a start that timed
+    out on a busy machine ("The current node timed out during startup") is shut down and made again, at most `attempts`
+    times; any other error is raised at once."""
+    from clir_llm.engine import start_local_ray
+    fails, shut = ["The current node timed out during startup. This could happen because ..."], []
+    def init(**kw):
+        fake_ray.inits.append(kw)
+        if fails: raise Exception(fails.pop())
+    monkeypatch.setattr(fake_ray, "init", init)
+    monkeypatch.setattr(fake_ray, "shutdown", lambda: shut.append(1), raising=False)
+    assert start_local_ray(num_cpus=2) is fake_ray and len(fake_ray.inits) == 2
+    assert all(k == dict(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False) for k in fake_ray.inits)
+    fails[:] = ["timed out"] * 3
+    with pytest.raises(Exception, match="timed out"): start_local_ray(attempts=3)
+    assert len(fake_ray.inits) == 5
+    fails[:] = ["no shared memory"]
+    with pytest.raises(Exception, match="no shared memory"): start_local_ray()
+    assert len(fake_ray.inits) == 6
+
+
 def test_actors_take_the_encoder_spec_dtype_and_the_card_dtype_of_their_device(tmp_path, spec):
     """The recipe carries the executor's device: an encoder's own dtype stays on every device, an encoder without one
     takes its GPU dtype on GPU actors; an hf: model card's dtype is the GPU actors' dtype, and the translator's float16,

@@ -131,10 +131,9 @@ def test_the_private_assignment_check_can_fail():
     assert _foreign_assignments(src) == ["<src>:2 x._a", "<src>:4 x.g", "<src>:5 setattr(x, '_c')", "<src>:8 y.run"]
 
 
-# The one exception, a workaround of a third-party library, not of the package's objects: Ray 2.60's raylet waits a
-# fixed 15 s for its dashboard agent's ports, too little on a busy 2-core machine; `engine._agent_ports_in_advance`
-# replaces two of Ray's own methods while `ray.init` starts a local node, and puts them back (notebook 13g_engine).
-THIRD_PARTY_WORKAROUNDS = {"engine.py": ("parameter.RayParams.__init__", "node.Node.start_raylet")}
+# No exception: the Ray engine starts Ray through `ray.init` only (issue 37 item 5; it replaced two of Ray 2.60's private
+# methods while a local node started, `engine._agent_ports_in_advance`, which this test allowed by name).
+THIRD_PARTY_WORKAROUNDS: dict[str, tuple[str, ...]] = {}
 
 
 def test_no_module_assigns_to_another_objects_private_attributes_or_methods():
