@@ -363,6 +363,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.config.load_config': ('config.html#load_config', 'clir_llm/config.py'),
                                  'clir_llm.config.load_config_head': ('config.html#load_config_head', 'clir_llm/config.py'),
                                  'clir_llm.config.load_regression': ('config.html#load_regression', 'clir_llm/config.py'),
+                                 'clir_llm.config.plain_label': ('config.html#plain_label', 'clir_llm/config.py'),
                                  'clir_llm.config.plain_name': ('config.html#plain_name', 'clir_llm/config.py'),
                                  'clir_llm.config.regression_path': ('config.html#regression_path', 'clir_llm/config.py'),
                                  'clir_llm.config.resolve_config': ('config.html#resolve_config', 'clir_llm/config.py'),

@@ -6,6 +6,7 @@ import logging, sys
 from .cli_args import ArgumentParser, add_execution_arguments, add_verbosity_arguments, execution_args, setup_logging
 import json, os
 from .config import load_config, results_dir
+from .core import ClirError
 from .engine import EXECUTION_ENV, execution_of, make_executor
 from .methods import registries
 from .plan import plan
@@ -49,6 +50,7 @@ def cli_reproduce(argv=None) -> int:
     if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
     elif not logging.getLogger("clir_llm").handlers: setup_logging()
     cfg = load_config(a.config)
+    if not cfg.experiments: raise ClirError(f"{cfg.path}: experiments: [] names no notebook to run (list notebooks of nbs/experiments, e.g. 1_first_stage)")
     execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
     if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)
     if a.dry_run:

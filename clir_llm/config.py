@@ -23,10 +23,10 @@ from .evaluate import AVG_RULES, parse_measures
 from .engine import ExecutionSpec
 
 # %% auto #0
-__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTEBOOK_NAME', 'plain_name', 'FirstStageConfig',
-           'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks', 'Config', 'resolve_config',
-           'load_config', 'ConfigHead', 'load_config_head', 'experiment_notebook', 'results_dir', 'RegressionCell',
-           'Regression', 'regression_path', 'load_regression']
+__all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTEBOOK_NAME', 'NAME_MAX', 'LABEL_MAX', 'plain_name',
+           'plain_label', 'FirstStageConfig', 'RerankerConfig', 'DocLengthConfig', 'ReferenceRow', 'with_paper_quirks',
+           'Config', 'resolve_config', 'load_config', 'ConfigHead', 'load_config_head', 'experiment_notebook',
+           'results_dir', 'RegressionCell', 'Regression', 'regression_path', 'load_regression']
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
@@ -49,10 +49,23 @@ Backend = Annotated[BackendSpec, BeforeValidator(_field(BackendSpec.parse)), Pla
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"   # a plugin: a dotted module name, nothing else
 NOTEBOOK_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"            # an experiment: a notebook's name in nbs/experiments
 
+NAME_MAX = 100   # characters of a configuration's name: a folder, and the start of its files' names (255 bytes at most)
+
 def plain_name(v: str) -> str:
     "A configuration's name: a folder under `--results`, so a plain file name, never a path out of it."
     if not v.strip() or v in (".", "..") or any(c in v for c in "/\\\0") or v.startswith("."):
         raise ValueError("name must be a plain file name (no '/', '\\', leading '.')")
+    if len(v) > NAME_MAX: raise ValueError(f"name must be at most {NAME_MAX} characters (it names a folder and its files), got {len(v):,}")
+    return plain_label(v)
+
+# %% ../nbs/13a_config.ipynb #b7e2c401
+LABEL_MAX = 200   # characters of a row label in a table
+
+def plain_label(v: str) -> str:
+    "A name shown in tables and messages (a configuration's, a reranker row's): one line, no control characters, at most `LABEL_MAX`."
+    if bad := next((c for c in v if ord(c) < 32 or 127 <= ord(c) < 160), None):
+        raise ValueError(f"a name must not hold control characters (a newline, ESC, ...): {bad!r} in {v[:40]!r}")
+    if len(v) > LABEL_MAX: raise ValueError(f"a name must be at most {LABEL_MAX} characters, got {len(v):,}")
     return v
 
 # %% ../nbs/13a_config.ipynb #bfaaa169
@@ -95,6 +108,8 @@ class FirstStageConfig(_Strict):
     def _consistent(self):
         if self.nllb_output != "256-new-tokens" and not (self.translator and "nllb_output" in self.translator.translator_class.Options.flat_fields()):
             raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
+        if dup := sorted({str(m) for m in self.methods if list(map(str, self.methods)).count(str(m)) > 1}):
+            raise ValueError(f"methods: {', '.join(dup)} given twice (one row each)")
         if bad := [m for m in self.only_pairs if m not in map(str, self.methods)]:
             raise ValueError(f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})")
         return self
@@ -151,7 +166,7 @@ _ROW_FIELDS = ("name", "llm", "method", "first_stages", "docs", "pairs", "top_k"
 class RerankerConfig(_Strict):
     """One reranker row of a table: its label, LLM backend and what it reranks, and a reranker spec: the method and
     the options of its family (`rerank.RERANKERS`), written flat in the row (`window: 10`, `heapsort_ties: llm-rankers`)."""
-    name: str                            # row label, e.g. "RankZephyr"
+    name: Annotated[str, AfterValidator(plain_label)]   # row label, e.g. "RankZephyr"
     llm: Optional[Backend] = None        # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full" (None: a reranker without LLM)
     method: str                          # a registered reranker
     first_stages: list[Method]           # first-stage methods to rerank
@@ -240,7 +255,7 @@ class ReferenceRow(_Strict):
     CIRAL's BM25-QT with Google MT, Adeyemi et al. 2024. The row label must say it is copied."""
     table: Literal["first_stage"] = "first_stage"   # the table it goes to
     measure: str                         # the measure of the values (the row goes only to tables of this measure)
-    row: str                             # row label, e.g. "BM25-QT (Google MT, copied)"
+    row: Annotated[str, AfterValidator(plain_label)]    # row label, e.g. "BM25-QT (Google MT, copied)"
     after: Optional[MethodName] = None   # placed after this first stage's row (None: last)
     values: dict[str, Annotated[float, Field(allow_inf_nan=False)]]   # pair -> published value
     source: str                          # who published the values and how they were made
@@ -470,7 +485,11 @@ class Regression(_Strict):
 def regression_path(cfg: Config | ConfigHead) -> Path:
     "The regression file `cfg` names, relative to the configuration file."
     if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
-    return (cfg.path.parent / cfg.regression) if cfg.path else Path(cfg.regression)
+    if not cfg.path: return Path(cfg.regression)
+    p, home = cfg.path.parent / cfg.regression, cfg.path.parent.resolve()
+    if p.exists() and not p.resolve().is_relative_to(home):   # a link out of the folder: never read (and printed) or written
+        raise ClirError(f"{p}: the regression file is a link to {p.resolve()}, outside the configuration's folder {home}: copy the file there")
+    return p
 
 # %% ../nbs/13a_config.ipynb #ba975cee
 def load_regression(path) -> Regression:

@@ -320,7 +320,9 @@ class FusionMethod(FirstStage):
         parts = [p for p in arg.split("+") if p.strip()]
         if len(parts) < 2:
             raise ClirError(f"rrf needs two or more methods joined by '+', e.g. rrf:bm25-dt+dense:e5-small; got {name}{arg!r}")
-        return cls(methods=tuple(parse_method(p) for p in parts))
+        methods = tuple(parse_method(p) for p in parts)
+        if len(set(map(str, methods))) < len(methods): raise ClirError(f"rrf fuses distinct methods: {name}{arg} names one twice")
+        return cls(methods=methods)
 
     def __str__(self): return "rrf:" + "+".join(map(str, self.methods))
     def parts(self): return self.methods

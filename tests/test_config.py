@@ -133,3 +133,45 @@ def test_dry_run_says_the_configuration_imports_code(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "this configuration imports code: cfg26_plugin" in r.stdout and "nothing was loaded" not in r.stdout.replace(
         "nothing was loaded or downloaded; the configuration's code was imported", ""), r.stdout[-1500:]
+
+
+# ---------- issue 39 items 5-6: names, rows and lists a dry run accepted
+def _fs(**kw): return lambda c: c["first_stage"].update(kw)
+
+
+NAMES_AND_ROWS = [
+    ("a 300-character name", dict(name="n" * 300), "name must be at most 100 characters"),   # was an OSError traceback (file name too long)
+    ("a name holding a newline", dict(name="demo\nevil"), "control characters"),
+    ("a name holding ESC", dict(name="demo\x1b[2Jevil"), "control characters"),
+    ("a reranker name holding a newline", dict(x=_rr(name="Fake\nlistwise")), "control characters"),
+    ("a reranker name holding ESC", dict(x=_rr(name="Fake\x1b[31mlistwise")), "control characters"),
+    ("a first-stage method given twice", dict(x=lambda c: c["first_stage"]["methods"].append(c["first_stage"]["methods"][0])), "given twice"),
+    ("rrf of one method twice", dict(x=lambda c: c["first_stage"]["methods"].append("rrf:bm25-og+bm25-og")), "names one twice"),
+]
+
+
+@pytest.mark.parametrize("kind, change, what", NAMES_AND_ROWS, ids=[b[0] for b in NAMES_AND_ROWS])
+def test_dry_run_refuses_bad_names_and_repeated_rows(tmp_path, kind, change, what):
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(**change)))
+    rc, err = R.dry_run(p)
+    R.expect_rc(f"config: {kind}", rc, err, what)
+    assert "c.yaml" in err
+
+
+def test_reproduce_refuses_an_empty_experiments_list(tmp_path):
+    "`experiments: []` ran nothing and exited 0 (issue 39 item 6); the library still takes it (a Pipeline built in Python)."
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(experiments=[])))
+    rc, err = R.dry_run(p)
+    R.expect_rc("config: experiments: []", rc, err, "experiments: [] names no notebook")
+
+
+def test_a_regression_file_linked_from_outside_the_folder_is_never_read(tmp_path):
+    "A `regression:` that is a symbolic link to a file outside the configuration's folder was read and printed (issue 39 item 6)."
+    (tmp_path / "cfg").mkdir()
+    secret = tmp_path / "outside.yaml"; secret.write_text("tolerance: 0.001\ncells:\n  - {table: t, row: SECRET-ROW-TEXT, column: x, value: 1}\n")
+    (tmp_path / "cfg" / "reg.yaml").symlink_to(secret)
+    p = tmp_path / "cfg" / "c.yaml"; p.write_text(yaml.safe_dump(_demo(regression="reg.yaml")))
+    for args in (("reproduce", p, "--dry-run"), ("check", p)):
+        r = R.run_main(*args)
+        R.expect_rc(f"config: regression linked from outside ({args[0]})", r.returncode, r.stderr, "outside the configuration's folder")
+        assert "SECRET-ROW-TEXT" not in r.stdout + r.stderr
