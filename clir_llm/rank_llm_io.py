@@ -7,10 +7,10 @@ from __future__ import annotations
 import json, math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 from fastcore.basics import patch
 from .core import ClirError, FormatError, Run, atomic_write
-from .collections import read_jsonl
+from .collections import read_text_lines
 from .languages import parse_pair
 from .llm import Backend, CachedBackend, plain_text
 from .memory import InMemoryCollection
@@ -58,13 +58,31 @@ def _query(path, i: int, q) -> str:
         raise FormatError(path, i, f"query must be {{\"text\": a non-empty string, \"qid\": a string or an integer}}, got {str(q)[:80]!r}")
     return str(q["qid"])
 
+# %% ../nbs/16a_rank_llm_io.ipynb #c4f1a901
+def _request_lines(path) -> Iterator[tuple[int, dict]]:
+    """`(line number, record)` of a Request JSONL file (plain or `.gz`, a UTF-8 byte-order mark read as topics read it);
+    what is not a request object (bad JSON, nesting deeper than the parser goes, an integer of over 4,300 digits) is a
+    `FormatError` naming the line."""
+    if not Path(path).is_file(): raise ClirError(f"{path}: no such file")
+    for i, line in read_text_lines(path, "utf-8"):
+        if not line.strip(): continue
+        try: rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FormatError(path, i, f"invalid JSON{' (the file looks truncated)' if not line.endswith(chr(10)) else ''}: {e.msg} at column {e.colno}") from None
+        except RecursionError: raise FormatError(path, i, "JSON nested too deeply to be a request") from None
+        except ValueError as e: raise FormatError(path, i, f"not a request: {str(e)[:90]}") from None   # an integer over 4,300 digits
+        if not isinstance(rec, dict): raise FormatError(path, i, f"expected a JSON object, got {type(rec).__name__}")
+        if missing := [k for k in ("query", "candidates") if k not in rec]:
+            raise FormatError(path, i, f"record lacks field(s) {', '.join(missing)}: keys are {sorted(rec)[:10]}")
+        yield i, rec
+
 # %% ../nbs/16a_rank_llm_io.ipynb #abdd6822
 def read_requests(path, pair: str, name: str | None = None) -> RankLLMRequests:
     """rank_llm Request JSONL at `path` (queries in the first language of `pair`, documents in the second): the
     collection of its queries and candidates, and the run of the candidates in the file's order."""
     ql, dl = parse_pair(pair)
     out, ranked, texts, where = RankLLMRequests(None, None), {}, {}, {}
-    for i, rec in read_jsonl(path, ("query", "candidates")):
+    for i, rec in _request_lines(path):
         qid = _query(path, i, rec["query"])
         if qid in ranked: raise FormatError(path, i, f"query {qid!r} appears twice (first on line {where[qid]})")
         if not isinstance(rec["candidates"], list): raise FormatError(path, i, f"query {qid!r}: candidates must be a list")

@@ -131,3 +131,32 @@ def test_input_and_collection_are_exclusive(tmp_path):
     base = ["--pair", "en-de", "--method", "listwise", "--llm", "hf:x", "--out", str(tmp_path / "o")]
     for extra in (["--input", str(tmp_path / "requests.jsonl"), "--collection", "fixture"], ["--collection", "fixture"], []):
         with pytest.raises(ClirError, match=r"give --collection and --run, or --input \(a rank_llm Request file\) alone"): cli_rerank(base + extra)
+
+
+_ONE = '{"query": {"text": "q", "qid": %s}, "candidates": [{"docid": "d1", "score": 1.0, "doc": {"text": "t"}}]%s}'
+
+
+@pytest.mark.parametrize("kind,text,match", [
+    ("a request nested 200,000 deep", _ONE % ('"a"', ', "x": ' + "[" * 200_000 + "]" * 200_000), r":1: JSON nested too deeply"),
+    ("a 5,000-digit qid", _ONE % ("9" * 5000, ""), r":1: not a request: Exceeds the limit"),
+])
+def test_hostile_request_lines_are_one_line_errors(tmp_path, kind, text, match):
+    "A request line nested 200k deep (RecursionError) or with a 5,000-digit qid (ValueError) was a traceback (issue 39 item 5)."
+    import _reliability as R
+    (tmp_path / "r.jsonl").write_text(text + "\n")
+    try: read_requests(tmp_path / "r.jsonl", "en-de"); err = None
+    except FormatError as e: err = str(e)
+    except (RecursionError, ValueError) as e: err = f"traceback: {type(e).__name__}"
+    import re
+    R.hostile("input files", f"rank_llm requests: {kind}", bool(err and re.search(match, err) and "\n" not in err))
+    assert err and re.search(match, err) and err.startswith(str(tmp_path / "r.jsonl")) and len(err) < 300, err
+
+
+def test_a_request_file_with_a_utf8_bom_is_read_as_topics_are(tmp_path):
+    "Runs and topics accept a UTF-8 byte-order mark; rank_llm request files refused it (issue 39 item 6)."
+    import _reliability as R
+    (tmp_path / "r.jsonl").write_bytes(b"\xef\xbb\xbf" + (_ONE % ('"q1"', "")).encode() + b"\n")
+    try: reqs = read_requests(tmp_path / "r.jsonl", "en-de"); ok = list(reqs.run) == ["q1"]
+    except FormatError: ok = False
+    R.hostile("input files", "rank_llm requests with a UTF-8 BOM", ok)
+    assert ok
