@@ -39,6 +39,23 @@ def _columns(df, names: tuple, who: str):
     if missing := [c for c in names if c not in getattr(df, "columns", ())]:
         raise ClirError(f"{who}: the frame lacks column(s) {', '.join(missing)}; it has {', '.join(map(str, getattr(df, 'columns', ()))) or 'none'}")
 
+# %% ../nbs/16_pyterrier.ipynb #d2a7e501
+def _frame(df, who: str, ids: tuple = (), texts: dict | None = None):
+    """`df` with its id columns `ids` as strings, checked: a missing id (NaN, None: it became the id 'nan'), a value of a
+    text column in `texts` that is not a text (NaN), or one id with two different texts (`texts`: {text column: its id
+    column}; the first text was kept silently) is a ClirError naming the row or the id."""
+    for c in ids:
+        if c in df.columns and (bad := df[c].isna()).any():
+            i = bad.idxmax(); raise ClirError(f"{who}: row {i!r} has no {c} ({df[c][i]!r}); every row needs one")
+    df = df.astype({c: str for c in ids if c in df.columns})
+    for col, key in (texts or {}).items():
+        if col not in df.columns: continue
+        if (bad := ~df[col].map(lambda v: isinstance(v, str))).any():
+            i = bad.idxmax(); raise ClirError(f"{who}: row {i!r} has {col} {df[col][i]!r}, not a text")
+        if key in df.columns and len(df) and (n := df.groupby(key)[col].nunique()).max() > 1:
+            k = n.idxmax(); raise ClirError(f"{who}: {key} {k!r} comes with {n[k]} different {col} texts; give each {key} one")
+    return df
+
 # %% ../nbs/16_pyterrier.ipynb #45881968
 def _first_stage(method, options: dict) -> tuple[FirstStage, dict]:
     "`method` parsed, with `dense:hf:` options merged into it, and the BM25 and dense options checked by name (as the CLI's flags)."
@@ -58,7 +75,7 @@ class ClirRetriever(pt.Transformer):
     `dt_source` as the CLI's; `options`: the method's (BM25's `k1`, `b`, `threads`; dense options; `dense:hf:` options)."""
     def __init__(self, method: str = "bm25-og", collection=None, pair: str | None = None, *, k: int = 100, translator=None,
                  dt_source: str = "auto", cache=None, root=None, executor: Executor = LOCAL, progress: bool = False, **options):
-        if not isinstance(k, int) or k < 1: raise ClirError(f"k must be a positive integer, got {k!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1: raise ClirError(f"k must be a positive integer, got {k!r}")
         self.method, opts = _first_stage(method, dict(options))
         self.collection = _collection(collection, pair, root)
         if self.collection is None: raise ClirError(f"ClirRetriever({str(self.method)!r}) needs a collection (a Collection, or a registered name and its pair)")
@@ -69,7 +86,7 @@ class ClirRetriever(pt.Transformer):
     def transform(self, topics):
         "The top `k` of every query of `topics` (one retrieval over all of them)."
         _columns(topics, ("qid", "query"), repr(self))
-        topics = topics.astype({"qid": str}).drop_duplicates("qid")
+        topics = _frame(topics, repr(self), ("qid",), {"query": "qid"}).drop_duplicates("qid")
         run = self.retriever.retrieve(with_queries(self.collection, topics[["qid", "query"]]), k=self.k)
         return topics.merge(run.to_df(), on="qid").sort_values(["qid", "rank"], ignore_index=True)
 
@@ -92,12 +109,12 @@ class ClirTranslator(pt.Transformer):
     def transform(self, df):
         "The frame with its queries (or documents) translated."
         if self.what == "queries":
-            _columns(df, ("query",), repr(self))
+            _columns(df, ("query",), repr(self)); _frame(df, repr(self), (), {"query": None})
             texts = list(dict.fromkeys(df["query"]))
             out = dict(zip(texts, self.translator.translate(texts, self.source, self.target)))
             df = pt.model.push_queries(df, keep_original=True)
             return df.assign(query=df["query_0"].map(out))
-        _columns(df, ("text",), repr(self))
+        _columns(df, ("text",), repr(self)); _frame(df, repr(self), (), {"text": "docno"})
         titles = df["title"].fillna("").astype(str) if "title" in df.columns else None
         texts = list(dict.fromkeys(list(df["text"]) + (list(titles) if titles is not None else [])))
         out = dict(zip(texts, self.translator.translate(texts, self.source, self.target)))
@@ -124,7 +141,7 @@ class ClirReranker(pt.Transformer):
                  dt_source: str = "auto", top_k: int = 100, cache=None, cache_mode: str = "readwrite", query_lang: str | None = None,
                  doc_lang: str | None = None, root=None, progress: bool = False, **options):
         if docs not in ("og", "dt"): raise ClirError(f"docs must be 'og' or 'dt', got {docs!r}")
-        if not isinstance(top_k, int) or top_k < 1: raise ClirError(f"top_k must be a positive integer, got {top_k!r}")
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1: raise ClirError(f"top_k must be a positive integer, got {top_k!r}")
         self.spec = RerankerSpec.parse(method, **options)
         if self.spec.reranker.needs_backend and llm is None:
             raise ClirError(f"reranker {self.spec.method!r} uses an LLM: give llm='hf:<model>' (a backend spec) or a Backend")
@@ -140,7 +157,7 @@ class ClirReranker(pt.Transformer):
     def transform(self, res):
         "The frame reranked: one `rerank` call over all its queries; every other column kept."
         _columns(res, ("qid", "docno"), repr(self))
-        res = res.astype({"qid": str, "docno": str})
+        res = _frame(res, repr(self), ("qid", "docno"), {"query": "qid", **({"text": "docno"} if self.collection is None else {})})
         if res.empty: return res.assign(score=[], rank=[])
         run = Run.from_df(res, name="input")
         out = self.reranker.rerank(docs_view(self._asked(res), self.docs, self.translator, self.dt_source), run, k=self.top_k)

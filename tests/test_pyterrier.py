@@ -138,3 +138,37 @@ def test_bad_frames_are_one_line():
     with pytest.raises(ClirError, match="has no 'query' column and the collection has no query 'zz'"):
         rr(pd.DataFrame({"qid": ["zz"], "docno": ["a"], "score": [1.0]}))
     assert rr(pd.DataFrame({"qid": ["q1"], "docno": ["a"], "score": [1.0]})).docno.tolist() == ["a"]   # queries from the collection
+
+
+def _rr(coll):
+    return ClirReranker("listwise", llm=QrelsOracle(coll), collection=coll)
+
+
+_Q = ["a cat on the sofa"] * 2
+HOSTILE_FRAMES = [   # issue 39 item 6: each was silently wrong (a NaN id became 'nan', the first of two texts was kept)
+    ("a NaN qid (reranker)", lambda c: _rr(c)(pd.DataFrame({"qid": ["q1", float("nan")], "query": _Q, "docno": ["a", "b"], "score": [2.0, 1]})), "has no qid"),
+    ("a NaN docno (reranker)", lambda c: _rr(c)(pd.DataFrame({"qid": ["q1", "q1"], "query": _Q, "docno": ["a", None], "score": [2.0, 1]})), "has no docno"),
+    ("a qid with two query texts (reranker)", lambda c: _rr(c)(pd.DataFrame({"qid": ["q1", "q1"], "query": ["a cat", "a dog"], "docno": ["a", "b"], "score": [2.0, 1]})),
+     "qid 'q1' comes with 2 different query texts"),
+    ("a docno with two texts (frame reranker)", lambda c: ClirReranker("listwise", llm=QrelsOracle(c), query_lang="en", doc_lang="de")(
+        pd.DataFrame({"qid": ["q1", "q2"], "query": ["a cat", "a dog"], "docno": ["a", "a"], "text": ["Katze", "Hund"], "score": [2.0, 1]})),
+     "docno 'a' comes with 2 different text texts"),
+    ("NaN qids (retriever)", lambda c: ClirRetriever("bm25-og", c, k=2)(pd.DataFrame({"qid": [float("nan")], "query": ["a cat"]})), "has no qid"),
+    ("a qid with two query texts (retriever)", lambda c: ClirRetriever("bm25-og", c, k=2)(pd.DataFrame({"qid": ["1", "1"], "query": ["a cat", "a dog"]})),
+     "qid '1' comes with 2 different query texts"),
+    ("k=True (retriever)", lambda c: ClirRetriever("bm25-og", c, k=True), "k must be a positive integer, got True"),
+    ("top_k=True (reranker)", lambda c: ClirReranker("listwise", llm=QrelsOracle(c), collection=c, top_k=True), "top_k must be a positive integer"),
+    ("a NaN document text (translator)", lambda c: ClirTranslator(Upper(), "de", "en", what="documents")(
+        pd.DataFrame({"docno": ["x", "y"], "text": ["ein Hund", float("nan")]})), "row 1 has text nan, not a text"),
+    ("a NaN query (translator)", lambda c: ClirTranslator(Upper(), "en", "de")(pd.DataFrame({"qid": ["1"], "query": [None]})), "row 0 has query None"),
+]
+
+
+@pytest.mark.parametrize("kind,make,match", HOSTILE_FRAMES, ids=[h[0] for h in HOSTILE_FRAMES])
+def test_hostile_frames_are_refused_in_one_line(kind, make, match):
+    import _reliability as R
+    try: make(_coll()); err = None
+    except ClirError as e: err = str(e)
+    except Exception as e: err = f"traceback {type(e).__name__}: {e}"   # noqa: BLE001 - what the test is about
+    R.hostile("identifiers", f"PyTerrier: {kind}", bool(err and match in err and "\n" not in err and not err.startswith("traceback")))
+    assert err and match in err and "\n" not in err and not err.startswith("traceback"), err
