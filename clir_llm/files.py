@@ -115,7 +115,7 @@ def _pick(folder: Path, opts: dict, key: str, stems: list[str], optional: bool =
 # %% ../nbs/03a_files.ipynb #b58b2e87
 def files_pairs(arg: str = "") -> list[str] | AnyPair:
     "The pairs of `files:<arg>`: the `pair=` it names, else any pair."
-    p = parse_files_spec(arg)[1].get("pair") if "pair=" in str(arg) else None
+    p = parse_files_spec(arg)[1].get("pair")   # a folder named that is not one: said here (`datasets files:/nonexistent` listed it)
     return [p] if p else AnyPair()
 
 # %% ../nbs/03a_files.ipynb #02f1f9cc

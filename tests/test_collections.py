@@ -501,3 +501,9 @@ def test_datasets_fails_on_a_broken_folder(tmp_path):
     p = R.run_main("datasets", f"files:{broken}", "--pair", "en-de")
     R.hostile("input files", "datasets of a broken folder", p.returncode == 1 and "Traceback" not in p.stderr)
     assert p.returncode == 1 and "Traceback" not in p.stderr and f"files:{broken} en-de" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_datasets_of_a_folder_that_does_not_exist_fails(tmp_path):
+    "issue 39 item 6: `clir-llm datasets files:/nonexistent` (no --pair) listed it as 'give --pair' and exited 0."
+    p = R.run_main("datasets", f"files:{tmp_path / 'nonexistent'}")
+    R.expect_rc("datasets files:<a folder that does not exist>", p.returncode, p.stderr, f"{tmp_path / 'nonexistent'} is not a folder", cls="arguments")
