@@ -397,8 +397,12 @@ def count_lines(cfg: Config, counts: dict) -> list[str]:
     pr = sum(r["calls"] for r in allr if r["family"] == "pairwise")
     prices = load_prices()
     dollars = f"; OpenAI ${sum(r['dollars'] for r in allr):,.0f} at the prices of {prices['as_of']} ({prices['source']})" if oa else ""
+    other = {}   # every other family's calls, by the family its reranker names (pointwise, an outside package's, ...)
+    for r in allr:
+        if r["family"] not in ("listwise", "pairwise") and r["calls"]: other[r["family"]] = other.get(r["family"], 0) + r["calls"]
     lines.append(f"calls in total: {_n(lw)} listwise calls ({_n(oa)} to OpenAI), {_n(pr)} PRP prompts (worst case), "
-                 f"{_n(sum(r['prompt_tokens'] for r in allr))} prompt tokens{dollars}")
+                 + "".join(f"{_n(c)} {f} calls, " for f, c in other.items())
+                 + f"{_n(sum(r['prompt_tokens'] for r in allr))} prompt tokens{dollars}")
     return lines
 
 # %% ../nbs/13f_plan.ipynb #b7dd6b78

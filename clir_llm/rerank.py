@@ -40,6 +40,7 @@ class Reranker(ABC):
     variants: ClassVar[dict[str, str]] = {}    # method -> variant (a sort, a prompt) of the methods it registers
     family: ClassVar[str | None] = None        # the table it belongs to (listwise, pairwise); None: its method's own
     upstream: ClassVar[str | None] = None      # the reference code its quirks reproduce (rank_llm, llm-rankers)
+    prompt_dir: ClassVar[Path | None] = None   # a folder of the family's own named prompt templates (an outside package's)
 
     def __init__(self, options: RerankerOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
         self.method = method or next(iter(self.variants), type(self).__name__.lower())
@@ -82,8 +83,9 @@ def default_prompt(cls: Reranker, method: str) -> str | None:
 # %% ../nbs/11_rerank.ipynb #7d5c25d1
 @patch(cls_method=True)
 def load_prompt(cls: Reranker, name: str) -> PromptTemplate:
-    "The prompt template `name` (or a YAML path), refused unless it is of this family's `prompt_kind`."
-    t = PromptTemplate.load(name)
+    "The prompt template `name` (the family's own in `prompt_dir`, else a shipped one, or a YAML path), refused unless it is of this family's `prompt_kind`."
+    own = cls.prompt_dir / f"{name}.yaml" if cls.prompt_dir is not None and not Path(name).suffix else None
+    t = PromptTemplate.load(own if own is not None and own.is_file() else name)
     if t.method != cls.prompt_kind: raise ClirError(f"{cls.__name__} needs a {cls.prompt_kind} prompt; {name!r} is a {t.method} prompt")
     return t
 
@@ -243,6 +245,15 @@ class CallLoad:
 def estimate(cls: Reranker, options: RerankerOptions, method: str, stats: TextStats) -> CallLoad | None:
     "The work per query of `method` with `options` on text of `stats` (None: this family cannot estimate itself)."
     return None
+
+# %% ../nbs/11_rerank.ipynb #ebb66b73
+@patch(cls_method=True)
+def oracle_answer(cls: Reranker, oracle, text: str, candidates=()) -> tuple[str, list[float]] | None:
+    """The test oracle's answer to a prompt `text` of this family, `(answer text, scores of candidates)` (`oracle` is a
+    `testing.QrelsOracle`: its `_query` and `_grade` read the qrels); None: not a prompt of this family. The shipped
+    families' prompts the oracle knows itself; a family of another package answers its own here."""
+    return None
+
 
 # %% ../nbs/11_rerank.ipynb #3c2153dc
 RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwise", "clir_llm.setwise", "clir_llm.pointwise",

@@ -331,6 +331,7 @@ def tiny_setup(n_queries=2, n_docs=30, seed=0):
 import re
 from .core import Usage
 from .llm import Backend
+from .rerank import RERANKERS
 from .templates import PromptTemplate, prompt_text, prompts_dir, squash
 
 def template_pattern(text: str, last_greedy: bool = False) -> re.Pattern:
@@ -466,8 +467,10 @@ def _reasoning(self: QrelsOracle, text: str, candidates) -> tuple[str, list[floa
 # %% ../nbs/15_testing.ipynb #5015c1e5
 @patch
 def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
-    "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt."
+    "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt: a registered family's `oracle_answer`, else the shipped kinds'."
     text = prompt_text(prompt)
+    for family in dict.fromkeys(RERANKERS.values()):   # a family's own answer first (an outside package's: `Reranker.oracle_answer`)
+        if (hook := getattr(family, "oracle_answer", None)) and (out := hook(self, text, candidates)) is not None: return out
     if (out := self._pointwise(text, candidates)) is not None: return out
     if (out := self._reasoning(text, candidates)) is not None: return out
     qid = self._query(squash(text))

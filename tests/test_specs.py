@@ -203,3 +203,155 @@ def test_quirks_configs_use_the_papers_avg_and_its_reference_rows():
         assert (base.avg_rule, quirks.avg_rule) == ("unrounded", "rounded")
         copied = {c.row for c in load_regression(regression_path(quirks)).cells if "copied" in c.row}
         assert copied == {r.row for r in references(quirks, "first_stage", quirks.measure)} == {r.row for r in references(base, "first_stage", base.measure)}
+
+
+# ---------- issue 37 item 4: an outside package adds a reranker family and a backend through the registries' entry-point
+# groups (clir_llm.reranker, clir_llm.backend), with no edit to clir_llm. tests/fixtures/outside_plugin holds the package
+# `clir_outside` and its `clir_outside-0.1.dist-info/` (METADATA, entry_points.txt): on PYTHONPATH it is installed as far
+# as importlib.metadata is concerned, without pip. Each check runs clir-llm in a fresh process.
+import json, os, socket, subprocess, sys, time
+from pathlib import Path
+
+OUTSIDE = Path(__file__).parent / "fixtures" / "outside_plugin"
+CLI = str(Path(sys.executable).parent / "clir-llm")
+
+
+def _outside_env(with_plugin: bool = True) -> dict:
+    paths = [str(OUTSIDE)] if with_plugin else []
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+            "HF_HUB_OFFLINE": "1"}
+
+
+def _outside(*args, with_plugin=True, timeout=300):
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, env=_outside_env(with_plugin))
+
+
+def _outside_run(tmp_path) -> tuple[Path, dict]:
+    "A first-stage run of two demo en-de queries (each with its relevant page) and each document's length in words."
+    from clir_llm.collections import load_collection
+    c = load_collection("demo", "en-de")
+    qs, docs = sorted(c.queries)[:2], [d.docid for d in c.iter_docs()][:4]
+    lines, words = [], {}
+    for q in qs:
+        ids = docs + [d for d in c.qrels[q] if d not in docs]
+        lines += [f"{q} Q0 {d} {i + 1} {10 - i} bm25" for i, d in enumerate(ids)]
+        words |= {d.docid: len(d.full_text.split()) for d in c.get_docs(ids)}
+    (tmp_path / "first.trec").write_text("\n".join(lines) + "\n")
+    return tmp_path / "first.trec", words
+
+
+OUTSIDE_CONFIG = """name: outside
+description: a reranker family and a backend of an outside package
+collection: demo
+pairs: [en-de]
+measure: MAP
+first_stage: {methods: [bm25-og]}
+rerankers:
+  - {name: "Echo length", llm: "echo:x", method: pointwise-length, answer_words: 1000, first_stages: [bm25-og], docs: [og],
+     top_k: 3, max_queries: 2}
+experiments: [6_more_rerankers]   # one table per family that no other notebook draws: this one's too
+"""
+
+
+def test_the_outside_package_is_not_named_in_clir_llm():
+    "Zero edits: nothing in the package names the outside package, its family or its backend kind."
+    src = Path(__file__).parents[1] / "clir_llm"
+    hits = [p.name for p in src.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".json", ".txt")
+            and any(s in p.read_text(errors="replace") for s in ("clir_outside", "pointwise-length", "EchoBackend"))]
+    assert hits == []
+
+
+def test_an_outside_package_shows_in_clir_llm_methods():
+    "On the path, `clir-llm methods` lists its family and backend kind with their own options; off it, neither."
+    p = _outside("methods")
+    assert p.returncode == 0, p.stderr[-2000:]
+    fam = p.stdout.split("pointwise-length", 1)[1].splitlines()
+    assert "(clir_outside)" in fam[0] and "answer_words=64, passage_words=200" in fam[1]
+    assert "echo:<name>" in p.stdout and "reverse=True, batch_size=8" in p.stdout.split("echo:<name>", 1)[1]
+    off = _outside("methods", with_plugin=False)
+    assert off.returncode == 0 and "pointwise-length" not in off.stdout and "echo:<name>" not in off.stdout
+
+
+def test_an_outside_family_and_backend_rerank_from_the_cli(tmp_path):
+    """`clir-llm rerank --method pointwise-length --llm echo:x`: its prompt template (found in the family's `prompt_dir`),
+    its options as flags, the backend's answers; the top 3 come out longest passage first (the echo backend retells the
+    whole prompt: its length orders them), the rest keep their order."""
+    first, words = _outside_run(tmp_path)
+    out = tmp_path / "out" / "length.trec"
+    p = _outside("rerank", "--method", "pointwise-length", "--llm", "echo:x", "--collection", "demo", "--pair", "en-de",
+                 "--run", first, "--top-k", 3, "--answer-words", 1000, "--out", out)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    from clir_llm.core import Run
+    got, before = Run.read(out), Run.read(first)
+    for q in before:
+        top = before.docids(q, 3)
+        cut = lambda d: min(words[d], 200)   # the family's passage cut (passage_words 200)
+        assert got.docids(q)[:3] == sorted(top, key=lambda d: -cut(d)) and got.docids(q)[3:] == before.docids(q)[3:]
+    meta = json.loads(Path(str(out) + ".rerank.json").read_text())
+    assert meta["params"]["template"] == "length" and meta["params"]["answer_words"] == 1000 and meta["backend"]["kind"] == "echo"
+    assert sum(d["prompts"] for d in meta["per_query"].values()) == 6
+
+
+def test_an_outside_family_in_a_config_dry_run(tmp_path):
+    "A config row of the outside family on the outside backend passes `reproduce --dry-run`, costed by the family's own `estimate`."
+    (tmp_path / "outside.yaml").write_text(OUTSIDE_CONFIG)
+    p = _outside("reproduce", tmp_path / "outside.yaml", "--dry-run")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "reranker Echo length: pointwise-length with echo:x = EchoBackend model x" in p.stdout
+    assert "calls: reranker Echo length (pointwise-length, echo:x): reranked: 1 runs, 2 queries, 6 calls" in p.stdout
+    assert "6 length calls" in p.stdout.split("calls in total:", 1)[1].splitlines()[0]
+    assert "cannot count" not in p.stdout
+    off = _outside("reproduce", tmp_path / "outside.yaml", "--dry-run", with_plugin=False)
+    assert off.returncode != 0 and "pointwise-length" in off.stderr and "Traceback" not in off.stderr
+
+
+def test_an_outside_family_served(tmp_path):
+    "`clir-llm serve` on that config answers a rerank request with the outside family on the outside backend, then stops."
+    import httpx
+    (tmp_path / "outside.yaml").write_text(OUTSIDE_CONFIG)
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    p = subprocess.Popen([CLI, "serve", str(tmp_path / "outside.yaml"), "--port", str(port)], stderr=subprocess.PIPE, text=True,
+                         env=_outside_env())
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200: break
+            except httpx.HTTPError: time.sleep(0.1)
+            if p.poll() is not None: break
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/rerank", timeout=60,
+                       json={"model": "Echo length", "query": "what", "documents": ["a b", "a b c d e f", "a b c d"]})
+        assert r.status_code == 200, r.text
+        assert [x["index"] for x in r.json()["results"]] == [1, 2, 0]   # longest first
+    finally:
+        p.terminate(); err = p.communicate(timeout=60)[1]
+    assert f"Echo length on http://127.0.0.1:{port}" in err and "Traceback" not in err, err[-2000:]
+
+
+ORACLE_SCRIPT = """
+from clir_llm.rerank import get_reranker
+from clir_llm.testing import QrelsOracle, tiny_setup
+coll, first = tiny_setup(n_queries=2, n_docs=12)
+out = get_reranker("pointwise-length", QrelsOracle(coll), progress=False).rerank(coll, first, k=12)
+print([[coll.qrels[q][d] for d in out.docids(q)] for q in out])
+"""
+
+
+def test_the_qrels_oracle_answers_an_outside_family_through_its_hook(tmp_path):
+    "The test oracle answers the outside family's prompts through the family's `oracle_answer`: graded passages first, by grade."
+    p = subprocess.run([sys.executable, "-c", ORACLE_SCRIPT], capture_output=True, text=True, timeout=300, env=_outside_env(), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    grades = json.loads(p.stdout.strip().splitlines()[-1])
+    assert all(g == sorted(g, reverse=True) for g in grades) and any(len(set(g)) > 1 for g in grades)
+
+
+@pytest.mark.slow
+def test_an_outside_family_gets_its_table_from_reproduce(tmp_path):
+    "`clir-llm reproduce` of that config runs the family in the pipeline and 6_more_rerankers draws its table (about a minute)."
+    (tmp_path / "outside.yaml").write_text(OUTSIDE_CONFIG)
+    env = {**_outside_env(), "CLIR_LLM_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run([CLI, "reproduce", str(tmp_path / "outside.yaml"), "--results", str(tmp_path / "results"),
+                        "--figures", str(tmp_path / "figures")], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    import pandas as pd
+    table = pd.read_csv(tmp_path / "results" / "outside" / "tables" / "length.csv", index_col=0)
+    assert "BM25-OG » Echo length OG" in table.index and 0 <= table.loc["BM25-OG » Echo length OG", "en-de"] <= 1
