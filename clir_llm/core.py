@@ -5,7 +5,7 @@
 # %% ../nbs/00_core.ipynb #051c69fc
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import codecs, stat, json, os, math, re, tempfile, hashlib, time, urllib.parse
+import base64, codecs, functools, stat, json, os, math, re, tempfile, hashlib, time, urllib.parse
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
@@ -13,11 +13,12 @@ from typing import Iterable, Iterator, Mapping
 import yaml
 
 # %% auto #0
-__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH', 'SCORE_DECIMALS',
-           'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml', 'writable_target',
-           'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env', 'SecretError', 'redact',
-           'check_no_secret', 'Query', 'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage',
-           'usage_path', 'stable_hash', 'memoised', 'Retriever', 'repo_root']
+__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'MIN_SECRET', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH',
+           'SCORE_DECIMALS', 'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml',
+           'writable_target', 'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env',
+           'secret_value', 'url_credentials', 'secret_url', 'SecretError', 'redact', 'check_no_secret', 'Query',
+           'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash',
+           'memoised', 'Retriever', 'repo_root']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -208,7 +209,8 @@ def check_output_folder(folder, what: str = "--out", inputs=(), replaced: bool =
 
 # %% ../nbs/00_core.ipynb #b768ca31
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
-URL_ENV_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HF_ENDPOINT")   # server addresses that may carry `user:key@`
+URL_ENV_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HF_ENDPOINT")   # server addresses that may carry `user:key@` or `?key=`
+MIN_SECRET = 8   # characters: a shorter value (or prefix) would redact ordinary words
 _SECRET_NAME = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$")
 _NAMED: set[str] = set()   # variables a backend reads its key from (`api_key_env`)
 
@@ -216,40 +218,131 @@ def secret_env(name: str) -> str:
     "Remember that environment variable `name` holds a credential (its value is redacted wherever text leaves); returns `name`."
     _NAMED.add(str(name)); return name
 
+# %% ../nbs/00_core.ipynb #b5510291
+_HELD: set[str] = set()          # credentials given as values: a server URL's user info and query values, an `api_key=`
+_HELD_PARAMS: set[str] = set()   # the query parameters of those URLs: their values redacted in any URL, however short
+
+def secret_value(value):
+    "Remember that `value` is a credential (redacted wherever text leaves, refused where text is stored); returns `value`."
+    if isinstance(value, str) and len(value) >= MIN_SECRET: _HELD.add(value)
+    return value
+
+# %% ../nbs/00_core.ipynb #5a3aa6fd
+def url_credentials(url) -> tuple[list[str], list[str]]:
+    """The credentials written into a server URL, and the names of its query parameters: the user name and password
+    (`user:pass@`, also a password holding an unencoded '/', '?', '#' or '@': everything before the last '@') and
+    *every* value of the query string, whatever the parameter is called. A base URL's query is where gateways put their
+    keys (`?subscription-key=`, `?code=`, `?x-api-key=`, ...), under names no list can hold, and a key of 12 characters
+    or with punctuation has no tell-tale shape either; a value that is no secret (`api-version=2024-06-01`) is merely
+    hidden in messages too."""
+    u = str(url or "").strip()
+    rest = u.split("://", 1)[1] if "://" in u else u
+    vals, names = [], []
+    if "@" in rest:
+        info = rest[:rest.rindex("@")]
+        vals += [info, *info.split(":", 1)]
+        rest = rest[rest.rindex("@") + 1:]
+    query = rest.split("?", 1)[1].split("#", 1)[0] if "?" in rest else ""
+    for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True): names.append(k); vals.append(v)
+    vals += [urllib.parse.unquote(v) for v in vals]
+    return [v for v in dict.fromkeys(vals) if len(v) >= MIN_SECRET], [k for k in dict.fromkeys(names) if k]
+
+# %% ../nbs/00_core.ipynb #e274a017
+def secret_url(url):
+    "Remember the credentials of server URL `url` (`url_credentials`: its user info and every query value); returns `url`."
+    vals, names = url_credentials(url)
+    _HELD.update(vals); _HELD_PARAMS.update(names)
+    return url
+
 # %% ../nbs/00_core.ipynb #572bd010
 class SecretError(ClirError):
     "A value to be stored holds a credential."
 
 # %% ../nbs/00_core.ipynb #d0f0b5e8
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
-_QUERY_KEY = re.compile(r"(?i)([?&;](?:api[-_]?key|key|token|access[-_]?token|auth|password|passwd|secret|sig|signature)=)[^&#\s'\"<>]+")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^/\s@'\"<>]+|[^/\s@'\"<>:]*:[^\s@'\"<>]+)@")   # a password may hold '/'
+_KEY_NAMES = r"[\w.~-]*(?:key|token|secret|passw(?:or)?d|auth|sig|signature|code|credentials?)"
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]{6,}")
 _KEYLIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
 
+@functools.lru_cache(maxsize=16)
+def _query_key(names: frozenset = frozenset()) -> re.Pattern:
+    """A query value in a URL that is a credential by its parameter's name (a key-like name, or one of `names`: a
+    server URL's own parameters) or by its shape (16 or more characters of a key's alphabet, whatever the name)."""
+    named = "|".join([_KEY_NAMES, *map(re.escape, sorted(names, key=len, reverse=True))])
+    return re.compile(rf"(?i)([?&;](?:{named})=)[^&#\s'\"<>]+|([?&;][\w.~-]+=)[A-Za-z0-9._~+/%-]{{16,}}=*(?=[&#\s'\"<>]|$)")
+
 def _secrets() -> list[str]:
-    "The credential values this process holds (at least 8 characters: shorter ones would redact ordinary words)."
+    "The credential values this process holds (at least `MIN_SECRET` characters), longest first."
     names = set(SECRET_ENV_VARS) | _NAMED | {k for k in os.environ if _SECRET_NAME.search(k)}
-    vals = [v for k in names if (v := os.environ.get(k)) and len(v) >= 8]
-    for k in URL_ENV_VARS:
-        u = urllib.parse.urlsplit(os.environ.get(k) or "")
-        vals += [v for v in (u.password, urllib.parse.unquote(u.password or "")) if v and len(v) >= 8]
+    vals = [v for k in names if (v := os.environ.get(k)) and len(v) >= MIN_SECRET] + list(_HELD)
+    for k in URL_ENV_VARS: vals += url_credentials(os.environ.get(k) or "")[0]
     return sorted(set(vals), key=len, reverse=True)
+
+def _params() -> frozenset:
+    "The query parameters of the server URLs this process holds (their values are credentials, whatever their length)."
+    return frozenset(_HELD_PARAMS.union(*(url_credentials(os.environ.get(k) or "")[1] for k in URL_ENV_VARS)))
+
+# %% ../nbs/00_core.ipynb #1027c28a
+_B64_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_B64_TAIL = re.compile(r"[A-Za-z0-9+/_-]{0,3}(?:=|%3[Dd]){0,2}")   # the group that mixes a secret's last bytes with the next
+
+def _text_units(s: str) -> list[str]:
+    "One pattern per character of `s`: itself, percent-encoded (any byte, hex in either case), JSON-escaped, '+' for a space."
+    out = []
+    for c in s:
+        alts = [re.escape(c), "".join(f"%[{h[0]}{h[0].lower()}][{h[1]}{h[1].lower()}]" for h in (f"{b:02X}" for b in c.encode()))]
+        alts += {"/": [r"\\/"], '"': [r'\\"'], "\\": [r"\\\\"], " ": [r"\+"]}.get(c, [])
+        out.append(f"(?:{'|'.join(alts)})")
+    return out
+
+def _b64_units(s: str) -> list[list[str]]:
+    "Base64 of `s` at each of the three byte alignments (whole groups only), standard or URL-safe, '+', '/' percent-encoded or not."
+    b, out = s.encode(), []
+    for j in range(3):
+        t = b[j:]; t = t[:len(t) // 3 * 3]
+        out.append([{"+": r"(?:[+-]|%2[Bb])", "/": r"(?:[/_]|%2[Ff])"}.get(c, re.escape(c)) for c in base64.b64encode(t).decode()])
+    return out
+
+@functools.lru_cache(maxsize=16)
+def _matcher(secrets: tuple):
+    "For the held `secrets`: a pattern finding the first `MIN_SECRET` units of any of their forms, and each form's units."
+    forms = [f for s in secrets for f in [(_text_units(s), False), *((u, True) for u in _b64_units(s))] if len(f[0]) >= MIN_SECRET]
+    if not forms: return None
+    head = re.compile("|".join(f"({''.join(u[:MIN_SECRET])})" for u, _ in forms))
+    return head, [([re.compile(x) for x in u], b64) for u, b64 in forms]
+
+def _cut_held(text: str, secrets) -> str:
+    "`text` with every held secret, in any of its forms, and any prefix of 8+ units of a form, replaced by `***`."
+    if not (m := _matcher(tuple(secrets))): return text
+    head, forms = m
+    out, pos = [], 0
+    while (h := head.search(text, pos)):
+        units, b64 = forms[h.lastindex - 1]
+        start, end = h.start(), h.end()
+        for u in units[MIN_SECRET:]:
+            if not (x := u.match(text, end)): break
+            end = x.end()
+        if b64:   # the base64 groups on either side mix the secret's bits with its neighbours': they go too
+            while start > max(pos, h.start() - 3) and text[start - 1] in _B64_CHARS: start -= 1
+            end = _B64_TAIL.match(text, end).end()
+        out += [text[pos:start], "***"]; pos = end
+    return "".join(out) + text[pos:]
 
 # %% ../nbs/00_core.ipynb #25f60f6d
 def redact(text) -> str:
-    "`text` with every credential replaced by `***` (values the process holds, URL user info and query keys, bearer tokens, sk- keys)."
+    """`text` with every credential replaced by `***`: the values the process holds in any form (`_cut_held`), URL user
+    info, query values named like keys, named as a held URL's parameters or shaped like keys, bearer tokens, sk- keys."""
     text = _USERINFO.sub(r"\1***@", str(text))
-    text = _QUERY_KEY.sub(r"\1***", text)
+    text = _query_key(_params()).sub(lambda m: (m.group(1) or m.group(2)) + "***", text)
     text = _BEARER.sub(r"\1\2***", text)
     text = _KEYLIKE.sub("***", text)
-    for v in _secrets(): text = text.replace(v, "***")
-    return text
+    return _cut_held(text, _secrets())
 
 # %% ../nbs/00_core.ipynb #3e73ee90
 def check_no_secret(text: str, what: str = "value"):
-    "A `SecretError` if `text` holds a credential value this process holds (the credential itself is never printed)."
-    for s in _secrets():
-        if s in text: raise SecretError(f"refusing to store a {what} that contains a credential (the value of a secret environment variable)")
+    "A `SecretError` if `text` holds a credential this process holds, in any form `redact` finds (the credential itself is never printed)."
+    if _cut_held(text, _secrets()) != text:
+        raise SecretError(f"refusing to store a {what} that contains a credential (the value of a secret environment variable)")
 
 # %% ../nbs/00_core.ipynb #ed0ac8f1
 @dataclass(frozen=True)

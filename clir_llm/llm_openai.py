@@ -4,14 +4,14 @@
 
 # %% ../nbs/10b_llm_openai.ipynb #e5ac294e
 from __future__ import annotations
-import json, logging, math, os, random, threading, time, urllib.parse, warnings
+import json, logging, math, os, random, sys, threading, time, urllib.parse, warnings
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Literal, Optional, Union
 from fastcore.basics import patch
 from pydantic import field_validator
 from .cache import Cache, redact
-from .core import secret_env
+from .core import secret_env, secret_url, secret_value
 from .executor import LOCAL, Executor
 from .specs import opt
 from .prices import PRICES, load_prices, price_of
@@ -21,7 +21,8 @@ from .llm_hf import HFRenderMixin, is_hub_id, load_tokenizer, truncate_with
 _log = logging.getLogger("clir_llm.llm_openai")   # warnings go through logging: the command line prints them, a library user decides
 
 # %% auto #0
-__all__ = ['LOGPROB_SLACK', 'MAX_USAGE_TOKENS', 'ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'OpenAIBackend']
+__all__ = ['LOGPROB_SLACK', 'MAX_USAGE_TOKENS', 'ANSWER_CHARS', 'MAX_ANSWER', 'OpenAIOptions', 'endpoint', 'split_query',
+           'OpenAIBackend']
 
 # %% ../nbs/10b_llm_openai.ipynb #e4a22db8
 class OpenAIOptions(BackendOptions):
@@ -60,8 +61,13 @@ class OpenAIOptions(BackendOptions):
             if isinstance(u, str) and not u.lower().startswith(("http://", "https://")):
                 raise ValueError(("" if u == v else f"{u!r} is ") + "not an http:// or https:// URL (e.g. http://localhost:8000/v1)")
             if isinstance(u, str):
-                try: urllib.parse.urlsplit(u).port   # a malformed host or port ('http://[::1/v1', ':99999')
-                except ValueError as e: raise ValueError(f"{redact(u)!r} is not a valid URL ({e})") from None
+                secret_url(u)   # its user info and query values are credentials: redacted wherever text leaves (core.secret_url)
+                p = urllib.parse.urlsplit(u)
+                if "@" in u[u.index(p.netloc) + len(p.netloc):]:   # 'user:pa/ss@host': the password's '/' ended the host
+                    raise ValueError(f"{redact(u)!r}: a '/', '?', '#' or '@' in the URL's user or password must be "
+                                     "percent-encoded (%2F, %3F, %23, %40)")
+                try: p.port   # a malformed host or port ('http://[::1/v1', ':99999')
+                except ValueError as e: raise ValueError(f"{redact(u)!r} is not a valid URL ({redact(e)})") from None
         return v[0] if isinstance(v, list) and len(v) == 1 else v
 
     @field_validator("api_key_env")
@@ -79,6 +85,15 @@ def endpoint(url: str | None) -> str | None:
     except ValueError: port = None
     port = port or {"http": 80, "https": 443}.get(p.scheme.lower())
     return f"{p.scheme.lower()}://{host}{f':{port}' if port else ''}{p.path.rstrip('/') or ''}"
+
+# %% ../nbs/10b_llm_openai.ipynb #ca66b255
+def split_query(url: str | None) -> tuple[str | None, dict]:
+    """A base URL without its query string, and the query's parameters: a gateway's key (`?subscription-key=...`) is sent
+    as a query parameter of every request, `/v1/chat/completions?subscription-key=...` (pasted into the base URL, the
+    client built `/v1?subscription-key=.../chat/completions`)."""
+    if not url: return url, {}
+    p = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(p._replace(query="", fragment="")), dict(urllib.parse.parse_qsl(p.query, keep_blank_values=True))
 
 # %% ../nbs/10b_llm_openai.ipynb #8c8b273c
 _RETRY_STATUS = {408, 409, 429}
@@ -161,7 +176,7 @@ class OpenAIBackend(CachedBackend):
         self.base_url = self.base_urls[0]   # names the server in cache keys (replicas serve the same model)
         self._endpoint = o.endpoint         # names the server in cache keys where its URL is not stable
         self.supports_prefill = o.prefill   # chat API: vLLM / SGLang servers continue a final assistant message on request
-        self.__key, self._key_env = api_key, o.api_key_env   # the key is never stored elsewhere; read when a client is built
+        self.__key, self._key_env = secret_value(api_key), o.api_key_env   # the key is never stored elsewhere; read when a client is built
         self.concurrency, self.timeout, self.max_retries, self.backoff, self.max_wait = o.concurrency, o.timeout, o.max_retries, o.backoff, o.max_wait
         self.total_timeout = o.total_timeout
         self.supports_logprobs, self.top_logprobs = o.logprobs, o.top_logprobs
@@ -185,8 +200,11 @@ class OpenAIBackend(CachedBackend):
                 if self._key_env: raise LLMError(f"{self.name}: the environment variable {self._key_env} (api_key_env) is not set")
                 if not self.base_url: raise LLMError(f"{self.name}: set OPENAI_API_KEY (or pass base_url= for a local server)")
                 key = "not-needed"   # local OpenAI-compatible servers usually accept any key
-            self._clients[i] = openai.OpenAI(api_key=key, base_url=self.base_urls[i], timeout=self._timeout(), max_retries=0,
-                                             organization=self._org)
+            base, query = split_query(self.base_urls[i])   # a key in the URL's query: sent as a parameter of every request
+            self._clients[i] = c = openai.OpenAI(api_key=key, base_url=base, default_query=query or None, timeout=self._timeout(),
+                                                 max_retries=0, organization=self._org)
+            if not _bound_reads(c._client):
+                _log.debug(f"{self.name}: this httpx has no connection pool to bound: total_timeout holds between reads only")
         return self._clients[i]
 
     @property
@@ -210,6 +228,51 @@ def _timeout(self: OpenAIBackend, left: float | None = None):
     cap = lambda t: t if left is None else max(0.01, min(t, left))
     o = self.options
     return openai.Timeout(cap(o.timeout), connect=cap(o.connect_timeout), read=cap(o.read_timeout or o.timeout))
+
+# %% ../nbs/10b_llm_openai.ipynb #8ecc4372
+_DEADLINE = threading.local()   # .at: the monotonic time by which the call in this thread must end (None: no call)
+
+def _left(timeout, error):
+    "`timeout` cut to what the call in this thread has left; `error` (httpcore's timeout) once nothing is left."
+    at = getattr(_DEADLINE, "at", None)
+    if at is None: return timeout
+    left = at - time.monotonic()
+    if left <= 0: raise error("total_timeout reached while the server was still sending")
+    return left if timeout is None else min(timeout, left)
+
+# %% ../nbs/10b_llm_openai.ipynb #3cf05591
+class _DeadlineStream:
+    "A network stream (httpcore's interface) whose reads, writes and TLS handshake end by the call's deadline."
+    def __init__(self, stream, errors): self._s, self._e = stream, errors
+    def read(self, max_bytes, timeout=None): return self._s.read(max_bytes, _left(timeout, self._e.ReadTimeout))
+    def write(self, buffer, timeout=None): return self._s.write(buffer, _left(timeout, self._e.WriteTimeout))
+    def close(self): return self._s.close()
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self._s.start_tls(ssl_context, server_hostname, _left(timeout, self._e.ConnectTimeout)), self._e)
+    def get_extra_info(self, info): return self._s.get_extra_info(info)
+
+# %% ../nbs/10b_llm_openai.ipynb #710196a8
+class _DeadlineBackend:
+    "A network backend (httpcore's interface) whose connections are `_DeadlineStream`s."
+    def __init__(self, backend, errors): self._b, self._e = backend, errors
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return _DeadlineStream(self._b.connect_tcp(host, port, _left(timeout, self._e.ConnectTimeout), local_address, socket_options), self._e)
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        return _DeadlineStream(self._b.connect_unix_socket(path, _left(timeout, self._e.ConnectTimeout), socket_options), self._e)
+    def sleep(self, seconds): return self._b.sleep(seconds)
+
+# %% ../nbs/10b_llm_openai.ipynb #aa585146
+def _bound_reads(http) -> bool:
+    """Put `_DeadlineBackend` under the connection pools of `http` (an httpx or httpx2 client: its transport and proxy
+    mounts); False where none is found (another httpx layout: the deadline then holds between reads only)."""
+    done = False
+    for t in [getattr(http, "_transport", None), *(getattr(http, "_mounts", None) or {}).values()]:
+        pool = getattr(t, "_pool", None)
+        b = getattr(pool, "_network_backend", None)
+        if b is None or isinstance(b, _DeadlineBackend): done = done or b is not None; continue
+        pool._network_backend = _DeadlineBackend(b, sys.modules[type(pool).__module__.split(".")[0]])   # httpcore or httpcore2
+        done = True
+    return done
 
 # %% ../nbs/10b_llm_openai.ipynb #57d26c3b
 class _LocalRenderer(HFRenderMixin):
@@ -310,8 +373,10 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
         wait, i, ok = None, self.pool.acquire(), False
         try:
             t0, c = time.perf_counter(), self.client_for(i)
-            resp = (c.chat.completions if endpoint == "chat" else c.completions).create(
+            _DEADLINE.at = deadline   # every read of this thread's request ends by it (_bound_reads), bytes arriving or not
+            try: resp = (c.chat.completions if endpoint == "chat" else c.completions).create(
                 model=self.model, timeout=self._timeout(deadline - time.monotonic()), **kw)
+            finally: _DEADLINE.at = None
             dt = time.perf_counter() - t0
             choices = _choices(resp, endpoint); ok = True
             return choices, _usage(self, getattr(resp, "usage", None)), getattr(resp, "model", None), dt

@@ -297,3 +297,39 @@ def test_redact_knows_every_credential(monkeypatch):
         R.hostile("secrets", f"redact: {c}", True)
     assert redact("https://example.org/v1 and user@example.org") == "https://example.org/v1 and user@example.org"
     with pytest.raises(SecretError): check_no_secret('{"note": "canary-custom-0123456789"}', "cache note")
+
+
+# ---------- issue 39 item 2: redaction by shape: every credential held, in any form it takes in text
+def test_redact_finds_a_held_key_in_every_form_and_any_query_value_of_a_server_url():
+    "A held key literal, percent-encoded (any byte), JSON-escaped, in base64 at any alignment (std/URL-safe, padded or not), and its 8+ character prefixes."
+    import base64 as b64, json as js, urllib.parse as up
+    from clir_llm.core import _HELD, _HELD_PARAMS, check_no_secret, redact, secret_url, secret_value, SecretError
+    key = "9c1d/e2f3+a4b5c6d7e8f9a0b1c2d3e4"   # with '/' and '+', which percent-encoding and base64 change
+    secret_value(key)
+    try:
+        forms = {"literal": key, "quote": up.quote(key, safe=""), "every byte": "".join(f"%{b:02x}" for b in key.encode()),
+                 "json": js.dumps(key)[1:-1].replace("/", "\\/"), "base64": b64.b64encode(key.encode()).decode(),
+                 "urlsafe unpadded": b64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+                 "basic auth": b64.b64encode(f"me:{key}".encode()).decode(), "bearer+1": b64.b64encode(f"x{key}".encode()).decode(),
+                 "first 10": key[:10], "first 10 quoted": up.quote(key[:10], safe=""), "first 10 base64": b64.b64encode(key[:10].encode()).decode()}
+        for name, f in forms.items():
+            out = redact(f"server said: <{f}> ok")
+            ok = out.startswith("server said: <") and out.endswith("> ok") and "***" in out and key[:8] not in out and f not in out
+            R.hostile("secrets", f"redact: a held key, {name}", ok)
+            assert ok, (name, out)
+            with pytest.raises(SecretError): check_no_secret(f"answer {f}")
+        assert redact("an ordinary sentence with 9c1d and e2f3 in it") == "an ordinary sentence with 9c1d and e2f3 in it"
+    finally: _HELD.discard(key)
+    # a server URL's user info (a password with '/') and every query value, whatever the parameter's name
+    q = {"subscription-key": "a1b2c3d4e5f6a7b8", "code": "c0dec0dec0dec0de", "zq": "shortkey", "api-version": "2024-06-01"}
+    url = f"http://gw:pa/ss-w0rd-99@h:1/v1?{up.urlencode(q)}"
+    secret_url(url)
+    try:
+        out = redact(f"POST {url} failed; echo {q['subscription-key'][:10]} {b64.b64encode(q['code'].encode()).decode()} pa/ss-w0rd-99")
+        assert not any(v in out for v in (*q.values(), "pa/ss-w0rd-99", "pa/ss")), out
+        assert "http://***@h:1/v1" in out and "subscription-key=***" in out and "zq=***" in out, out
+        # a URL the process does not hold: query values named like keys, or shaped like keys (16+ characters), whatever their name
+        other = redact("GET https://x.org/v1?x-api-key=abc123&private_token=Z9y8X7w6V5u4T3s2R1&page=2&note=short")
+        assert other == "GET https://x.org/v1?x-api-key=***&private_token=***&page=2&note=short", other
+    finally:
+        _HELD.difference_update([*q.values(), "pa/ss-w0rd-99", "gw:pa/ss-w0rd-99", "gw"]); _HELD_PARAMS.difference_update(q)

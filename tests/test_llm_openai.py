@@ -1,7 +1,7 @@
 """`openai:` (clir_llm.llm_openai) against real local HTTP servers (clir_llm.testing.FakeOpenAIServer) with injected faults:
 retries counted by kind, the key never stored, kill -9 and resume, a pool of replicas with failover, and for open models
 the very prompts (token ids) `hf:` renders; tiktoken counting; what the dry run asks of the kind."""
-import base64, json, math, os, signal, subprocess, sys, textwrap, threading, time
+import base64, hashlib, json, math, os, signal, subprocess, sys, textwrap, threading, time
 from collections import Counter
 from pathlib import Path
 import pytest
@@ -12,6 +12,7 @@ from clir_llm.llm_hf import HFBackend
 from clir_llm.llm_openai import OpenAIBackend, OpenAIOptions, _ServerPool, endpoint
 from clir_llm.testing import FakeOpenAIServer, _toy_logprobs, make_tiny_hf_model, tiny_setup
 import re
+import yaml
 import _reliability as R
 from clir_llm.collections import load_collection
 from clir_llm.core import Run, usage_path
@@ -804,3 +805,192 @@ def test_an_empty_or_broken_base_url_is_an_error_not_openais_api(secret, url):
     with pytest.raises((ClirError, LLMError, ValueError)) as e: get_backend({"spec": "openai:m", "base_url": url})
     R.hostile("arguments", f"base_url={url!r}", "URL" in str(e.value) or "url" in str(e.value))
     assert "Traceback" not in str(e.value)
+
+
+# ---------- issue 39 item 2: a canary key, given in any supported way, in no output in any encoding; query keys sent as parameters
+QUERY_NAMES = ["subscription-key", "code", "access_key", "x-api-key", "client_secret", "private_token", "zq"]
+
+
+def _encodings(key: str) -> dict:
+    "The forms of `key` a server may echo: literal, percent-encoded (every byte, either case), base64 (std, URL-safe unpadded), its first 10 characters."
+    import base64 as b64
+    return {"literal": key, "percent": "".join(f"%{b:02X}" for b in key.encode()), "percent-lower": "".join(f"%{b:02x}" for b in key.encode()),
+            "base64": b64.b64encode(key.encode()).decode(), "base64url": b64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+            "first 10": key[:10], "first 10 percent": "".join(f"%{b:02X}" for b in key[:10].encode()),
+            "first 10 base64": b64.b64encode(key[:10].encode()).decode()[:12]}
+
+
+def _leaks(text: str, key: str) -> list[str]:
+    "The encodings of `key` (`_encodings`) that `text` holds; also base64 of the key at the three byte alignments a longer text gives."
+    import base64 as b64
+    found = [k for k, v in _encodings(key).items() if v in text]
+    for j in (1, 2):
+        t = key.encode()[j:]; t = t[:len(t) // 3 * 3]
+        if b64.b64encode(t).decode()[:12] in text: found.append(f"base64 at offset {j}")
+    return found
+
+
+class EchoEverythingServer:
+    """An HTTP server on 127.0.0.1 that answers every POST with 401 and every credential it received (the bearer token,
+    the user and password of Basic auth, every query value) echoed back literally, percent-encoded, in base64 and as its
+    first 10 characters; it records each request's path and query."""
+    def __init__(self):
+        import http.server, socketserver, urllib.parse as up, base64 as b64
+        seen = self.seen = []
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a): pass
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                path, _, query = self.path.partition("?")
+                q = dict(up.parse_qsl(query, keep_blank_values=True))
+                seen.append({"path": path, "query": q, "authorization": self.headers.get("Authorization", "")})
+                auth = (self.headers.get("Authorization") or "").split()
+                creds = list(q.values())
+                if len(auth) == 2 and auth[0].lower() == "bearer": creds.append(auth[1])
+                if len(auth) == 2 and auth[0].lower() == "basic": creds += b64.b64decode(auth[1]).decode().split(":", 1)
+                echo = "; ".join(f"{c} {up.quote(c)} {''.join(f'%{b:02X}' for b in c.encode())} {b64.b64encode(c.encode()).decode()} "
+                                 f"{b64.urlsafe_b64encode(c.encode()).decode().rstrip('=')} starts {c[:10]}" for c in creds)
+                body = json.dumps({"error": {"message": f"keys not valid here: {echo}", "type": "auth"}}).encode()
+                self.send_response(401); self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+    def __enter__(self): threading.Thread(target=self.httpd.serve_forever, daemon=True).start(); return self
+    def __exit__(self, *a): self.httpd.shutdown(); self.httpd.server_close()
+
+
+def _canary(way: str) -> str: return hashlib.md5(way.encode()).hexdigest()   # 32 hex characters, one canary per way
+
+
+def _canary_ways(url: str) -> list[tuple[str, str, dict, list]]:
+    "(way, base URL, extra environment, extra arguments) for each supported way of giving the key (`_canary(way)`)."
+    return ([("OPENAI_API_KEY", url, {"OPENAI_API_KEY": _canary("OPENAI_API_KEY")}, []),
+             ("api_key_env", url, {"RERANK_GATEWAY_AUTH": _canary("api_key_env")}, ["--llm-api-key-env", "RERANK_GATEWAY_AUTH"]),
+             ("userinfo", url.replace("http://", f"http://gateway:{_canary('userinfo')}@"), {}, [])]
+            + [(f"?{n}=", f"{url}?{n}={_canary(f'?{n}=')}", {}, []) for n in QUERY_NAMES])
+
+
+def test_canary_in_any_way_and_any_encoding_never_leaks_and_query_keys_are_parameters(tmp_path):
+    """A 32-hex canary as OPENAI_API_KEY, an `api_key_env` variable of an odd name, the password of the URL's user info, or
+    the value of a query parameter of any name, against a server that echoes every credential it got literally,
+    percent-encoded, in base64 and its first 10 characters: no encoding of it in the stdout and stderr of `clir-llm -v
+    rerank` (the failure line and the HTTP log) nor in the dry-run plan of a config naming those URLs; the server got a
+    query key as a parameter of `/v1/chat/completions` (it was pasted into the path: `/v1?subscription-key=.../chat/completions`)."""
+    run, out = R.good_run(tmp_path), tmp_path / "out"
+    out.mkdir()
+    args = ["-v", "rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise", "--llm", "openai:fake-ranker[api=chat]",
+            "--top-k", "2", "--window", "2", "--step", "1", "--llm-max-retries", "0", "--llm-concurrency", "1"]
+    bad, base = [], {k: v for k, v in R.env_for(tmp_path / "cache").items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    with EchoEverythingServer() as echo:
+        ways = _canary_ways(echo.url)
+        for k, (way, url, extra, more) in enumerate(ways):
+            n, key = len(echo.seen), _canary(way)
+            p = R.run_cli(*args, "--llm-base-url", url, *more, "--out", out / f"{k}.trec", env={**base, **extra}, timeout=300)
+            got, leaked = echo.seen[n:], _leaks(p.stdout + p.stderr, key)
+            received = bool(got) and all(g["path"] == "/v1/chat/completions" for g in got)
+            if way.startswith("?"): received = received and all(g["query"].get(way[1:-1]) == key for g in got)
+            ok = p.returncode == 1 and "HTTP 401" in p.stderr and not leaked and received
+            R.STATS["secret_files_scanned"] += 1; R.STATS["secret_leaks"] += bool(leaked)
+            R.hostile("secrets", f"canary key by {way}, echoed in four encodings", ok)
+            if not ok: bad.append((way, p.returncode, leaked, [(g["path"], g["query"]) for g in got], p.stderr[-1000:]))
+        # the dry run of a config whose rerankers name those URLs (one canary each): one process, no canary held another way
+        plan = R.reduced_config(tmp_path / "plan.yaml", name="plan")
+        cfg = yaml.safe_load(plan.read_text())
+        one = cfg["rerankers"][0]
+        urls = [(way, url) for way, url, extra, _ in ways if not extra]
+        cfg["rerankers"] = [{**one, "name": f"Fake listwise {i}", "llm": {"spec": "openai:fake-ranker[api=chat]", "base_url": url}}
+                            for i, (way, url) in enumerate(urls)]
+        cfg["doc_length"]["rerankers"] = [cfg["rerankers"][0]["name"]]
+        plan.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        d = subprocess.run([R.CLI, "reproduce", str(plan), "--dry-run"], capture_output=True, text=True, env=base, timeout=300)
+        assert d.returncode == 0 and "OpenAI-compatible server http://" in d.stdout + d.stderr, d.stderr[-2000:]
+        for way, url in urls:
+            leaked = _leaks(d.stdout + d.stderr, _canary(way))
+            R.STATS["secret_files_scanned"] += 1; R.STATS["secret_leaks"] += bool(leaked)
+            R.hostile("secrets", f"canary key by {way} in the dry-run plan", not leaked)
+            if leaked: bad.append((f"dry run: {way}", leaked))
+    assert not bad, bad
+    assert not R.scan_for([_canary(w)[:10] for w, *_ in ways], out)
+
+
+# ---------- issue 39 item 3: a total deadline that holds while bytes arrive
+class DripServer:
+    """A server on 127.0.0.1 that reads a request and then sends its answer one piece every `every` seconds, for up to
+    `limit` seconds: 'body' (headers, then a 100 kB body byte by byte), 'chunked' (endless chunks of whitespace) or
+    'headers' (the headers themselves byte by byte)."""
+    def __init__(self, mode: str, every: float = 1.0, limit: float = 30.0):
+        import socket
+        self.mode, self.every, self.limit, self.stop = mode, every, limit, threading.Event()
+        self.sock = socket.socket(); self.sock.bind(("127.0.0.1", 0)); self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+    def _serve(self, conn):
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data: data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            n = int(re.search(rb"(?i)content-length:\s*(\d+)", head).group(1))
+            while len(body) < n: body += conn.recv(65536)
+            pieces = {"body": [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"],
+                      "chunked": [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"],
+                      "headers": [b"HTTP/1.1 200 OK\r\n"]}[self.mode]
+            drip = {"body": b" ", "chunked": b"1\r\n \r\n", "headers": b"x"}[self.mode]
+            if self.mode == "headers": conn.sendall(pieces[0] + b"X-Slow: ")
+            else: conn.sendall(pieces[0])
+            t0 = time.monotonic()
+            try:
+                while not self.stop.wait(self.every) and time.monotonic() - t0 < self.limit: conn.sendall(drip)
+            except OSError: pass   # the client gave up and closed the connection
+    def _accept(self):
+        while not self.stop.is_set():
+            try: conn, _ = self.sock.accept()
+            except OSError: return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def __enter__(self): threading.Thread(target=self._accept, daemon=True).start(); return self
+    def __exit__(self, *a): self.stop.set(); self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["body", "chunked", "headers"])
+def test_total_timeout_holds_while_bytes_arrive(secret, mode):
+    """A server sending one byte a second (after its headers, as endless chunked whitespace, or within its headers) kept a
+    call with timeout=5, total_timeout=15 running past 150 s (httpx's read timeout is per read); with total_timeout=3 the
+    call now fails with one line within 3 s and a little."""
+    with DripServer(mode, every=1.0, limit=20) as srv:
+        b = get_backend("openai:gpt-4.1", None, base_url=srv.url, timeout=5, total_timeout=3, max_retries=3, backoff=0.01, concurrency=1)
+        result = {}
+        def call():
+            try: result["out"] = b.generate(["hello"], max_new_tokens=4, progress=False)
+            except Exception as e: result["error"] = e
+        t0 = time.monotonic()
+        th = threading.Thread(target=call, daemon=True); th.start(); th.join(3 + 5)
+        took = time.monotonic() - t0
+        srv.stop.set(); th.join(30)   # on a call that does not hold its deadline: the server stops, the call ends
+    ok = took < 3 + 5 and isinstance(result.get("error"), LLMError) and "total_timeout 3 s" in str(result["error"])
+    R.hostile("servers", f"a server dripping its answer ({mode}), total_timeout=3", ok)
+    assert ok, (took, result)
+    assert "\n" not in str(result["error"]) and "timeout" in str(result["error"])
+
+
+def test_rerank_with_a_dripping_server_ends_by_its_total_timeout(tmp_path):
+    "`clir-llm rerank` with [timeout=5,total_timeout=3] against a server dripping its answer: one line, exit 1, in seconds."
+    with DripServer("body", every=1.0, limit=60) as srv:
+        t0 = time.monotonic()
+        p = R.run_cli("-q", "rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                      "--llm", "openai:fake-ranker[api=chat,timeout=5,total_timeout=3,max_retries=2,concurrency=1]", "--llm-base-url", srv.url,
+                      "--top-k", "2", "--window", "2", "--step", "1", "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"), timeout=120)
+        took = time.monotonic() - t0
+    R.expect_one_line_error("a server dripping its answer (rerank, total_timeout=3)", p, "servers", "total_timeout 3 s")
+    assert took < 30, took
+
+
+def test_a_password_holding_a_slash_is_one_line_without_the_password(tmp_path):
+    "issue 39 item 2: `user:pa/ss@` gave a traceback (or an error) showing the start of the password; now one line naming the fix."
+    url = "http://gateway:pa/ss-s3cret-77@127.0.0.1:9/v1"
+    from clir_llm.core import redact
+    with pytest.raises((ClirError, LLMError, ValueError)) as e: get_backend({"spec": "openai:m", "base_url": url})
+    shown = redact(e.value)   # as the command line, a log or serve prints it (the error's own text echoes the value given)
+    assert "s3cret" not in shown and "pa/ss" not in shown and "percent-encoded" in shown, shown
+    p = R.run_cli("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                  "--llm", "openai:m[api=chat]", "--llm-base-url", url, "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"), timeout=120)
+    line = R.expect_one_line_error("a URL password holding '/'", p, "secrets", "percent-encoded")
+    assert "s3cret" not in p.stdout + p.stderr and "pa/ss" not in line, line

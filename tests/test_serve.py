@@ -358,3 +358,20 @@ def test_slow_headers_and_bodies_cannot_keep_the_server_from_others(tiny):
             t0 = time.time(); got = _read_all(s)
         ok = hostile("servers", "serve: a body sent too slowly", got.startswith(b"HTTP/1.1 408") and b'"message"' in got and time.time() - t0 < 10)
         assert ok, got[:300]
+
+
+def test_a_server_echoing_the_key_gives_remote_callers_none_of_it(tmp_path):
+    """issue 39 item 2: a model whose OpenAI-compatible server is reached with a key in its URL's query (a name no list
+    holds) and echoes it back literally, percent-encoded, in base64 and its first 10 characters: the JSON error a remote
+    caller of `serve` gets holds none of them (it held the key in full)."""
+    from test_llm_openai import EchoEverythingServer, _canary, _leaks
+    key = _canary("serve")
+    with EchoEverythingServer() as echo:
+        llm = f"openai:gpt-x[api=chat,base_url={echo.url}?subscription-key={key},max_retries=0,timeout=5]"
+        svc = RerankService([served_model({"name": "gw", "method": "listwise", "llm": llm})], ServeOptions(port=0, cache_mode="off"))
+        with ServerThread(svc) as url:
+            r = httpx.post(f"{url}/v1/rerank", json={"model": "gw", "query": "q", "documents": ["a", "b"]}, timeout=60)
+        got = echo.seen
+    assert r.status_code in (400, 503) and list(r.json()) == ["message"] and "HTTP 401" in r.json()["message"], r.text
+    assert not _leaks(r.text, key) and not _leaks(str(dict(r.headers)), key), r.text
+    assert got and all(g["path"] == "/v1/chat/completions" and g["query"].get("subscription-key") == key for g in got), got
