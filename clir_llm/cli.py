@@ -11,7 +11,7 @@ from .cli_args import setup_logging
 from .progress import quiet_libraries
 
 # %% auto #0
-__all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'main']
+__all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'LONG_LINE', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
@@ -56,11 +56,14 @@ def _command(func, name: str, rest: list[str]) -> int:
     with open(os.devnull, "w") as null, contextlib.redirect_stdout(null): return int(func(rest) or 0)
 
 # %% ../nbs/14_cli.ipynb #f704fdb2
-LONG_WORD = 300   # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
+LONG_WORD = 300    # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
+LONG_LINE = 1000   # characters of an error line printed whole (a 100 KB argument with spaces in it, a 31 MB value)
 
 def _said(e) -> str:
-    "An error's line as printed: every credential the process holds redacted (`core.redact`), a word over `LONG_WORD` characters cut."
-    return re.sub(r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e))
+    """An error's line as printed: every credential the process holds redacted (`core.redact`), a word over `LONG_WORD`
+    characters cut, the line cut after `LONG_LINE` characters (with its length)."""
+    s = re.sub(r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e))
+    return s if len(s) <= LONG_LINE else f"{s[:LONG_LINE]}... (a line of {len(s):,} characters)"
 
 # %% ../nbs/14_cli.ipynb #5ef80862
 def main(argv=None) -> int:

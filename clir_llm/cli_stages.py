@@ -201,6 +201,7 @@ def cli_rerank(argv=None) -> int:
     spec = RerankerSpec.parse(a.method, **spec.flat(defaults=False))
     llm = backend_spec_from_args(a)      # bad backend options fail here, before any input is read
     if spec.reranker.needs_backend and llm is None: raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
+    if not 1 <= a.top_k <= MAX_DEPTH: raise ClirError(f"--top-k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.top_k}")
     if a.input and (a.collection or a.run) or not a.input and not (a.collection and a.run):
         raise ClirError("give --collection and --run, or --input (a rank_llm Request file) alone")
     requests = read_requests(a.input, a.pair) if a.input else None   # rank_llm requests: the collection and the run

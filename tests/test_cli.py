@@ -399,3 +399,27 @@ def test_a_cache_database_as_output_is_refused_before_any_work(tmp_path, cmd):
     p = R.run_cli(*args[:1], "--collection", "fixture", "--pair", "en-de", *args[1:], "--out", tmp_path / "c" / "embed.sqlite-wal",
                   env=R.env_for(tmp_path / "c"), timeout=300)   # the default cache ($CLIR_LLM_CACHE) too, and a database's journal
     R.expect_one_line_error(f"{cmd} --out inside $CLIR_LLM_CACHE", p, "outputs", "is a database of the cache folder")
+
+
+HUGE = "a b " * 25_000   # a 100 KB argument with spaces in it: no word over LONG_WORD, so only the line's cut holds it
+
+
+@pytest.mark.parametrize("kind,args", [
+    ("a 100 KB --method", ["retrieve", "--collection", "fixture", "--pair", "en-de", "--method", HUGE, "--out", "x.trec"]),
+    ("a 100 KB --collection", ["retrieve", "--collection", HUGE, "--pair", "en-de", "--method", "bm25-og", "--out", "x.trec"]),
+    ("a 100 KB --llm", ["rerank", "--collection", "fixture", "--pair", "en-de", "--run", "r.trec", "--method", "listwise", "--llm", HUGE, "--out", "x.trec"]),
+])
+def test_huge_arguments_are_not_echoed_in_full(tmp_path, kind, args):
+    "A 90-100 KB argument came back whole in the error line (issue 39 item 6): the line is cut, with its length."
+    p = R.run_main(*args)
+    line = p.stderr.strip()
+    ok = p.returncode == 1 and len(line.splitlines()) == 1 and len(line) < 1200 and "characters)" in line and "Traceback" not in line
+    R.hostile("arguments", kind, ok)
+    assert ok, (p.returncode, len(p.stderr), p.stderr[:300])
+
+
+def test_rerank_top_k_is_bounded(tmp_path):
+    "`rerank --top-k 100000000000` was accepted (issue 39 item 6): bounded as retrieve's --k, before any input is read."
+    p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", tmp_path / "none.trec", "--method", "listwise",
+                   "--llm", "openai:x", "--top-k", "100000000000", "--out", tmp_path / "x.trec")
+    R.expect_rc("rerank --top-k 1e11", p.returncode, p.stderr, "--top-k must be between 1 and 10,000", cls="numbers")
