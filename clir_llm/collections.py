@@ -326,6 +326,7 @@ class CollectionSource:
     licence: str | None = None      # data that needs a licence (never downloaded)
     remote: str | None = None       # where the data comes from when it is not here (listing does not load it)
     listing: Callable[[bool], list[str]] | None = None   # a prefix's lines under `clir-llm datasets` (full: every id)
+    sizes: Callable[[str], tuple[int, int]] | None = None   # document language -> (queries, documents) known without the data (the dry run's counts)
 
     def pair_list(self, arg: str = "") -> list[str]:
         ps = (self.pairs(arg) if self.prefix else self.pairs()) if callable(self.pairs) else self.pairs
@@ -366,10 +367,10 @@ COLLECTIONS = Registry("collection", plugins=("clir_llm.files", "clir_llm.irds",
 def register_collection(name: str, loader: Callable[..., Collection], pairs: Callable[..., list[str]] | list[str],
                         description: str, *, options: type = SourceOptions, env: str | None = None, shipped: bool = False,
                         translations: bool | tuple[str, ...] | Callable = False, example: str | None = None,
-                        licence: str | None = None, remote: str | None = None, listing=None) -> CollectionSource:
+                        licence: str | None = None, remote: str | None = None, listing=None, sizes=None) -> CollectionSource:
     "Register `loader(pair, options, cache_root=None) -> Collection` under `name` (the string `--collection` accepts; `name:` a prefix)."
     src = CollectionSource(loader, pairs, env, shipped, translations, prefix=name.strip().endswith(":"), Options=options,
-                           licence=licence, remote=remote, listing=listing)
+                           licence=licence, remote=remote, listing=listing, sizes=sizes)
     return COLLECTIONS.register(name, src, summary=description, example=example or name)
 
 # %% ../nbs/03_collections.ipynb #974f19e2
@@ -505,7 +506,7 @@ def load_ciral(pair: str, options: CountedOptions = CountedOptions(), cache_root
 CIRAL_PAIRS = [f"en-{c}" for c in CIRAL_LANGS]
 register_collection("ciral", load_ciral, CIRAL_PAIRS,
                     "CIRAL test set A (pools): English queries, ha/so/sw/yo passages + shipped English translations", env="CIRAL_HOME",
-                    translations=True, options=CountedOptions, remote="the Hugging Face Hub")
+                    translations=True, options=CountedOptions, remote="the Hugging Face Hub", sizes=CIRAL_COUNTS.__getitem__)
 
 # %% ../nbs/03_collections.ipynb #d1d08c61
 CLEF_LANGS = {c: language(c).file_name for c in ("en", "de", "fi", "it", "ru")}   # code -> name in CLEF's paths
@@ -756,4 +757,5 @@ def _qrels_line_clef(path, qid) -> int | None:
 
 register_collection("clef2003", load_clef2003, CLEF_PAIRS,
                     "CLEF 2003 (licensed, $CLEF_HOME): news in en de fi it ru, topics C141-C200, the paper's nine pairs",
-                    env="CLEF_HOME", options=CountedOptions, licence="CLEF 2003 is licensed (ELRA-E0008)")
+                    env="CLEF_HOME", options=CountedOptions, licence="CLEF 2003 is licensed (ELRA-E0008)",
+                    sizes=lambda code: (len(CLEF_TOPICS), CLEF_COUNTS[code]))

@@ -11,7 +11,7 @@ from functools import lru_cache
 from itertools import islice
 import yaml
 from .core import ClirError
-from .collections import CIRAL_COUNTS, CLEF_COUNTS, CLEF_TOPICS, COLLECTIONS, collection_pairs, data_dir, load_collection
+from .collections import COLLECTIONS, collection_pairs, data_dir, load_collection
 from .config import Config, experiment_notebook, load_regression, regression_path
 from .dense import get_encoder_spec
 from .languages import parse_pair
@@ -74,8 +74,10 @@ def _assumed(cfg: Config, pair: str) -> PairText:
     ql, dl = parse_pair(pair)
     a = plan_data("lengths")["collections"].get(cfg.collection)
     if a is None: raise ClirError(f"the plan has no lengths for collection {cfg.collection!r} and cannot read it here; add it to data/plan_lengths.yaml")
-    n, docs = (CIRAL_COUNTS[dl.code] if cfg.collection == "ciral" else
-               (min(a.get("queries_per_pair", len(CLEF_TOPICS)), len(CLEF_TOPICS)), CLEF_COUNTS[dl.code]))
+    sizes = COLLECTIONS.lookup(cfg.collection)[0].obj.sizes   # the collection's own counts, known without its data
+    if sizes is None: raise ClirError(f"the plan cannot count collection {cfg.collection!r} without its data: its registration gives no sizes")
+    n, docs = sizes(dl.code)
+    n = min(a.get("queries_per_pair", n), n)   # at most the judged topics the lengths file assumes (CLEF 2003: 60)
     og = [a["doc_words"][dl.code]]
     return PairText(n, docs, a["query_words"], og, [a.get("dt_doc_words", {}).get(dl.code, og[0])], False, "assumed: data/plan_lengths.yaml")
 

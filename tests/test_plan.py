@@ -181,3 +181,26 @@ def test_gpu_hours_follow_the_configured_batches():
     text = "\n".join(gpu_lines(cfg, c))
     assert "transformers at batch RankZephyr 1, Llama-3.1-8B 2, Aya-101 2; NLLB token-budgeted" in text
     assert "token-budgeted NLLB batches instead" not in text and "token-budgeted NLLB batches instead" in "\n".join(gpu_lines(fixed, c))
+
+
+# ---------- issue 37 item 3 (the planner's collection branch): counts without the data come from the collection's own
+# registration (`sizes`), not from a branch that took every collection but CIRAL for CLEF 2003
+def test_assumed_counts_are_the_collections_own(monkeypatch):
+    from types import SimpleNamespace
+    from clir_llm import plan as P
+    from clir_llm.collections import COLLECTIONS, register_collection
+    lengths = {**plan_data("lengths")}
+    lengths["collections"] = {**lengths["collections"], "sized-test": {"query_words": 9, "doc_words": {"de": 120}},
+                              "unsized-test": {"query_words": 9, "doc_words": {"de": 120}}}
+    monkeypatch.setattr(P, "plan_data", lambda name: lengths if name == "lengths" else plan_data(name))
+    loader = lambda pair, options, cache_root=None: None
+    try:
+        register_collection("sized-test", loader, ["en-de"], "a test collection", env="CLIR_TEST_UNSET_HOME", sizes=lambda code: (7, 1234))
+        register_collection("unsized-test", loader, ["en-de"], "a test collection", env="CLIR_TEST_UNSET_HOME")
+        p = P._assumed(SimpleNamespace(collection="sized-test"), "en-de")
+        assert (p.queries, p.docs, p.og_words, p.measured) == (7, 1234, [120], False)   # CLEF's 60 topics and 294,809 German documents before
+        with pytest.raises(ClirError, match="registration gives no sizes"): P._assumed(SimpleNamespace(collection="unsized-test"), "en-de")
+        clef, ciral = P._assumed(load_config("paper-clef"), "en-de"), P._assumed(load_config("paper-ciral"), "en-sw")
+        assert (clef.queries, clef.docs, ciral.queries, ciral.docs) == (60, 294_809, 85, 949_013)   # the shipped ones as before
+    finally:
+        for n in ("sized-test", "unsized-test"): COLLECTIONS._items.pop(n, None)
