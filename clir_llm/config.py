@@ -322,7 +322,7 @@ class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
     name: str
     description: str = ""
-    plugins: list[Annotated[str, Field(pattern=MODULE_NAME)]] = []   # modules imported before anything is resolved (they register their own methods)
+    plugins: list[Annotated[str, Field(pattern=MODULE_NAME, max_length=NAME_MAX)]] = []   # modules imported before anything is resolved (they register their own methods)
     collection: str
     root: Optional[str] = None           # data folder (CLEF_HOME / CIRAL folder); None = the collection's default
     pairs: list[str] = Field(min_length=1)
@@ -332,7 +332,7 @@ class Config(_Strict):
     rerankers: list[RerankerConfig] = []
     doc_length: Optional[DocLengthConfig] = None
     references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
-    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME)]]   # notebooks of nbs/experiments, in dependency order
+    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME, max_length=NAME_MAX)]]   # notebooks of nbs/experiments, in dependency order
     regression: Optional[Annotated[str, AfterValidator(_beside)]] = None   # regression file, in the config's folder or below it
     recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None     # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
     stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
@@ -417,14 +417,17 @@ def load_config(path, plugins: bool = True) -> Config:
     refuses a configuration that lists any."""
     path, data = _read(path)
     if isinstance(data.get("plugins"), list) and data["plugins"]:
-        if not plugins: raise ClirError(f"{path}: imports code (plugins: {', '.join(map(str, data['plugins']))}), which this command does not do")
+        if not plugins: raise ClirError(f"{path}: imports code (plugins: {', '.join(str(m)[:80] for m in data['plugins'][:5])}"
+                                        f"{', ...' if len(data['plugins']) > 5 else ''}), which this command does not do")
         bad = [m for m in data["plugins"] if not isinstance(m, str) or not re.match(MODULE_NAME, m)]
         if bad: raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
         try: import_plugins(data["plugins"])
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: return Config.model_validate(data, context={"path": path})
     except ValidationError as e:
-        raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
+        msgs = pydantic_messages(e)   # the first few: 150,000 aliased bad values made a 31 MB line
+        raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in msgs[:5])
+                        + (f"; and {len(msgs) - 5:,} more errors" if len(msgs) > 5 else "")) from None
     except ClirError as e: raise ClirError(f"{path}: {e}") from None
 
 # %% ../nbs/13a_config.ipynb #d3e64b19

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import abc, importlib, inspect, re, sys
+import abc, importlib, inspect, re, reprlib, sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Optional
@@ -158,8 +158,11 @@ def import_plugins(modules) -> list:
     return out
 
 # %% ../nbs/00a_specs.ipynb #1a688d9b
+_SHORT = reprlib.Repr()   # a value shown in an error: cut while it is written (a 150,000-item list of 10 KB strings was a 1.5 GB repr)
+_SHORT.maxstring = _SHORT.maxother = 120; _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 6; _SHORT.maxlevel = 3
+
 def _cut(v, n: int = 80) -> str:
-    r = repr(v)
+    r = _SHORT.repr(v)
     return r if len(r) <= n else r[:n] + "…"
 
 # %% ../nbs/00a_specs.ipynb #1906c9de

@@ -175,3 +175,32 @@ def test_a_regression_file_linked_from_outside_the_folder_is_never_read(tmp_path
         r = R.run_main(*args)
         R.expect_rc(f"config: regression linked from outside ({args[0]})", r.returncode, r.stderr, "outside the configuration's folder")
         assert "SECRET-ROW-TEXT" not in r.stdout + r.stderr
+
+
+def _alias_bomb(path: Path, key: str, n: int = 20_000) -> Path:
+    "A configuration whose `key` is a list of `n` aliases of one 10,000-character scalar (inside the alias budget)."
+    c = {k: v for k, v in _demo().items() if k not in ("description", key)}
+    body = yaml.safe_dump(c, sort_keys=False)
+    path.write_text(f"description: &a {'x' * 10_000}\n{key}: [{', '.join(['*a'] * n)}]\n{body}")
+    return path
+
+
+@pytest.mark.parametrize("key", ["nosuch", "experiments", "pairs"])
+def test_an_aliased_long_scalar_is_cut_before_it_is_shown(tmp_path, key):
+    """Issue 39 item 7: a 10,000-character scalar aliased many times was written out whole before the message was cut
+    (150,000 aliases: 1.66 GB and 12 s in the dry run) or made a 31 MB error line; here 20,000 aliases (200 MB written
+    out whole before): one short line, and the message costs a few MB at most."""
+    import tracemalloc
+    from clir_llm.config import load_config
+    from clir_llm.core import ClirError
+    p = _alias_bomb(tmp_path / "bomb.yaml", key)
+    tracemalloc.start()
+    try:
+        try: load_config(p); msg = None
+        except ClirError as e: msg = str(e)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally: tracemalloc.stop()
+    rc, err = R.dry_run(p)
+    ok = msg is not None and len(msg) < 20_000 and peak < 150e6 and rc == 1 and len(err.strip().splitlines()) == 1 and len(err) < 1_200
+    R.hostile("configs", f"a 10,000-character scalar aliased 20,000 times ({key})", ok)
+    assert ok, (len(msg or ""), peak, rc, len(err), err[:300])
