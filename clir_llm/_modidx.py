@@ -358,6 +358,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.config._check_consistent': ('config.html#_check_consistent', 'clir_llm/config.py'),
                                  'clir_llm.config._expand_paper_quirks': ('config.html#_expand_paper_quirks', 'clir_llm/config.py'),
                                  'clir_llm.config._field': ('config.html#_field', 'clir_llm/config.py'),
+                                 'clir_llm.config._import_guarded': ('config.html#_import_guarded', 'clir_llm/config.py'),
                                  'clir_llm.config._read': ('config.html#_read', 'clir_llm/config.py'),
                                  'clir_llm.config.experiment_notebook': ('config.html#experiment_notebook', 'clir_llm/config.py'),
                                  'clir_llm.config.load_config': ('config.html#load_config', 'clir_llm/config.py'),

@@ -26,7 +26,9 @@ def cli_prepare(argv=None) -> int:
                                  "cache; `reproduce` runs this first.")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
-    for l in prepare(load_config(a.config), log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
+    cfg = load_config(a.config)
+    if cfg.plugins: print(f"the configuration's code was imported ({', '.join(cfg.plugins)})", file=sys.stderr, flush=True)   # as the dry run says it
+    for l in prepare(cfg, log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
     return 0
 
 # %% ../nbs/14e_cli_experiments.ipynb #c3c820cd

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13a_config.ipynb #3134a95c
 from __future__ import annotations
-import re
+import os, re
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 import yaml
@@ -410,6 +410,18 @@ def _read(path) -> tuple[Path, dict]:
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     return path, data
 
+# %% ../nbs/13a_config.ipynb #e3b8d101
+def _import_guarded(modules):
+    """`import_plugins(modules)`, one by one, a plugin that ends the process while it is imported stopped as an error:
+    `sys.exit` (SystemExit) and `os._exit` (which would end a dry run with status 0 and no output) name the plugin."""
+    real = os._exit
+    for m in modules:
+        def _exit(code=0, m=m): raise ClirError(f"plugin {str(m)[:80]!r} called os._exit({code}) while it was imported: a plugin registers methods, it does not end the process")
+        os._exit = _exit
+        try: import_plugins([m])
+        except SystemExit as e: raise ClirError(f"plugin {str(m)[:80]!r} called sys.exit({str(e.code)[:40]}) while it was imported") from None
+        finally: os._exit = real
+
 # %% ../nbs/13a_config.ipynb #bfe8f335
 def load_config(path, plugins: bool = True) -> Config:
     """Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key.
@@ -421,7 +433,7 @@ def load_config(path, plugins: bool = True) -> Config:
                                         f"{', ...' if len(data['plugins']) > 5 else ''}), which this command does not do")
         bad = [m for m in data["plugins"] if not isinstance(m, str) or not re.match(MODULE_NAME, m)]
         if bad: raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
-        try: import_plugins(data["plugins"])
+        try: _import_guarded(data["plugins"])
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: return Config.model_validate(data, context={"path": path})
     except ValidationError as e:

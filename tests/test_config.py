@@ -204,3 +204,26 @@ def test_an_aliased_long_scalar_is_cut_before_it_is_shown(tmp_path, key):
     ok = msg is not None and len(msg) < 20_000 and peak < 150e6 and rc == 1 and len(err.strip().splitlines()) == 1 and len(err) < 1_200
     R.hostile("configs", f"a 10,000-character scalar aliased 20,000 times ({key})", ok)
     assert ok, (len(msg or ""), peak, rc, len(err), err[:300])
+
+
+@pytest.mark.parametrize("ending", ["import os\nos._exit(0)\n", "import sys\nsys.exit(0)\n", "from os import _exit\n_exit(3)\n"])
+def test_a_plugin_that_ends_the_process_is_no_success(tmp_path, ending):
+    "issue 39 item 6: a plugin calling os._exit(0) while imported made `reproduce --dry-run` exit 0 with no output."
+    mod = f"cfg39_exit_{abs(hash(ending)) % 10**6}"
+    (tmp_path / f"{mod}.py").write_text(ending)
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(plugins=[mod])))
+    r = R.run_cli("reproduce", p, "--dry-run", env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=300)
+    R.expect_rc(f"a plugin ending the process ({ending.split()[-1]})", r.returncode, r.stderr, f"plugin '{mod}' called")
+
+
+def test_prepare_says_the_configuration_imports_code(tmp_path, monkeypatch):
+    "issue 39 item 6: `prepare` imported `plugins:` without saying so (the dry run says it)."
+    (tmp_path / "cfg39_plugin.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(dict(name="p39", plugins=["cfg39_plugin"], collection="fixture", pairs=["en-de"], measure="MAP",
+                                     first_stage=dict(methods=["bm25-og"]), experiments=["1_first_stage"])))
+    r = R.run_main("prepare", p)
+    ok = r.returncode == 0 and "the configuration's code was imported (cfg39_plugin)" in r.stderr
+    R.hostile("configs", "prepare with plugins: said", ok)
+    assert ok, (r.returncode, r.stdout[-500:], r.stderr[-800:])
