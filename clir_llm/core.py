@@ -140,6 +140,11 @@ def atomic_write(path, data: str | bytes, encoding: str = "utf-8", private: bool
             f.flush(); os.fsync(f.fileno())
         writable_target(path)   # nothing else appeared there meanwhile
         os.replace(tmp, path)
+    except OSError as e:   # a full disk (ENOSPC), a quota, an I/O error: one line, and no partial file
+        try: os.unlink(tmp)
+        except FileNotFoundError: pass
+        full = any(w in str(e.strerror).lower() for w in ("space", "quota"))
+        raise ClirError(f"{path}: cannot write it: {e.strerror or e}" + (" (is the disk full? nothing was written there)" if full else "")) from None
     except BaseException:
         try: os.unlink(tmp)
         except FileNotFoundError: pass
@@ -403,6 +408,8 @@ def _lines(path) -> Iterator[tuple[int, str]]:
                 if line: yield i, line
 
 GRADE_MIN, GRADE_MAX = -2**31, 2**31 - 1
+TREC_NUMBER = re.compile(r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?")   # a whole number as trec_eval's atof/atol read it
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")   # no id holds one (a NUL byte)
 MAX_DEPTH = 10_000   # documents per query a run holds at most (a first stage's k and depth, a reranker's top-k)
 
 # %% ../nbs/00_core.ipynb #6d033ae6
@@ -417,6 +424,8 @@ class Qrels(dict):
             if len(parts) != 4:
                 raise FormatError(path, i, f"expected 4 columns 'qid iter docid grade', got {len(parts)}: {cut(line)}")
             qid, _, docid, grade = parts
+            if not TREC_NUMBER.fullmatch(grade): raise FormatError(path, i, f"grade must be an integer, got {cut(grade, 30)} (ASCII digits, as trec_eval reads it)")
+            if m := _CONTROL.search(qid + docid): raise FormatError(path, i, f"an id holds the control character {m.group()!r}: {cut(qid + ' ' + docid, 60)}")
             try: g = int(grade)
             except ValueError:
                 try:
@@ -509,6 +518,9 @@ class Run(dict):
             try: s = float(score)
             except ValueError: raise FormatError(path, i, f"score must be a number, got {cut(score, 30)}") from None
             if not math.isfinite(s): raise FormatError(path, i, f"score must be finite, got {cut(score, 30)}")
+            for what, v in (("rank", rank), ("score", score)):   # Python reads '1_000' and Arabic-Indic digits; trec_eval reads 1 and 0
+                if not TREC_NUMBER.fullmatch(v): raise FormatError(path, i, f"{what} {cut(v, 30)} is not a number as trec_eval reads it (ASCII digits, '.', 'e')")
+            if m := _CONTROL.search(qid + docid): raise FormatError(path, i, f"an id holds the control character {m.group()!r}: {cut(qid + ' ' + docid, 60)}")
             if (qid, docid) in seen:
                 raise FormatError(path, i, f"document {docid!r} appears twice for query {qid!r} (first on line {seen[qid, docid]})")
             seen[qid, docid] = i

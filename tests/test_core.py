@@ -333,3 +333,48 @@ def test_redact_finds_a_held_key_in_every_form_and_any_query_value_of_a_server_u
         assert other == "GET https://x.org/v1?x-api-key=***&private_token=***&page=2&note=short", other
     finally:
         _HELD.difference_update([*q.values(), "pa/ss-w0rd-99", "gw:pa/ss-w0rd-99", "gw"]); _HELD_PARAMS.difference_update(q)
+
+
+# ---------- issue 39 items 5-6: TREC numbers as trec_eval reads them, ids without control characters, a full disk
+@pytest.mark.parametrize("line,says", [
+    ("t1 Q0 de-1 1 1_000 x", "score '1_000' is not a number as trec_eval reads it"),   # Python read 1000, trec_eval's atof 1
+    ("t1 Q0 de-1 1 \u0661\u0662 x", "is not a number as trec_eval reads it"),           # Arabic-Indic digits: Python read 12
+    ("t1 Q0 de-1 1_0 1.5 x", "rank '1_0' is not a number as trec_eval reads it"),
+    ("t1 Q0 d\x00e-1 1 1.5 x", "an id holds the control character '\\x00'"),
+])
+def test_run_numbers_and_ids_as_trec_eval_reads_them(tmp_path, line, says):
+    p = tmp_path / "r.trec"; p.write_text("t1 Q0 de-2 2 1.0 x\n" + line + "\n", encoding="utf-8")
+    try: Run.read(p); err = None
+    except FormatError as e: err = str(e)
+    R.hostile("input files", f"a run line {line!r}", bool(err and says in err and f"{p}:2:" in err))
+    assert err and says in err and err.startswith(f"{p}:2:"), err
+
+
+@pytest.mark.parametrize("line", ["t1 0 de-1 1_0", "t1 0 de-1 \u0661", "t1 0 d\x01e-1 1"])
+def test_qrels_numbers_and_ids_as_trec_eval_reads_them(tmp_path, line):
+    p = tmp_path / "q.txt"; p.write_text("t1 0 de-2 0\n" + line + "\n", encoding="utf-8")
+    try: Qrels.read(p); err = None
+    except FormatError as e: err = str(e)
+    R.hostile("input files", f"a qrels line {line!r}", bool(err and f"{p}:2:" in err))
+    assert err and err.startswith(f"{p}:2:"), err
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    "`--out` on a full disk (ENOSPC) was an OSError traceback: one line naming the file, no partial or temporary file."
+    import errno
+    def full(fd): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "out" / "r.trec"
+    try: Run({"t1": {"de-1": 1.0}}).write(out); err = None
+    except ClirError as e: err = str(e)
+    except OSError as e: err = f"traceback {e!r}"
+    ok = bool(err) and err.startswith(f"{out}: cannot write it: No space left on device") and "\n" not in err and not any(out.parent.iterdir())
+    R.hostile("outputs", "--out on a full disk (ENOSPC)", ok)
+    assert ok, (err, list(out.parent.iterdir()))
+    r = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--cache", tmp_path / "cache",
+                   "--out", out)
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""   # (the index's progress bar may come before it)
+    ok = r.returncode == 1 and "Traceback" not in r.stderr and last.startswith(f"clir-llm retrieve: error: {out}: cannot write it: No space")
+    R.hostile("outputs", "retrieve --out on a full disk (ENOSPC)", ok)
+    assert ok, (r.returncode, r.stderr[-1500:])
+    assert not any(out.parent.iterdir())
