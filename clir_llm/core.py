@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Mapping
 import yaml
 
 # %% auto #0
-__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'MIN_SECRET', 'GRADE_MIN', 'GRADE_MAX', 'MAX_DEPTH',
+__all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'MIN_SECRET', 'GRADE_MIN', 'GRADE_MAX', 'TREC_NUMBER', 'MAX_DEPTH',
            'SCORE_DECIMALS', 'RUN_COLUMNS', 'QRELS_COLUMNS', 'ClirError', 'FormatError', 'yaml_error', 'load_yaml',
            'writable_target', 'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env',
            'secret_value', 'url_credentials', 'secret_url', 'SecretError', 'redact', 'check_no_secret', 'Query',
