@@ -25,9 +25,9 @@ class ExecutionSpec(Spec):
     address: Optional[str] = Field(None, description="Ray cluster: none starts one on this machine; 'auto' joins "
                                    "`ray start` on the head node; 'ray://HOST:10001' a remote head",
                                    json_schema_extra={"flag": "--ray-address"})
-    workers: int = Field(2, gt=0, description="Ray actors (each loads its own copy of the model)")
-    gpus_per_worker: float = Field(0, ge=0, description="GPUs per actor (0: CPU)")
-    threads_per_worker: Optional[int] = Field(None, gt=0, description="torch threads per actor (each reserves as many "
+    workers: int = Field(2, gt=0, le=1024, description="Ray actors (each loads its own copy of the model)")
+    gpus_per_worker: float = Field(0, ge=0, le=64, description="GPUs per actor (0: CPU)")
+    threads_per_worker: Optional[int] = Field(None, gt=0, le=1024, description="torch threads per actor (each reserves as many "
                                               "Ray CPUs); none: as many as this process uses, which byte-identical CPU "
                                               "vectors need (1 Ray CPU reserved)")
     timeout: float = Field(10.0, gt=0, le=3600,

@@ -477,3 +477,12 @@ def test_engine_ray_without_ray_fails_before_anything_loads(tmp_path, monkeypatc
     monkeypatch.setattr("clir_llm.cli_experiments.reproduce", lambda *a, **k: pytest.fail("a notebook started"))
     p = R.run_main("reproduce", cfg, "--engine", "ray", "--results", tmp_path / "res", "--figures", tmp_path / "fig")
     R.expect_rc("reproduce --engine ray without Ray", p.returncode, p.stderr, "engine: ray needs Ray", cls="arguments")
+
+
+@pytest.mark.parametrize("flag,value", [("--workers", "1000000"), ("--threads-per-worker", "1000000"), ("--gpus-per-worker", "inf")])
+def test_execution_counts_are_bounded(tmp_path, flag, value):
+    "issue 39 item 6: --threads 1000000-style counts were accepted; the execution options are bounded (one line naming the option)."
+    import _reliability as R
+    p = R.run_main("retrieve", "--collection", "fixture", "--pair", "en-de", "--method", "bm25-og", "--engine", "ray", flag, value,
+                   "--out", tmp_path / "r.trec")
+    R.expect_rc(f"retrieve {flag} {value}", p.returncode, p.stderr, flag.lstrip("-").replace("-", "_"), cls="numbers")
