@@ -356,7 +356,7 @@ class NLLBTranslator(SentenceTranslator):
         return self.options.device or self.executor.device or _auto_device()
 
     @property
-    def dtype(self) -> str: return self.options.dtype or ("float16" if self.device == "cuda" else "float32")
+    def dtype(self) -> str: return self.options.dtype or ("float16" if str(self.device).startswith("cuda") else "float32")   # cuda, cuda:1
 
     @property
     def batch_tokens(self) -> int:

@@ -220,6 +220,8 @@ def test_device_from_options_then_executor():
     t = get_translator("nllb:facebook/nllb-200-1.3B", executor=OnGPU())
     assert t.device == "cuda" and t.dtype == "float16"
     assert get_translator("nllb:facebook/nllb-200-1.3B", executor=OnGPU(), device="cpu").dtype == "float32"
+    # a numbered CUDA device is a GPU too (issue 38 item 7, found writing benchmarks/device_check.py): "cuda:1" ran float32
+    for dev in ("cuda:0", "cuda:1"): assert get_translator("nllb:facebook/nllb-200-1.3B", device=dev).dtype == "float16"
 
 
 def test_spec_options_capabilities_and_paper_settings():
@@ -313,7 +315,8 @@ def test_token_budget_batches_are_the_gpu_default_and_configs_set_them():
     for name in ("paper-clef", "paper-ciral", "paper-clef-quirks", "paper-ciral-quirks"):
         cfg = load_config(f"configs/{name}.yaml")   # the authors' --batch_size 256 --max_length 128: 32768 padded tokens
         assert get_translator(cfg.first_stage.translator_spec, executor=gpu).batch_tokens == 256 * 128
-        assert cfg.first_stage.translator.key() == "nllb:facebook/nllb-200-1.3B"     # speed options name no run
+        # speed options name no run; the pinned Hub commit does (issue 38 item 6)
+        assert cfg.first_stage.translator.key() == "nllb:facebook/nllb-200-1.3B[revision=b0de46b488af0cf31749cd8da5ed3171e11b2309]"
         assert [r.options.batch_size for r in cfg.rerankers] == [1, None, None, 2, 2]   # rank_llm's one window, llm-rankers' two orders
     spec = TranslatorSpec.parse("nllb:facebook/nllb-200-1.3B[batch_tokens=8192]")
     assert get_translator(spec, executor=gpu).batch_tokens == 8192 and spec.key() == "nllb:facebook/nllb-200-1.3B"
