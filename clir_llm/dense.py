@@ -93,13 +93,15 @@ NV_EMBED_REVISION = "3fa59658547db50a1e8e3346cf057fd0c77ed6ef"   # nvidia/NV-Emb
 
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
 for _s in [
-    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True, half="float32"),
-    EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False),
+    EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True, half="float32",
+                revision="9bbca17d9273fd0d03d5725c7a4b0f6b45142062"),   # Hub commits: see "Revisions" below
+    EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False, revision="5617a9f61b028005a4858fdac845db406aefb181"),
     EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False, half="float32",
                 quirks=(Quirk("e5-no-prefix", (("query_prefix", ""), ("doc_prefix", "")),
                               "retrieval/encode.py encodes E5's queries and passages without 'query: ' / 'passage: '"),)),
     EncoderSpec("repllama", "castorini/repllama-v1-7b-lora-passage", "RepLlama", "last", "query: ", "passage: ",
-                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="float16",
+                title_sep=" ", base_model="meta-llama/Llama-2-7b-hf", half="float16", revision="53f3ec543eafdc511092ade9de3f8b5a00155a3e",
+                base_revision="01c7f73d771dfac7d292323805ebc428287df4f9",
                 quirks=(Quirk("repllama-128", (("doc_max_length", 128),),
                               "retrieval/repllama encodes passages cut to 128 tokens (tevatron's passage_max_len)"),
                         Quirk("repllama-tevatron", (("tevatron", True),),
@@ -138,6 +140,8 @@ def get_encoder_spec(name: str, paper_quirks: bool = False, quirks=(), **overrid
         spec = hit[0].obj(hit[1])
     if paper_quirks: spec = spec.with_quirks()
     if quirks: spec = spec.with_quirks(quirks)
+    for m, r in (("model", "revision"), ("base_model", "base_revision")):   # a pinned commit belongs to the entry's model:
+        if m in overrides and overrides[m] != getattr(spec, m) and r not in overrides: overrides[r] = None   # another model: none
     return dataclasses.replace(spec, **overrides) if overrides else spec
 
 # %% ../nbs/08_dense.ipynb #894ec96a

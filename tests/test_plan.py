@@ -110,7 +110,8 @@ def test_ciral_plan_reads_shipped_translations_unless_asked(monkeypatch):
     assert "translates queries (QT)\n" in text + "\n" and "documents: translated by" not in text
     own = cfg.model_copy(update=dict(first_stage=cfg.first_stage.model_copy(update=dict(dt_source="translator"))))
     text = "\n".join(plan(own, gpu=None))
-    assert "documents: translated by nllb:facebook/nllb-200-1.3B on en-ha, en-so, en-sw, en-yo" in text
+    nllb = "nllb:facebook/nllb-200-1.3B[revision=b0de46b488af0cf31749cd8da5ed3171e11b2309]"   # pinned (issue 38 item 6)
+    assert f"documents: translated by {nllb} on en-ha, en-so, en-sw, en-yo" in text
     assert "translates queries (QT) and documents (DT)" in text
 
 

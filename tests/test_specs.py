@@ -42,14 +42,22 @@ def test_dense_quirks_by_name_and_revisions(tmp_path):
     assert D.Dense.create("e5", quirks=("e5-no-prefix",), cache=Cache(tmp_path)).name == "dense:e5[e5-no-prefix]"
     assert D.Dense.create("repllama", quirks="repllama-128", cache=Cache(tmp_path)).encoder.spec.doc_max_length == 128
     with pytest.raises(ClirError, match="encoder m3 has no quirk 'repllama-128'"): D.get_encoder_spec("m3", quirks=("repllama-128",))
-    for name, s in D.ENCODERS.items():   # the paper's encoders name no revision; a pinned entry (NV-Embed-v2, Qwen3-Embedding) names its own
-        if not s.stand_in: assert ("revision not pinned" in s.revision_note()) if not s.revision else s.revision_note() == f"revision {s.revision}", name
-    assert {n for n, s in D.ENCODERS.items() if not s.stand_in and not s.revision} >= {"mgte", "m3", "e5", "repllama"}
+    for name, s in D.ENCODERS.items():   # a pinned entry names its commit (and its base's); an unpinned one says so
+        if not s.stand_in:
+            want = f"revision {s.revision}" if s.revision else "revision not pinned"
+            assert s.revision_note().startswith(want) and (("base revision" in s.revision_note()) == bool(s.base_model)), name
+    # issue 38 item 6: pinned where public sources agree on one commit; E5 stays unpinned (they name three)
+    assert {n for n, s in D.ENCODERS.items() if not s.stand_in and not s.revision} == {"e5"}
+    assert D.get_encoder_spec("repllama").revisions() == {"castorini/repllama-v1-7b-lora-passage": "53f3ec543eafdc511092ade9de3f8b5a00155a3e",
+                                                          "meta-llama/Llama-2-7b-hf": "01c7f73d771dfac7d292323805ebc428287df4f9"}
     assert D.get_encoder_spec("nv-embed-v2").revision_note() == f"revision {D.NV_EMBED_REVISION}"   # no remote code any more
-    plain = D.Encoder.create("repllama", cache=Cache(tmp_path)).namespace("doc").identity
-    assert "base_revision" not in plain   # cache keys of unpinned specs are the ones made before the field existed
+    plain = D.Encoder.create(D.get_encoder_spec("repllama", base_revision=None), cache=Cache(tmp_path)).namespace("doc").identity
+    assert "base_revision" not in plain   # cache keys of specs without a base commit are the ones made before the field existed
     pinned = D.Encoder.create(D.get_encoder_spec("repllama", base_revision="abc"), cache=Cache(tmp_path)).namespace("doc").identity
     assert pinned["base_revision"] == "abc" and {k: v for k, v in pinned.items() if k != "base_revision"} == plain
+    # a local folder in place of the entry's Hub model drops the entry's commit (it pins the Hub model, not the folder)
+    assert D.get_encoder_spec("m3", model="/models/m3").revision is None and D.get_encoder_spec("m3", model="BAAI/bge-m3").revision
+    assert D.get_encoder_spec("m3", model="/models/m3", revision="x").revision == "x"
 
 
 def test_dense_quirks_from_a_config_name_only_their_encoders_runs(tmp_path):
