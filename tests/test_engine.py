@@ -204,7 +204,12 @@ def test_ray_hf_pairwise_generate_and_score_are_local(cluster, tmp_path):
     finally: ex.close()
     assert got == want and local.usage.calls > 0
     assert b._model is None and sum(batches) == local.usage.calls and max(batches) == 2   # the local batches, on the actors
-    assert _usage(b.usage) == _usage(local.usage)
+    # what prefix reuse saved depends on which process held which states (each actor keeps its own): those counters
+    # differ by design (here 8,716 prefilled tokens on the actors, 7,652 locally, of 21,896 without reuse); all else equal
+    reuse = ("prefill_tokens", "prefix_cache_tokens", "prefix_cache_hits", "prefill_padding_tokens")
+    def counted(u): d = _usage(u); d["counters"] = {k: v for k, v in d["counters"].items() if k not in reuse}; return d
+    assert counted(b.usage) == counted(local.usage)
+    assert b.usage.counters["prefill_tokens_without_reuse"] == local.usage.counters["prefill_tokens_without_reuse"]
     assert Cache(tmp_path / "ray").stats() == Cache(tmp_path / "local").stats()
     assert rerank(b) == want and b.usage.calls == local.usage.calls   # a rerun: all cache hits in the driver, no new call
 
