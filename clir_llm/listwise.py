@@ -118,10 +118,10 @@ class ListwiseQuirks(Quirks):
 # %% ../nbs/11b_listwise.ipynb #316598b0
 class ListwiseOptions(RerankerOptions):
     "The options of the listwise family (RankGPT, RankZephyr, FIRST), each default written once."
-    window: int = opt(20, "passages per window", gt=1)
-    step: int = opt(10, "how far the window moves up", gt=0)
-    max_words: int = opt(300, "passages cut to this many words before fitting", gt=0)
-    context: int = opt(4096, "the prompt plus the answer must fit this many tokens", ge=64)
+    window: int = opt(20, "passages per window", gt=1, le=10_000)   # at most core.MAX_DEPTH: --window 1e11 built its answer budget and ran out of memory
+    step: int = opt(10, "how far the window moves up", gt=0, le=10_000)
+    max_words: int = opt(300, "passages cut to this many words before fitting", gt=0, le=1_000_000)
+    context: int = opt(4096, "the prompt plus the answer must fit this many tokens", ge=64, le=10_000_000)
     cut: Literal["words", "tokens"] = opt("words", "cut passages to max_words words (words), or to passage_tokens tokens of "
                                           "the backend's tokenizer first (tokens, as the paper's document-length study)")
     passage_tokens: int = opt(300, "with cut=tokens: the passage cut, in backend tokens", gt=0)

@@ -423,3 +423,11 @@ def test_rerank_top_k_is_bounded(tmp_path):
     p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", tmp_path / "none.trec", "--method", "listwise",
                    "--llm", "openai:x", "--top-k", "100000000000", "--out", tmp_path / "x.trec")
     R.expect_rc("rerank --top-k 1e11", p.returncode, p.stderr, "--top-k must be between 1 and 10,000", cls="numbers")
+
+
+@pytest.mark.parametrize("flag", ["--window", "--step", "--max-words", "--context"])
+def test_listwise_counts_are_bounded(tmp_path, flag):
+    "`rerank --window 100000000000` ran out of memory (the process was killed) building its answer budget (issue 39 item 6)."
+    p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
+                   "--llm", "openai:x", flag, "100000000000", "--out", tmp_path / "x.trec")
+    R.expect_rc(f"rerank {flag} 1e11", p.returncode, p.stderr, flag.lstrip("-").replace("-", "_"), cls="numbers")
