@@ -16,11 +16,15 @@ from .specs import Quirks, opt
 from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
 
 # %% auto #0
-__all__ = ['LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'position_scores', 'tiktoken_encoding',
-           'rank_llm_gpt_tokens', 'ListwiseQuirks', 'ListwiseOptions', 'ListwiseReranker', 'shown_passage']
+__all__ = ['WINDOW', 'STEP', 'LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'position_scores',
+           'tiktoken_encoding', 'rank_llm_gpt_tokens', 'ListwiseQuirks', 'ListwiseOptions', 'ListwiseReranker',
+           'shown_passage']
+
+# %% ../nbs/11b_listwise.ipynb #6ebd5f5a
+WINDOW, STEP = 20, 10   # RankGPT's and rank_llm's sliding window: 20 passages, moved up by 10 (the defaults below read these)
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
-def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
+def window_starts(n: int, window: int = WINDOW, step: int = STEP) -> list[int]:
     "Start positions of the sliding windows over `n` documents, bottom-up (the last one starts at 0)."
     if window < 1 or step < 1: raise ClirError(f"window and step must be positive, got window={window}, step={step}")
     if n <= 0: return []
@@ -31,7 +35,7 @@ def window_starts(n: int, window: int = 20, step: int = 10) -> list[int]:
 # %% ../nbs/11b_listwise.ipynb #6e8b8dfe
 LAST_WINDOWS = ("full", "short")
 
-def window_spans(n: int, window: int = 20, step: int = 10, last: str = "full") -> list[tuple[int, int]]:
+def window_spans(n: int, window: int = WINDOW, step: int = STEP, last: str = "full") -> list[tuple[int, int]]:
     "The (start, end) of the sliding windows over `n` documents, bottom-up: a full last window from the top (`full`), or rank_llm 0.21.0's short one (`short`)."
     if last not in LAST_WINDOWS: raise ClirError(f"last window must be one of {', '.join(LAST_WINDOWS)}, got {last!r}")
     if last == "full": return [(s, min(s + window, n)) for s in window_starts(n, window, step)]
@@ -44,7 +48,7 @@ def window_spans(n: int, window: int = 20, step: int = 10, last: str = "full") -
 
 # %% ../nbs/11b_listwise.ipynb #82e6c327
 def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]]], list[list[int]]],
-          window: int = 20, step: int = 10, groups: list[list[str]] | None = None, last: str = "full") -> dict[str, list]:
+          window: int = WINDOW, step: int = STEP, groups: list[list[str]] | None = None, last: str = "full") -> dict[str, list]:
     "Slide windows (`window_spans`) over every list of `orders` (key -> docids, reordered in place); round r of a group asks `rank_windows([(key, window's docids), ...])` for one permutation each."
     plans = {q: window_spans(len(ids), window, step, last) for q, ids in orders.items()}
     for group in [list(orders)] if groups is None else groups:
@@ -57,7 +61,7 @@ def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]
     return orders
 
 # %% ../nbs/11b_listwise.ipynb #9df31f7a
-def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = 20, step: int = 10,
+def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = WINDOW, step: int = STEP,
                    last: str = "full") -> list:
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
     return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
@@ -118,8 +122,8 @@ class ListwiseQuirks(Quirks):
 # %% ../nbs/11b_listwise.ipynb #316598b0
 class ListwiseOptions(RerankerOptions):
     "The options of the listwise family (RankGPT, RankZephyr, FIRST), each default written once."
-    window: int = opt(20, "passages per window", gt=1, le=10_000)   # at most core.MAX_DEPTH: --window 1e11 built its answer budget and ran out of memory
-    step: int = opt(10, "how far the window moves up", gt=0, le=10_000)
+    window: int = opt(WINDOW, "passages per window", gt=1, le=10_000)   # at most core.MAX_DEPTH: --window 1e11 built its answer budget and ran out of memory
+    step: int = opt(STEP, "how far the window moves up", gt=0, le=10_000)
     max_words: int = opt(300, "passages cut to this many words before fitting", gt=0, le=1_000_000)
     context: int = opt(4096, "the prompt plus the answer must fit this many tokens", ge=64, le=10_000_000)
     cut: Literal["words", "tokens"] = opt("words", "cut passages to max_words words (words), or to passage_tokens tokens of "
