@@ -4,9 +4,9 @@
 
 # %% ../nbs/13a_config.ipynb #3134a95c
 from __future__ import annotations
-import os, re
+import re
 from pathlib import Path
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Callable, Literal, Optional, Union
 import yaml
 from fastcore.basics import patch
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
@@ -411,29 +411,26 @@ def _read(path) -> tuple[Path, dict]:
     return path, data
 
 # %% ../nbs/13a_config.ipynb #e3b8d101
-def _import_guarded(modules):
-    """`import_plugins(modules)`, one by one, a plugin that ends the process while it is imported stopped as an error:
-    `sys.exit` (SystemExit) and `os._exit` (which would end a dry run with status 0 and no output) name the plugin."""
-    real = os._exit
+def _import_guarded(modules, announce: Callable[[list[str]], None] | None = None):
+    """`import_plugins(modules)`, one by one, `announce(modules)` first (a command says it imports code before it does:
+    a plugin that calls `os._exit` leaves that line); a plugin calling `sys.exit` while it is imported is an error naming it."""
+    if announce is not None: announce([str(m)[:80] for m in modules])
     for m in modules:
-        def _exit(code=0, m=m): raise ClirError(f"plugin {str(m)[:80]!r} called os._exit({code}) while it was imported: a plugin registers methods, it does not end the process")
-        os._exit = _exit
         try: import_plugins([m])
         except SystemExit as e: raise ClirError(f"plugin {str(m)[:80]!r} called sys.exit({str(e.code)[:40]}) while it was imported") from None
-        finally: os._exit = real
 
 # %% ../nbs/13a_config.ipynb #bfe8f335
-def load_config(path, plugins: bool = True) -> Config:
+def load_config(path, plugins: bool = True, announce: Callable[[list[str]], None] | None = None) -> Config:
     """Read and validate a YAML configuration (a path, or a name under configs/); errors name the file and the bad key.
-    Its `plugins:` modules are imported first (they register methods it names); `plugins=False` imports none and
-    refuses a configuration that lists any."""
+    Its `plugins:` modules are imported first (they register methods it names), `announce(modules)` called before;
+    `plugins=False` imports none and refuses a configuration that lists any."""
     path, data = _read(path)
     if isinstance(data.get("plugins"), list) and data["plugins"]:
         if not plugins: raise ClirError(f"{path}: imports code (plugins: {', '.join(str(m)[:80] for m in data['plugins'][:5])}"
                                         f"{', ...' if len(data['plugins']) > 5 else ''}), which this command does not do")
         bad = [m for m in data["plugins"] if not isinstance(m, str) or not re.match(MODULE_NAME, m)]
         if bad: raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
-        try: _import_guarded(data["plugins"])
+        try: _import_guarded(data["plugins"], announce)
         except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
     try: return Config.model_validate(data, context={"path": path})
     except ValidationError as e:
