@@ -4,7 +4,7 @@
 
 # %% ../nbs/10b_llm_openai.ipynb #e5ac294e
 from __future__ import annotations
-import json, logging, math, os, random, sys, threading, time, urllib.parse, warnings
+import importlib, json, logging, math, os, random, sys, threading, time, urllib.parse, urllib.request, warnings
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -201,10 +201,8 @@ class OpenAIBackend(CachedBackend):
                 if not self.base_url: raise LLMError(f"{self.name}: set OPENAI_API_KEY (or pass base_url= for a local server)")
                 key = "not-needed"   # local OpenAI-compatible servers usually accept any key
             base, query = split_query(self.base_urls[i])   # a key in the URL's query: sent as a parameter of every request
-            self._clients[i] = c = openai.OpenAI(api_key=key, base_url=base, default_query=query or None, timeout=self._timeout(),
-                                                 max_retries=0, organization=self._org)
-            if not _bound_reads(c._client):
-                _log.debug(f"{self.name}: this httpx has no connection pool to bound: total_timeout holds between reads only")
+            self._clients[i] = openai.OpenAI(api_key=key, base_url=base, default_query=query or None, timeout=self._timeout(), max_retries=0,
+                                             organization=self._org, http_client=_bounded_http_client(self.concurrency))
         return self._clients[i]
 
     @property
@@ -262,17 +260,23 @@ class _DeadlineBackend:
     def sleep(self, seconds): return self._b.sleep(seconds)
 
 # %% ../nbs/10b_llm_openai.ipynb #aa585146
-def _bound_reads(http) -> bool:
-    """Put `_DeadlineBackend` under the connection pools of `http` (an httpx or httpx2 client: its transport and proxy
-    mounts); False where none is found (another httpx layout: the deadline then holds between reads only)."""
-    done = False
-    for t in [getattr(http, "_transport", None), *(getattr(http, "_mounts", None) or {}).values()]:
-        pool = getattr(t, "_pool", None)
-        b = getattr(pool, "_network_backend", None)
-        if b is None or isinstance(b, _DeadlineBackend): done = done or b is not None; continue
-        pool._network_backend = _DeadlineBackend(b, sys.modules[type(pool).__module__.split(".")[0]])   # httpcore or httpcore2
-        done = True
-    return done
+def _bounded_http_client(concurrency: int):
+    """An httpx client for the installed openai (httpx on 1.x/2.x, httpx2 on 3.x) whose connection pool reads through
+    `_DeadlineBackend`: every connect, read and write of a call ends by its `total_timeout`. None where proxies are
+    configured in the environment (a transport of our own would bypass them: the deadline then holds between reads only)."""
+    import openai   # optional: only when a client is built
+    if {"http", "https", "all"} & set(urllib.request.getproxies()):
+        _log.debug("clir-llm: proxies configured: total_timeout holds between reads only"); return None
+    hx = sys.modules[openai.DefaultHttpxClient.__mro__[1].__module__.split(".")[0]]   # httpx or httpx2
+    core = importlib.import_module({"httpx": "httpcore", "httpx2": "httpcore2"}[hx.__name__])
+    limits = hx.Limits(max_connections=max(100, concurrency), max_keepalive_connections=max(20, concurrency))
+    class Transport(hx.HTTPTransport):   # httpx's own request and response handling over a pool of our own
+        def __init__(self):
+            super().__init__(limits=limits)
+            self._pool = core.ConnectionPool(ssl_context=hx.create_ssl_context(), max_connections=limits.max_connections,
+                                             max_keepalive_connections=limits.max_keepalive_connections,
+                                             keepalive_expiry=limits.keepalive_expiry, network_backend=_DeadlineBackend(core.SyncBackend(), core))
+    return openai.DefaultHttpxClient(transport=Transport())
 
 # %% ../nbs/10b_llm_openai.ipynb #57d26c3b
 class _LocalRenderer(HFRenderMixin):
@@ -373,7 +377,7 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
         wait, i, ok = None, self.pool.acquire(), False
         try:
             t0, c = time.perf_counter(), self.client_for(i)
-            _DEADLINE.at = deadline   # every read of this thread's request ends by it (_bound_reads), bytes arriving or not
+            _DEADLINE.at = deadline   # every read of this thread's request ends by it (_bounded_http_client), bytes arriving or not
             try: resp = (c.chat.completions if endpoint == "chat" else c.completions).create(
                 model=self.model, timeout=self._timeout(deadline - time.monotonic()), **kw)
             finally: _DEADLINE.at = None
