@@ -999,3 +999,15 @@ def test_a_password_holding_a_slash_is_one_line_without_the_password(tmp_path):
                   "--llm", "openai:m[api=chat]", "--llm-base-url", url, "--out", tmp_path / "o.trec", env=R.env_for(tmp_path / "cache"), timeout=120)
     line = R.expect_one_line_error("a URL password holding '/'", p, "secrets", "percent-encoded")
     assert "s3cret" not in p.stdout + p.stderr and "pa/ss" not in line, line
+
+
+def test_an_answer_echoing_the_key_encoded_is_never_stored_in_the_cache(tmp_path, monkeypatch):
+    "issue 39 item 2 (cache rows): an answer holding the key in base64 and its first 10 characters was stored (only the literal key was refused)."
+    key = _canary("cache row")
+    monkeypatch.setenv("OPENAI_API_KEY", key); monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with FakeOpenAIServer(responder=lambda m, b: f"the key was {base64.b64encode(key.encode()).decode()} and starts {key[:10]}") as srv:
+        b = get_backend("openai:gpt-4.1", Cache(tmp_path), base_url=srv.url, backoff=0.01, concurrency=1)
+        with pytest.raises(ClirError, match="refusing to store"): b.generate(["hi"], max_new_tokens=40, progress=False)
+    leaks = R.scan_for([key[:10], base64.b64encode(key.encode()).decode()[:12]], tmp_path)
+    R.hostile("secrets", "an answer echoing the key in base64 and its first 10 characters (cache)", not leaks)
+    assert not leaks, leaks
