@@ -474,6 +474,7 @@ def test_engine_ray_without_ray_fails_before_anything_loads(tmp_path, monkeypatc
     with pytest.raises(ClirError, match="not installed here"): make_executor(ExecutionSpec(engine="ray"), installed=True)
     assert isinstance(make_executor(ExecutionSpec(engine="ray")), RayExecutor)   # a plan or a run's names need no Ray
     cfg = R.reduced_config(tmp_path / "c.yaml")
+    monkeypatch.setenv("CLIR_LLM_EXECUTION", "{}")   # reproduce hands --engine to its notebooks there: restored (unset) after the test
     monkeypatch.setattr("clir_llm.cli_experiments.reproduce", lambda *a, **k: pytest.fail("a notebook started"))
     p = R.run_main("reproduce", cfg, "--engine", "ray", "--results", tmp_path / "res", "--figures", tmp_path / "fig")
     R.expect_rc("reproduce --engine ray without Ray", p.returncode, p.stderr, "engine: ray needs Ray", cls="arguments")
