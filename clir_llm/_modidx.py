@@ -1248,6 +1248,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.plan._dt_text': ('plan.html#_dt_text', 'clir_llm/plan.py'),
                                'clir_llm.plan._h': ('plan.html#_h', 'clir_llm/plan.py'),
                                'clir_llm.plan._hub_models': ('plan.html#_hub_models', 'clir_llm/plan.py'),
+                               'clir_llm.plan._irds_sizes': ('plan.html#_irds_sizes', 'clir_llm/plan.py'),
                                'clir_llm.plan._lacks': ('plan.html#_lacks', 'clir_llm/plan.py'),
                                'clir_llm.plan._n': ('plan.html#_n', 'clir_llm/plan.py'),
                                'clir_llm.plan._near': ('plan.html#_near', 'clir_llm/plan.py'),

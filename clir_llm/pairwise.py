@@ -353,7 +353,10 @@ def estimate(cls: PairwiseReranker, options: PairwiseOptions, method: str, stats
     prefix, per = stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q, stats.template_tokens(text) + q + 2 * p
     a = stats.template_tokens(t["prompt"].split("{a}")[1].split("{b}")[0]) + p      # passage A and the text up to passage B
     share, reach = prp_reuse(cls.variants[method], stats.docs, options.k, prefix, a, per - prefix - a)
-    return CallLoad(2 * comps[cls.variants[method]], per, 0.0 if options.scoring == "likelihood" else 1.0, prefix, comps,
+    # answer tokens as `_ask` asks for them: none read by likelihood; else 1 new token under `answers: exact` on a
+    # decoder-only model (llm-rankers), 2 otherwise (a tolerant parse; T5's decoder)
+    out = 0.0 if options.scoring == "likelihood" else 1.0 if options.quirks.answers == "exact" and not stats.encoder_decoder else 2.0
+    return CallLoad(2 * comps[cls.variants[method]], per, out, prefix, comps,
                     reused_tokens=share * per, cache_tokens=reach)
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7

@@ -15,6 +15,8 @@ from .collections import COLLECTIONS, collection_pairs, data_dir, load_collectio
 from .config import Config, experiment_notebook, load_regression, regression_path
 from .dense import get_encoder_spec
 from .languages import parse_pair
+from .llm_hf import model_card
+from .assets import offline_model
 from .pairwise import max_comparisons, simulate_comparisons
 from .prices import load_prices
 from .rerank import TextStats
@@ -24,9 +26,9 @@ from .translate import get_translator
 
 # %% auto #0
 __all__ = ['GATED', 'SWITCH_NOTES', 'describe_collection', 'plan_data', 'PairText', 'pair_text', 'text_stats', 'mean_cut',
-           'plan_grid', 'plan_counts', 'reads', 'missing', 'gpu_names', 'llm_seconds', 'encode_seconds',
-           'translate_seconds', 'first_stage_work', 'floor_seconds', 'gpu_plan', 'count_lines', 'floor_lines',
-           'gpu_lines', 'check_files', 'plan']
+           'plan_grid', 'runs_as', 'plan_counts', 'reads', 'missing', 'gpu_names', 'precision', 'llm_seconds',
+           'encode_seconds', 'translate_seconds', 'first_stage_work', 'floor_seconds', 'encoder_dtype', 'gpu_plan',
+           'count_lines', 'floor_lines', 'gpu_lines', 'check_files', 'plan']
 
 # %% ../nbs/13f_plan.ipynb #2740d0f8
 def describe_collection(name: str, pair: str | None = None) -> str:
@@ -69,17 +71,42 @@ def _available(cfg: Config) -> tuple[bool, str]:
     if src.shipped or cfg.root or (src.env and os.environ.get(src.env)) or not (src.env or src.remote): return True, ""   # files: is here
     return False, f"${src.env} is unset" if src.env else "its data may need a download"   # ir_datasets and plugins: not read by a dry run
 
+# %% ../nbs/13f_plan.ipynb #a1f0c2d6
+def _irds_sizes(src, arg: str, lang: str) -> tuple[int, int] | None:
+    """(queries, documents) of an ir_datasets-backed collection from ir_datasets' metadata (no download): the id is the
+    `irds:` argument, or the loader's `dataset` option ({lang}: the document language); None when neither gives one."""
+    if src.remote != "ir_datasets": return None
+    did = arg.split("?")[0].split("[")[0] if src.prefix else None
+    if did is None:
+        field = getattr(src.Options, "model_fields", {}).get("dataset")
+        did = field.default.format(lang=lang) if field is not None and isinstance(field.default, str) else None
+    if not did: return None
+    try:
+        import ir_datasets   # its metadata ships with the package: counts without the data
+        ds = ir_datasets.load(did)
+        return ds.queries_count(), ds.docs_count()
+    except Exception: return None   # not installed, an unknown id, or no counts in its metadata
+
+
 # %% ../nbs/13f_plan.ipynb #45753443
 def _assumed(cfg: Config, pair: str) -> PairText:
+    """What the plan assumes of `pair` without its data: counts from the collection's registration (`sizes`), else from
+    ir_datasets' own metadata (shipped with ir_datasets, nothing downloaded); lengths from its row of data/plan_lengths.yaml,
+    else the file's documented `default` lengths (said in the note)."""
     ql, dl = parse_pair(pair)
-    a = plan_data("lengths")["collections"].get(cfg.collection)
-    if a is None: raise ClirError(f"the plan has no lengths for collection {cfg.collection!r} and cannot read it here; add it to data/plan_lengths.yaml")
-    sizes = COLLECTIONS.lookup(cfg.collection)[0].obj.sizes   # the collection's own counts, known without its data
-    if sizes is None: raise ClirError(f"the plan cannot count collection {cfg.collection!r} without its data: its registration gives no sizes")
-    n, docs = sizes(dl.code)
+    L = plan_data("lengths")
+    a, note = L["collections"].get(cfg.collection), "assumed: data/plan_lengths.yaml"
+    if a is None: a, note = L["default"], f"assumed: the default lengths of data/plan_lengths.yaml (no row for {cfg.collection!r})"
+    entry, arg = COLLECTIONS.lookup(cfg.collection)
+    if entry.obj.sizes is not None: n, docs = entry.obj.sizes(dl.code)   # the collection's own counts, known without its data
+    elif (got := _irds_sizes(entry.obj, arg, dl.code)) is not None: (n, docs), note = got, note + "; counts: ir_datasets' metadata"
+    else: raise ClirError(f"the plan cannot count collection {cfg.collection!r} without its data: its registration gives no sizes")
     n = min(a.get("queries_per_pair", n), n)   # at most the judged topics the lengths file assumes (CLEF 2003: 60)
-    og = [a["doc_words"][dl.code]]
-    return PairText(n, docs, a["query_words"], og, [a.get("dt_doc_words", {}).get(dl.code, og[0])], False, "assumed: data/plan_lengths.yaml")
+    dw = a["doc_words"]
+    og = [dw.get(dl.code, dw.get("default")) if isinstance(dw, dict) else dw]
+    dt = a.get("dt_doc_words", {})
+    return PairText(n, docs, a["query_words"], og, [dt.get(dl.code, og[0]) if isinstance(dt, dict) else dt], False, note)
+
 
 # %% ../nbs/13f_plan.ipynb #46ee575a
 def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
@@ -88,10 +115,12 @@ def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
     if not ok: return _assumed(cfg, pair)
     try: c = load_collection(cfg.collection, pair, root=cfg.root)
     except ClirError as e: p = _assumed(cfg, pair); p.note += f"; the collection did not load: {e}"; return p
-    words = lambda docs: [len(d.full_text.split()) for d in islice(docs, sample)]
-    og = words(c.iter_docs())
-    dt = words(c.translated().iter_docs()) if c.has_translations else og
-    qw = [len(c.queries[q].text.split()) for q in c.qrels if q in c.queries]
+    ql, dl = parse_pair(pair)
+    count = lambda text, lang: len(text) if lang in plan_data("lengths").get("char_languages", ()) else len(text.split())   # zh: characters
+    words = lambda docs, lang: [count(d.full_text, lang) for d in islice(docs, sample)]
+    og = words(c.iter_docs(), dl.code)
+    dt = words(c.translated().iter_docs(), ql.code) if c.has_translations else og
+    qw = [count(c.queries[q].text, ql.code) for q in c.qrels if q in c.queries]
     docs = getattr(c, "expected_num_docs", None) or c.num_docs
     return PairText(len(c.qrels), docs, sum(qw) / max(len(qw), 1), og, dt, True, f"measured on {cfg.collection} {pair} (first {len(og)} documents)")
 
@@ -104,9 +133,10 @@ def _tpw(lang: str) -> float:
 def _template_tokens(text: str) -> float: return len(text) / plan_data("lengths")["chars_per_token"]
 
 # %% ../nbs/13f_plan.ipynb #573ee6c2
-def text_stats(words: list, lang: str, docs: int = 0, query_tokens: float = 0.0) -> TextStats:
-    "What the plan knows of a text (document lengths in words, in language `lang`) as the rerankers' `TextStats`."
-    return TextStats(docs, query_tokens, list(words), _tpw(lang), _template_tokens, plan_data("lengths")["listwise_answer_tokens_per_passage"])
+def text_stats(words: list, lang: str, docs: int = 0, query_tokens: float = 0.0, encoder_decoder: bool = False, prefill: bool = True) -> TextStats:
+    "What the plan knows of a text (document lengths in words, in language `lang`) and of the model reading it, as the rerankers' `TextStats`."
+    return TextStats(docs, query_tokens, list(words), _tpw(lang), _template_tokens, plan_data("lengths")["listwise_answer_tokens_per_passage"],
+                     encoder_decoder, prefill)
 
 # %% ../nbs/13f_plan.ipynb #e4de5fb6
 def mean_cut(words: list, lang: str, max_words: int | None = None, max_tokens: int | None = None) -> float:
@@ -125,19 +155,44 @@ def plan_grid(cfg: Config) -> dict[str, list[tuple]]:
                                  for p in cfg.reranker_pairs(cfg.reranker(n)) if fs.runs_on(f, p) for t in dl.tokens]
     return {"first stage": first, "reranked": rer, "document length": doc}
 
+# %% ../nbs/13f_plan.ipynb #a1f0c2d2
+def runs_as(rc) -> dict:
+    """How reranker `rc`'s model runs on a GPU, read from its backend and options (nothing loaded): `engine` (the backend's
+    throughput engine), `encdec` (an encoder-decoder, by its size class), `dtype` (what it computes in), `reuse` (whether
+    the backend reuses shared prefixes as configured), `serve` (whether a serving engine runs it), `prefill` (prompts end in an answer prefix)."""
+    if rc.llm is None: return dict(engine=None, encdec=False, dtype=None, reuse=False, serve=False, prefill=True)
+    b, T, o = rc.llm.backend_class, plan_data("throughput"), rc.llm.options
+    cls = T["models"].get(rc.llm.model)
+    encdec = bool(cls) and T["classes"][cls].get("kind") == "encoder-decoder"
+    dtype = getattr(o, "dtype", None)
+    if b.kind == "hf":   # HFBackend._choose_dtype on a cuda device: the given dtype, the model table's, else the device's default (bf16)
+        dtype = dtype if dtype not in (None, "auto") else ("float32" if offline_model(f"hf:{rc.llm.model}") is not None   # the stand-in: fixed fp32
+                                                         else getattr(model_card(rc.llm.model), "dtype", None) or "bfloat16")
+        q = o.quirks if isinstance(o.quirks, dict) else o.quirks.model_dump()
+        # KVPrefixMixin._reuses: decoder-only, one device, not llm-rankers' unmasked calls; prefix_cache None: float32 only
+        reuse = (not encdec and not q.get("no_attention_mask") and not o.device_map
+                 and (o.prefix_cache is True or (o.prefix_cache is None and dtype == "float32")))
+    elif b.kind == "vllm": reuse = not encdec and getattr(o, "enable_prefix_caching", None) is not False   # vLLM's V1 engine: on by default
+    else: reuse = False   # other local engines (gguf, ort): no prefix reuse counted; APIs use no GPU of this machine
+    return dict(engine=b.throughput_engine, encdec=encdec, dtype=dtype or "float16", reuse=reuse, serve=not encdec,
+                prefill=bool(b.supports_prefill) or encdec)
+
+
 # %% ../nbs/13f_plan.ipynb #72afe9d5
 def _rerank_row(cfg: Config, rc, fs: str, docs: str, pair: str, text: PairText, tokens: int | None = None) -> dict:
     "The load of one reranked run, as its reranker estimates it: queries, LLM calls, prompt / answer / shared-prefix tokens, comparisons, dollars."
     ql, dl = parse_pair(pair)
     lang, words = (dl.code, text.og_words) if docs == "og" else (ql.code, text.dt_words)
     n, nq = min(rc.top_k, cfg.first_stage.depth, text.docs), min(text.queries, rc.max_queries or text.queries)
-    stats = text_stats(words, lang, n, text.query_words * _tpw(ql.code))
+    how = runs_as(rc)
+    stats = text_stats(words, lang, n, text.query_words * _tpw(ql.code), how["encdec"], how["prefill"])
     load = rc.reranker.estimate(rc.options_at(tokens), rc.method, stats)
     b = rc.llm.backend_class if rc.llm else None
     row = dict(reranker=rc.name, first_stage=fs, docs=docs, pair=pair, tokens=tokens, queries=nq, family=rc.family,
                engine=b.throughput_engine if b else None, is_api=bool(b and b.is_api), model=rc.llm.model if rc.llm else None,
                sort=rc.reranker.variants.get(rc.method) if load and load.comparisons else None, known=load is not None,
-               batch=rc.options.batch_size)   # prompts per backend call as configured (None: the backend's batch)
+               batch=rc.options.batch_size, reuse=how["reuse"], serve=how["serve"], dtype=how["dtype"], encdec=how["encdec"],
+               scoring=getattr(rc.options, "scoring", None))   # prompts per backend call as configured (None: the backend's batch)
     if load is None: return row | dict(calls=0, prompt_tokens=0, output_tokens=0, prefix_tokens=0, reused_tokens=0, cache_tokens=0,
                                        comparisons={}, dollars=0.0)
     c = nq * load.calls
@@ -233,30 +288,38 @@ def _check_gpu(gpu: str) -> str:
     if gpu not in (known := gpu_names()): raise ClirError(f"unknown GPU {gpu!r} for the plan; known: {', '.join(known)} (data/throughput.yaml)")
     return gpu
 
+# %% ../nbs/13f_plan.ipynb #a1f0c2d1
+def precision(gpu: str, dtype: str | None) -> float:
+    "Compute rate of `dtype` on `gpu` relative to the table's 16-bit rates: FP32 / BF16 peak for float32 (no TF32: torch's default for matmuls), else 1."
+    g = plan_data("throughput")["gpus"][_check_gpu(gpu)]
+    return g["fp32_tflops"] / g["bf16_tflops"] if dtype == "float32" else 1.0
+
+
 # %% ../nbs/13f_plan.ipynb #14d88179
 def llm_seconds(model: str, calls: float, prompt_tokens: float, output_tokens: float, gpu: str = "H200", engine: str = "serving",
-                batch: int | None = None) -> float | None:
+                batch: int | None = None, dtype: str | None = None) -> float | None:
     """GPU seconds of `calls` LLM calls of `model` with these prompt and answer tokens (None: the model has no size class);
-    `batch`: prompts per call on the `hf` engine (at most its batch; None: its batch)."""
+    `batch`: prompts per call on the `hf` engine (at most its batch; None: its batch); `dtype`: what the model computes in
+    (float32: prefill at the GPU's FP32 rate, decode reading 4 bytes a weight; else the table's 16-bit rates)."""
     T = plan_data("throughput")
     cls = T["models"].get(model)
     if cls is None: return None
     tp, c, g = T["throughput"][_check_gpu(gpu)][cls], T["classes"][cls], T["gpus"][gpu]
-    pre, dec = tp["prefill"], tp["decode"]
+    pre, dec = tp["prefill"] * precision(gpu, dtype), tp["decode"] * (0.5 if dtype == "float32" else 1.0)
     if engine == "hf":
         e = T["engines"]["hf"]
         b = min(batch, e["batch"]) if batch else e["batch"]
-        pre, dec = pre * e["prefill_fraction"], b / (2 * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
+        pre, dec = pre * e["prefill_fraction"], b / ((4 if dtype == "float32" else 2) * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
     return prompt_tokens / pre + max(output_tokens - calls, 0) / dec
 
 # %% ../nbs/13f_plan.ipynb #fac62bcd
-def encode_seconds(model: str, passages: float, tokens: float, gpu: str = "H200") -> float | None:
-    "GPU seconds to encode `passages` passages of `tokens` tokens each with encoder `model`."
+def encode_seconds(model: str, passages: float, tokens: float, gpu: str = "H200", dtype: str | None = None) -> float | None:
+    "GPU seconds to encode `passages` passages of `tokens` tokens each with encoder `model` computing in `dtype` (float32: the GPU's FP32 rate)."
     T = plan_data("throughput")
     cls = T["models"].get(model)
     if cls is None: return None
     tp = T["throughput"][_check_gpu(gpu)][cls]   # a decoder used as an encoder (RepLlama, NV-Embed-v2): its prefill rate
-    return passages * tokens / (tp["passages_per_s_512"] * 512 if "passages_per_s_512" in tp else tp["prefill"])
+    return passages * tokens / (tp["passages_per_s_512"] * 512 if "passages_per_s_512" in tp else tp["prefill"]) / precision(gpu, dtype)
 
 # %% ../nbs/13f_plan.ipynb #2dfebb87
 def translate_seconds(sentences: float, gpu: str = "H200", engine: str = "serving") -> float:
@@ -290,7 +353,7 @@ def _row_seconds(row: dict, gpu: str, engine: str, prefix_cache: bool = False, s
     "GPU seconds of a reranked run's LLM calls on `engine` (0 for an API or a reranker without a model)."
     if row["engine"] is None or not row["calls"]: return 0.0
     return llm_seconds(row["model"], scale * row["calls"], scale * (row["prompt_tokens"] - (row["reused_tokens"] if prefix_cache else 0)),
-                       scale * row["output_tokens"], gpu, engine, row.get("batch"))
+                       scale * row["output_tokens"], gpu, engine, row.get("batch"), row.get("dtype"))
 
 # %% ../nbs/13f_plan.ipynb #543d685d
 class _PlannedGPU(LocalExecutor):
@@ -314,38 +377,54 @@ def floor_seconds(model: str, prefill_tokens: float, output_tokens: float = 0.0,
     flops = 2e9 * (prefill_tokens * c["prefill_params_b"] + output_tokens * c.get("decode_params_b", c["prefill_params_b"]))
     return flops / (T["gpus"][_check_gpu(gpu)]["bf16_tflops"] * 1e12)
 
+# %% ../nbs/13f_plan.ipynb #a1f0c2d4
+def encoder_dtype(cfg: Config, encoder: str) -> str:
+    """What encoder `encoder` computes in on a GPU: `dense_dtype`, else the registry's (`dtype`, else `half`: float32 for mGTE
+    and E5, as the authors); NV-Embed-v2's float32 weights run under autocast (16-bit)."""
+    spec = get_encoder_spec(encoder)
+    d = cfg.first_stage.dense_dtype.get(encoder) or spec.dtype or spec.half
+    return "float16" if d == "float32" and spec.pooling == "latent" else d
+
+
 # %% ../nbs/13f_plan.ipynb #253d8ca4
 def gpu_plan(cfg: Config, counts: dict, gpu: str = "H200") -> dict:
-    """GPU-hours per stage under the configuration's settings (`paper`: transformers at its rerankers' batch sizes, NLLB batched as
-    configured) and the fastest that keep its method (`fast`), the savings of each switch, and models without a throughput class."""
+    """GPU-hours per stage under the configuration's settings (`paper`: each reranker on its own backend's engine, at its batch size,
+    in its dtype, with prefix reuse only where that backend does it; encoders in their dtypes; NLLB batched as configured) and the
+    fastest that keep its method (`fast`: a serving engine with prefix caching for decoder-only models; an encoder-decoder stays on
+    transformers without reuse), the savings of each switch, and models without a throughput class."""
     work, unknown = first_stage_work(cfg, counts["texts"]), set()
     enc = {}
     for (e, lang), (n, toks) in work["encode"].items():
-        s = encode_seconds(get_encoder_spec(e).model, n, toks, gpu)
+        s = encode_seconds(get_encoder_spec(e).model, n, toks, gpu, encoder_dtype(cfg, e))
         if s is None: unknown.add(get_encoder_spec(e).model)
         enc[e] = enc.get(e, 0.0) + (s or 0.0)
     sent, nllb = sum(work["translate"].values()), _nllb_engine(cfg)   # the paper column: the translator as configured
     first = {"paper": (translate_seconds(sent, gpu, nllb) + sum(enc.values())) / 3600, "fast": (translate_seconds(sent, gpu, "serving") + sum(enc.values())) / 3600}
-    hours, save = {"first stage": first}, dict.fromkeys(("serving engine", "prefix caching", "heapsort", "batched NLLB"), 0.0)
+    hours, save = {"first stage": first}, dict.fromkeys(("serving engine", "prefix caching", "heapsort", "batched NLLB", "likelihood"), 0.0)
     save["batched NLLB"] = (translate_seconds(sent, gpu, nllb) - translate_seconds(sent, gpu, "serving")) / 3600
     tokens = {"first stage": dict(prefill=0.0, reused=0.0, reach=0.0, floor=sum(floor_seconds(get_encoder_spec(e).model, n * t, 0.0, gpu) or 0.0
                                                                           for (e, _), (n, t) in work["encode"].items()) / 3600)}
     for stage, rows in counts["rows"].items():
         h, tk = {"paper": 0.0, "fast": 0.0}, tokens.setdefault(stage, dict(prefill=0.0, reused=0.0, reach=0.0, floor=0.0))
         for r in rows:
-            paper, serving, fast = (_row_seconds(r, gpu, "hf"), _row_seconds(r, gpu, "serving"), _row_seconds(r, gpu, "serving", True))
+            eng = r["engine"] if not r["serve"] else "serving"   # the fastest engine that runs the model: a serving one, unless an encoder-decoder
+            paper, serving, fast = (_row_seconds(r, gpu, r["engine"], r["reuse"]), _row_seconds(r, gpu, eng, r["reuse"]), _row_seconds(r, gpu, eng, r["serve"] or r["reuse"]))
             if paper is None: unknown.add(r["model"]); continue
-            if r["engine"] is not None and r["calls"]:   # on a GPU: prefill tokens without and with reuse, the FLOP floor with it
-                tk["prefill"] += r["prompt_tokens"]; tk["reused"] += r["reused_tokens"]; tk["reach"] = max(tk["reach"], r["cache_tokens"])
-                tk["floor"] += floor_seconds(r["model"], r["prompt_tokens"] - r["reused_tokens"], r["output_tokens"], gpu) / 3600
+            if r["engine"] is not None and r["calls"]:   # on a GPU: prefill tokens without and with reuse (where an engine reuses), the FLOP floor with it
+                used = r["reused_tokens"] if r["serve"] or r["reuse"] else 0.0
+                tk["prefill"] += r["prompt_tokens"]; tk["reused"] += used; tk["reach"] = max(tk["reach"], r["cache_tokens"] if used else 0.0)
+                tk["floor"] += floor_seconds(r["model"], r["prompt_tokens"] - used, r["output_tokens"], gpu) / 3600
             h["paper"] += paper / 3600; h["fast"] += fast / 3600
             save["serving engine"] += (paper - serving) / 3600; save["prefix caching"] += (serving - fast) / 3600
             if (sort := r["sort"]) and "heapsort" in r["comparisons"] and sort != "heapsort":
-                save["heapsort"] += (fast - _row_seconds(r, gpu, "serving", True, r["comparisons"]["heapsort"] / max(r["comparisons"][sort], 1))) / 3600
+                save["heapsort"] += (fast - _row_seconds(r, gpu, eng, r["serve"] or r["reuse"], r["comparisons"]["heapsort"] / max(r["comparisons"][sort], 1))) / 3600
+            if r["family"] == "pairwise" and r["scoring"] == "generation" and r["engine"] is not None and r["calls"]:   # answers scored in the prefill
+                save["likelihood"] += (paper - _row_seconds(r | dict(output_tokens=r["calls"]), gpu, r["engine"], r["reuse"])) / 3600
         hours[stage] = h
     total = {k: sum(h[k] for h in hours.values()) for k in ("paper", "fast")}
     return dict(gpu=gpu, hours=hours, total=total, encoders=enc, sentences=sent, nllb=nllb, savings=save, unknown=sorted(unknown), tokens=tokens,
                 gpus_under_8h={k: max(1, math.ceil(v / 8)) for k, v in total.items()})
+
 
 # %% ../nbs/13f_plan.ipynb #d8bcf40b
 def _n(x: float) -> str:
@@ -428,18 +507,26 @@ SWITCH_NOTES = {
                       "on the sort's own order of prompts, simulated)",
     "heapsort": "heapsort instead of bubblesort for PRP, worst cases (changes the method: other comparisons)",
     "batched NLLB": "token-budgeted NLLB batches instead of fixed-size batches",
+    "likelihood": "likelihood instead of generated PRP answers, on the configured engine (the labels scored in the prefill, "
+                  "no decoding step; changes how answers are read)",
 }
 
 def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
     "The plan's GPU-hour lines: per stage under the paper's and the fastest same-method settings, GPUs for 8 hours, each switch's saving."
     gp, T = gpu_plan(cfg, counts, gpu), plan_data("throughput")
-    batches = ", ".join(dict.fromkeys(f"{r.name} {min(r.options.batch_size or 8, T['engines']['hf']['batch'])}" for r in cfg.rerankers
-                                      if r.llm and r.llm.backend_class.throughput_engine))   # the GPU rerankers' prompts per call
+    hows = {r.name: runs_as(r) for r in cfg.rerankers if r.llm and r.llm.backend_class.throughput_engine}   # the GPU rerankers
+    def how(r):
+        h = hows[r.name]
+        eng = (f"transformers at batch {min(r.options.batch_size or 8, T['engines']['hf']['batch'])}" if h["engine"] == "hf" else
+               "a serving engine" if r.llm.kind == "vllm" else f"{r.llm.kind}: full batches")
+        return f"{r.name} {eng}, {h['dtype']}" + (", prefix reuse" if h["reuse"] else "")
+    batches = "; ".join(dict.fromkeys(how(r) for r in cfg.rerankers if r.name in hows))
     nllb = ("; NLLB token-budgeted" if gp["nllb"] == "serving" else "; NLLB at fixed-size batches") if gp["sentences"] else ""
-    lines = [f"GPU-hours on one {gpu} (estimates, data/throughput.yaml of {T['as_of']}): the configuration's settings (transformers at "
-             f"batch {batches or T['engines']['hf']['batch']}{nllb}) / fastest with the paper's method (serving engine, prefix caching, "
-             "batched NLLB, comparison cache)"]
-    fs = f"NLLB {_n(gp['sentences'])} sentences" + "".join(f", {e} {_h(h / 3600)}" for e, h in gp["encoders"].items())
+    lines = [f"GPU-hours on one {gpu} (estimates, data/throughput.yaml of {T['as_of']}): the configuration's settings ("
+             f"{batches or 'no GPU reranker'}{nllb}) / fastest with the paper's method (serving engine, prefix caching, batched NLLB, "
+             "comparison cache; an encoder-decoder on transformers without reuse)"]
+    fs = f"NLLB {_n(gp['sentences'])} sentences" + "".join(f", {e} {_h(h / 3600)}" + (" in float32" if encoder_dtype(cfg, e) == "float32" else "")
+                                                       for e, h in gp["encoders"].items())
     for st, h in gp["hours"].items():
         if st != "first stage" and not counts["grid"][st]: continue
         lines.append(f"GPU-hours {st}: {_h(h['paper'])} / {_h(h['fast'])}" + (f" ({fs}; BM25 on CPU)" if st == "first stage" else ""))
@@ -448,9 +535,8 @@ def gpu_lines(cfg: Config, counts: dict, gpu: str = "H200") -> list[str]:
                  "(work split evenly: shards of documents and queries)")
     lines += floor_lines(gp, counts)
     lines += [f"saves: {SWITCH_NOTES[k]}: " + (_h(v) if v >= 0 else f"nothing, costs {_h(-v)} more") for k, v in gp["savings"].items()
-              if k != "batched NLLB" or (gp["sentences"] and gp["nllb"] == "hf")]
+              if (k != "batched NLLB" or (gp["sentences"] and gp["nllb"] == "hf")) and (k != "likelihood" or v)]
     if any(r.family == "pairwise" for r in cfg.rerankers):
-        lines.append("saves: likelihood instead of generated PRP answers: about 0 h (a one-token answer comes out of the prefill; changes how answers are read)")
         for n_, k in sorted({(min(r.top_k, cfg.first_stage.depth), r.options.k) for r in cfg.rerankers if r.family == "pairwise"}):
             b, h = simulate_comparisons("bubblesort", n_, k), simulate_comparisons("heapsort", n_, k)
             lines.append(f"saves: the comparison cache, top {n_}, k {k}: nothing in bubblesort's worst case ({_count(max_comparisons('bubblesort', n_, k), 'comparison')}"

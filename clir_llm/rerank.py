@@ -213,6 +213,8 @@ class TextStats:
     tokens_per_word: float           # of the documents' language
     template_tokens: Callable[[str], float]   # estimated tokens of prompt template text
     answer_tokens_per_passage: float = 3.0    # a listwise answer's tokens per passage ('[12] > ')
+    encoder_decoder: bool = False    # the reranker's model is an encoder-decoder (mT5, Aya-101): answer budgets differ
+    prefill: bool = True             # its prompts end in an answer prefix the backend continues (chat or encoder-decoder)
 
     def passage_tokens(self, max_words: int | None = None, max_tokens: int | None = None) -> float:
         "Mean tokens of a passage cut at `max_words` words and/or `max_tokens` tokens."

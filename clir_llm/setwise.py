@@ -171,7 +171,8 @@ def estimate(cls: SetwiseReranker, options: SetwiseOptions, method: str, stats) 
     frame = stats.template_tokens(t["prompt"].format(query="", passages="") + str(t.get("answer_prefix") or ""))
     label = stats.template_tokens(t["passage"].format(label="A", passage=""))
     prefix = stats.template_tokens(t["prompt"].split("{passages}")[0].format(query="")) + q
-    return CallLoad(calls, frame + q + per * (p + label), 0.0 if options.scoring == "likelihood" else 1.0, prefix)
+    out = 0.0 if options.scoring == "likelihood" else ((2.0 if stats.encoder_decoder else 1.0) if stats.prefill else 4.0)   # `_ask`'s budgets
+    return CallLoad(calls, frame + q + per * (p + label), out, prefix)
 
 # %% ../nbs/11d_setwise.ipynb #0ed8a010
 @patch

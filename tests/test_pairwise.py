@@ -326,7 +326,7 @@ def test_estimate_bounds_the_prompts_a_run_asks(method, n, options):
     est = PairwiseReranker.estimate(spec.options, method, stats)
     sort = PairwiseReranker.variants[method]
     assert est.calls == 2 * max_comparisons(sort, n, spec.options.k) and est.comparisons[sort] == est.calls / 2
-    assert est.output_tokens == (0.0 if spec.options.scoring == "likelihood" else 1.0) and est.prompt_tokens > 0
+    assert est.output_tokens == (0.0 if spec.options.scoring == "likelihood" else 2.0) and est.prompt_tokens > 0   # `_ask`: 2 new tokens unless answers: exact
     asked = []
     for seed in range(4):
         coll, first = tiny_setup(n_queries=3, n_docs=n, seed=seed)

@@ -153,8 +153,11 @@ def test_dry_run_counts_prefill_reuse_from_the_schedules_and_the_flop_floor(monk
     for v in ("CLEF_HOME", "CIRAL_HOME", "OPENAI_API_KEY"): monkeypatch.delenv(v, raising=False)
     cfg = load_config("paper-clef")
     gp = gpu_plan(cfg, plan_counts(cfg))
-    tk = gp["tokens"]["reranked"]
-    assert 0.4 < tk["reused"] / tk["prefill"] < 0.7 and 0 < tk["floor"] < gp["hours"]["reranked"]["fast"]
+    tk = gp["tokens"]["reranked"]   # reuse counted only where an engine reuses: not for Aya-101 (an encoder-decoder), issue 38 item 5
+    rows = plan_counts(cfg)["rows"]["reranked"]
+    dec = [r for r in rows if r["engine"] and r["serve"]]
+    assert tk["reused"] == pytest.approx(sum(r["reused_tokens"] for r in dec)) and all(not r["serve"] for r in rows if r["reranker"] == "Aya-101")
+    assert 0.4 < sum(r["reused_tokens"] for r in dec) / sum(r["prompt_tokens"] for r in dec) < 0.7 and 0 < tk["floor"] < gp["hours"]["reranked"]["fast"]
     text = "\n".join(plan(cfg))
     line = next(l for l in text.splitlines() if l.startswith("floor reranked: "))
     assert "without reuse" in line and "% reused" in line and "floor = tokens × 2 × parameters / peak (989 TFLOP/s" in text
@@ -180,7 +183,8 @@ def test_gpu_hours_follow_the_configured_batches():
     assert llm_seconds(m, 8, 0, 16, engine="hf", batch=2) == 4 * llm_seconds(m, 8, 0, 16, engine="hf") and \
         llm_seconds(m, 8, 0, 16, batch=2) == llm_seconds(m, 8, 0, 16)
     text = "\n".join(gpu_lines(cfg, c))
-    assert "transformers at batch RankZephyr 1, Llama-3.1-8B 2, Aya-101 2; NLLB token-budgeted" in text
+    assert ("RankZephyr transformers at batch 1, float16; Llama-3.1-8B transformers at batch 2, float16; "
+            "Aya-101 transformers at batch 2, float16; NLLB token-budgeted") in text
     assert "token-budgeted NLLB batches instead" not in text and "token-budgeted NLLB batches instead" in "\n".join(gpu_lines(fixed, c))
 
 
@@ -205,3 +209,125 @@ def test_assumed_counts_are_the_collections_own(monkeypatch):
         assert (clef.queries, clef.docs, ciral.queries, ciral.docs) == (60, 294_809, 85, 949_013)   # the shipped ones as before
     finally:
         for n in ("sized-test", "unsized-test"): COLLECTIONS._items.pop(n, None)
+
+
+# ---------- issue 38 item 5: the plan counts what the code runs. Each family's row recounted here from first principles:
+# prompts per query (the sorts and windows driven here), tokens per prompt (the lengths file, the options' cuts, the
+# template's characters / 4), answer tokens as the reranker's code asks for them, and the throughput table's rates,
+# on the engine, dtype and prefix reuse the configured backend runs (transformers reuses nothing in float16, nor for
+# an encoder-decoder; vLLM caches prefixes)
+def _recount_hours(T, model, prompts, tokens, answer, engine, batch=None, dtype="float16", gpu="H200"):
+    "GPU-hours of `prompts` prompts of `tokens` prompt tokens in all and `answer` new tokens each (the first comes out of the prefill)."
+    cls = T["models"][model]
+    tp, g, c = T["throughput"][gpu][cls], T["gpus"][gpu], T["classes"][cls]
+    f32 = dtype == "float32"
+    pre = tp["prefill"] * (g["fp32_tflops"] / g["bf16_tflops"] if f32 else 1.0)
+    if engine == "hf":
+        e = T["engines"]["hf"]
+        pre *= e["prefill_fraction"]
+        dec = min(batch or e["batch"], e["batch"]) / ((4 if f32 else 2) * c["decode_params_b"] * 1e9 / (g["hbm_tb_s"] * 1e12) + e["step_overhead_s"])
+    else: dec = tp["decode"] * (0.5 if f32 else 1.0)
+    return (tokens / pre + prompts * max(answer - 1, 0) / dec) / 3600
+
+
+def _template(text): return len(text) / 4.0   # characters per token (the lengths file's rule of thumb, OpenAI's)
+
+
+@pytest.fixture()
+def no_data(monkeypatch):
+    for v in ("CLEF_HOME", "CIRAL_HOME", "OPENAI_API_KEY", "NEUCLIR_MT_HOME"): monkeypatch.delenv(v, raising=False)
+
+
+def _row(counts, name, stage="reranked", docs="og", pair=None, tokens=None):
+    return next(r for r in counts["rows"][stage] if r["reranker"] == name and r["docs"] == docs and (pair is None or r["pair"] == pair)
+                and r["tokens"] == tokens)
+
+
+def _plan_hours(r):
+    from clir_llm import plan as P
+    return P._row_seconds(r, "H200", r["engine"], r["reuse"]) / 3600
+
+
+def test_recount_listwise_and_prp_rows_from_first_principles(no_data):
+    "RankZephyr on vLLM (serving rate), Llama-3.1 PRP on transformers (2 new tokens, no reuse in float16), Aya-101 (T5: 2 tokens, no reuse)."
+    T, L = plan_data("throughput"), plan_data("lengths")
+    cfg = load_config("paper-clef-gpu")
+    c, a = plan_counts(cfg), L["collections"]["clef2003"]
+    tpw = L["tokens_per_word"]
+    q_tok, d_tok = a["query_words"] * tpw["en"], a["doc_words"]["de"] * tpw["de"]
+    # listwise: 9 windows of 20 (top 100, step 10), each at most the context less its answer (20 ids of 4 tokens)
+    rz = cfg.reranker("RankZephyr")
+    prompt = yaml.safe_load((ROOT / "clir_llm" / "prompts" / "rankzephyr.yaml").read_text())
+    frame = _template(prompt["system"] + prompt["prefix"] + prompt["suffix"]) + 2 * q_tok + 20 * 2
+    per = min(frame + 20 * min(a["doc_words"]["de"], rz.options.max_words) * tpw["de"], rz.options.context - 20 * 4)
+    n = 60 * _windows(100, 20, 10)
+    r = _row(c, "RankZephyr", pair="en-de")
+    assert r["engine"] == "serving" and r["reuse"] and r["calls"] == n
+    want = _recount_hours(T, rz.llm.model, n, n * per, 20 * 4, "serving")
+    assert _plan_hours(r) == pytest.approx(want, rel=0.05)
+    # PRP: both orders of bubblesort's worst case; query cut at 128, passages at 300 tokens; 2 new tokens (answers: parse)
+    prp = yaml.safe_load((ROOT / "clir_llm" / "prompts" / "prp.yaml").read_text())
+    per = _template(prp["prompt"].format(query="", a="", b="") + prp["answer_prefix"]) + min(q_tok, 128) + 2 * min(d_tok, 300)
+    n = 60 * 2 * _bubble_worst(100, 10)
+    for name in ("Llama-3.1-8B", "Aya-101"):
+        r = _row(c, name, pair="en-de")
+        assert r["calls"] == n and r["output_tokens"] == 2 * n and not r["reuse"] and r["engine"] == "hf" and r["dtype"] == "float16"
+        want = _recount_hours(T, cfg.reranker(name).llm.model, n, n * per, 2, "hf")
+        assert _plan_hours(r) == pytest.approx(want, rel=0.05), name
+    # the quirks configuration: llm-rankers' exact answers, 1 new token on Llama (decoder-only), still 2 on Aya-101 (T5)
+    cq = plan_counts(load_config("paper-clef-quirks"))
+    assert _row(cq, "Llama-3.1-8B", pair="en-de")["output_tokens"] == n and _row(cq, "Aya-101", pair="en-de")["output_tokens"] == 2 * n
+
+
+def test_recount_cross_encoder_and_pointwise_rows_from_first_principles(no_data):
+    "NeuCLIR (no data here): counts from ir_datasets' metadata, default lengths; one forward pass per pair."
+    T, L = plan_data("throughput"), plan_data("lengths")
+    cfg = load_config("neuclir-2022-extended")
+    c, a = plan_counts(cfg), L["collections"]["neuclir22"]
+    tpw = L["tokens_per_word"]
+    q_tok, d_tok = a["query_words"] * tpw["en"], a["doc_words"]["fa"] * tpw["fa"]
+    n = 46 * 100   # neuclir/1/fa/trec-2022: 46 topics (ir_datasets' metadata); top 100
+    ce = _row(c, "bge-reranker-v2-m3", pair="en-fa")
+    assert ce["calls"] == n and ce["output_tokens"] == 0
+    want = _recount_hours(T, "BAAI/bge-reranker-v2-m3", n, n * (q_tok + min(d_tok, 512 - q_tok - 4) + 4), 0, "serving")
+    assert _plan_hours(ce) == pytest.approx(want, rel=0.05)
+    pw = _row(c, "Qwen3-Reranker-0.6B", pair="en-fa")
+    t = yaml.safe_load((ROOT / "clir_llm" / "prompts" / "qwen3-reranker.yaml").read_text())
+    frame = _template("".join(str(t.get(f) or "") for f in ("system", "prefill", "answer_prefix")) + t["prompt"].format(query="", passage=""))
+    o = cfg.reranker("Qwen3-Reranker-0.6B").options
+    per = frame + min(q_tok, o.query_tokens or q_tok) + min(d_tok, o.passage_tokens or d_tok)
+    assert pw["calls"] == n and pw["engine"] == "hf" and not pw["reuse"]
+    assert _plan_hours(pw) == pytest.approx(_recount_hours(T, "Qwen/Qwen3-Reranker-0.6B", n, n * per, 0, "hf"), rel=0.05)
+    assert any(l.startswith("GPU-hours total: ") for l in plan(cfg)) and not any("counts: not available" in l for l in plan(cfg))
+
+
+def test_recount_setwise_row_and_reuse_in_float32():
+    "Setwise on the demo's stand-in (float32: transformers reuses prefixes by default there): one new token after the prefill."
+    T = plan_data("throughput")
+    cfg = load_config("demo-rerankers")
+    c = plan_counts(cfg)
+    r = next(r for r in c["rows"]["reranked"] if r["family"] == "setwise" and r["calls"])
+    assert r["dtype"] == "float32" and r["reuse"] and r["output_tokens"] == r["calls"]   # one token each: the first comes from the prefill
+    want = _recount_hours(T, r["model"], r["calls"], r["prompt_tokens"] - r["reused_tokens"], 1, "hf", dtype="float32")
+    assert _plan_hours(r) == pytest.approx(want, rel=0.05)
+
+
+def test_fastest_column_does_not_reuse_for_an_encoder_decoder(no_data):
+    "Aya-101: transformers reuses nothing for encoder-decoders and vLLM does not serve it: its fastest hours are its configured ones."
+    cfg = load_config("paper-clef-gpu")
+    c = plan_counts(cfg)
+    aya = cfg.model_copy(update={"rerankers": [r for r in cfg.rerankers if r.name == "Aya-101"], "doc_length": None})
+    ca = plan_counts(aya)
+    gp = gpu_plan(aya, ca)
+    assert gp["hours"]["reranked"]["fast"] == pytest.approx(gp["hours"]["reranked"]["paper"]) and gp["savings"]["prefix caching"] == 0
+    assert gp["tokens"]["reranked"]["reused"] == 0
+
+
+def test_encoders_cost_at_the_dtype_they_run_in(no_data):
+    "E5 and mGTE run in float32 on a GPU (the authors'): the GPU's FP32 rate, about 15 times slower on an H200 than 16-bit."
+    from clir_llm.plan import encoder_dtype, encode_seconds
+    cfg = load_config("paper-clef-gpu")
+    assert [encoder_dtype(cfg, e) for e in ("mgte", "e5", "m3", "nv-embed-v2")] == ["float32", "float32", "float16", "float16"]
+    g = plan_data("throughput")["gpus"]["H200"]
+    assert encode_seconds("intfloat/multilingual-e5-large", 1000, 512, dtype="float32") == pytest.approx(
+        encode_seconds("intfloat/multilingual-e5-large", 1000, 512) * g["bf16_tflops"] / g["fp32_tflops"])
