@@ -1250,6 +1250,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.plan._hub_models': ('plan.html#_hub_models', 'clir_llm/plan.py'),
                                'clir_llm.plan._irds_sizes': ('plan.html#_irds_sizes', 'clir_llm/plan.py'),
                                'clir_llm.plan._lacks': ('plan.html#_lacks', 'clir_llm/plan.py'),
+                               'clir_llm.plan._lengths_cache': ('plan.html#_lengths_cache', 'clir_llm/plan.py'),
                                'clir_llm.plan._n': ('plan.html#_n', 'clir_llm/plan.py'),
                                'clir_llm.plan._near': ('plan.html#_near', 'clir_llm/plan.py'),
                                'clir_llm.plan._nllb_engine': ('plan.html#_nllb_engine', 'clir_llm/plan.py'),

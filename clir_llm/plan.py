@@ -5,12 +5,13 @@
 # %% ../nbs/13f_plan.ipynb #7e83d855
 from __future__ import annotations
 from pathlib import Path
-import math, os, random
+import dataclasses, json, math, os, random
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 import yaml
-from .core import ClirError
+from .core import ClirError, stable_hash
+from .cache import default_cache_dir
 from .collections import COLLECTIONS, collection_pairs, data_dir, load_collection
 from .config import Config, experiment_notebook, load_regression, regression_path
 from .dense import get_encoder_spec
@@ -108,11 +109,26 @@ def _assumed(cfg: Config, pair: str) -> PairText:
     return PairText(n, docs, a["query_words"], og, [dt.get(dl.code, og[0]) if isinstance(dt, dict) else dt], False, note)
 
 
+# %% ../nbs/13f_plan.ipynb #a1f0c2d8
+def _lengths_cache(cfg: Config, pair: str, sample: int) -> Path | None:
+    """Where `pair_text` keeps what it measured on a collection that is not shipped (None: shipped, measured each time):
+    `$CLIR_LLM_CACHE/plan-lengths/`, one file per collection, pair, data root (the `root` or the collection's variable) and sample."""
+    src = COLLECTIONS.lookup(cfg.collection)[0].obj
+    if src.shipped: return None
+    where = str(Path(cfg.root).expanduser().resolve()) if cfg.root else (os.environ.get(src.env) if src.env else None)
+    return default_cache_dir() / "plan-lengths" / f"{stable_hash('plan-lengths/1', cfg.collection, pair, where, sample, n=24)}.json"
+
+
 # %% ../nbs/13f_plan.ipynb #46ee575a
 def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
-    "The text lengths of `pair`: measured on the collection when it is here (no download), else assumed."
+    """The text lengths of `pair`: measured on the collection when it is here (no download; a sample of `sample` documents,
+    kept once under the cache root for collections that are not shipped), else assumed."""
     ok, why = _available(cfg)
     if not ok: return _assumed(cfg, pair)
+    cached = _lengths_cache(cfg, pair, sample)
+    if cached is not None and cached.exists():
+        try: return PairText(**json.loads(cached.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError): pass   # unreadable: measured again
     try: c = load_collection(cfg.collection, pair, root=cfg.root)
     except ClirError as e: p = _assumed(cfg, pair); p.note += f"; the collection did not load: {e}"; return p
     ql, dl = parse_pair(pair)
@@ -122,7 +138,11 @@ def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
     dt = words(c.translated().iter_docs(), ql.code) if c.has_translations else og
     qw = [count(c.queries[q].text, ql.code) for q in c.qrels if q in c.queries]
     docs = getattr(c, "expected_num_docs", None) or c.num_docs
-    return PairText(len(c.qrels), docs, sum(qw) / max(len(qw), 1), og, dt, True, f"measured on {cfg.collection} {pair} (first {len(og)} documents)")
+    out = PairText(len(c.qrels), docs, sum(qw) / max(len(qw), 1), og, dt, True, f"measured on {cfg.collection} {pair} (first {len(og)} documents)")
+    if cached is not None:
+        try: cached.parent.mkdir(parents=True, exist_ok=True); cached.write_text(json.dumps(dataclasses.asdict(out)), encoding="utf-8")
+        except OSError: pass   # a read-only cache: measured again next time
+    return out
 
 # %% ../nbs/13f_plan.ipynb #379e982d
 def _tpw(lang: str) -> float:

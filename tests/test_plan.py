@@ -331,3 +331,20 @@ def test_encoders_cost_at_the_dtype_they_run_in(no_data):
     g = plan_data("throughput")["gpus"]["H200"]
     assert encode_seconds("intfloat/multilingual-e5-large", 1000, 512, dtype="float32") == pytest.approx(
         encode_seconds("intfloat/multilingual-e5-large", 1000, 512) * g["bf16_tflops"] / g["fp32_tflops"])
+
+
+def test_measured_lengths_are_kept_once_under_the_cache_root(tmp_path, monkeypatch):
+    "Issue 38 item 5: what the plan measured on a collection that is not shipped is read back, not measured again (keyed by its data root)."
+    import dataclasses, json
+    from clir_llm import plan as P
+    monkeypatch.setenv("CLIR_LLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CIRAL_HOME", str(tmp_path / "ciral"))   # here as far as the plan can tell; loading it would fail
+    cfg = load_config("paper-ciral")
+    f = P._lengths_cache(cfg, "en-sw", 2000)
+    assert f.parent == tmp_path / "cache" / "plan-lengths" and P._lengths_cache(load_config("demo"), "en-de", 2000) is None   # shipped: none
+    with pytest.raises(ClirError): P.load_collection(cfg.collection, "en-sw", root=cfg.root)
+    kept = P.PairText(11, 22, 3.0, [4, 5], [6], True, "measured on ciral en-sw (first 2 documents)")
+    f.parent.mkdir(parents=True); f.write_text(json.dumps(dataclasses.asdict(kept)))
+    assert P.pair_text(cfg, "en-sw") == kept
+    monkeypatch.setenv("CIRAL_HOME", str(tmp_path / "other"))   # another copy of the data: another file
+    assert P._lengths_cache(cfg, "en-sw", 2000) != f
