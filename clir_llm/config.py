@@ -58,6 +58,14 @@ def plain_name(v: str) -> str:
     if len(v) > NAME_MAX: raise ValueError(f"name must be at most {NAME_MAX} characters (it names a folder and its files), got {len(v):,}")
     return plain_label(v)
 
+# %% ../nbs/13a_config.ipynb #bfaaa169
+def _beside(v: str) -> str:
+    "A path relative to the configuration's folder that stays in it (no absolute path, no '..', no '~')."
+    p = Path(v)
+    if not v.strip() or p.is_absolute() or v.startswith("~") or ".." in p.parts or "\0" in v:
+        raise ValueError(f"{v!r} must be a file in the configuration's folder or below it (relative, without '..')")
+    return v
+
 # %% ../nbs/13a_config.ipynb #b7e2c401
 LABEL_MAX = 200   # characters of a row label in a table
 
@@ -66,14 +74,6 @@ def plain_label(v: str) -> str:
     if bad := next((c for c in v if ord(c) < 32 or 127 <= ord(c) < 160), None):
         raise ValueError(f"a name must not hold control characters (a newline, ESC, ...): {bad!r} in {v[:40]!r}")
     if len(v) > LABEL_MAX: raise ValueError(f"a name must be at most {LABEL_MAX} characters, got {len(v):,}")
-    return v
-
-# %% ../nbs/13a_config.ipynb #bfaaa169
-def _beside(v: str) -> str:
-    "A path relative to the configuration's folder that stays in it (no absolute path, no '..', no '~')."
-    p = Path(v)
-    if not v.strip() or p.is_absolute() or v.startswith("~") or ".." in p.parts or "\0" in v:
-        raise ValueError(f"{v!r} must be a file in the configuration's folder or below it (relative, without '..')")
     return v
 
 # %% ../nbs/13a_config.ipynb #82c695e0
