@@ -85,7 +85,8 @@ def _irds_sizes(src, arg: str, lang: str) -> tuple[int, int] | None:
     try:
         import ir_datasets   # its metadata ships with the package: counts without the data
         ds = ir_datasets.load(did)
-        return ds.queries_count(), ds.docs_count()
+        n, docs = ds.queries_count(), ds.docs_count()   # None where the dataset's metadata gives none
+        return (n, docs) if isinstance(n, int) and isinstance(docs, int) else None
     except Exception: return None   # not installed, an unknown id, or no counts in its metadata
 
 
