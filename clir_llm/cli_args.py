@@ -7,13 +7,14 @@ from typing import Literal, get_args, get_origin
 from pydantic import BaseModel
 from .core import ClirError, redact
 from .engine import ExecutionSpec
+from .progress import verbosity
 from .llm import BACKENDS, BackendSpec, kind_class
 from .specs import Options, validated
 
 # %% auto #0
 __all__ = ['add_spec_arguments', 'spec_from_args', 'ArgumentParser', 'llm_of_argv', 'add_backend_arguments',
            'backend_spec_from_args', 'add_execution_arguments', 'execution_args', 'add_verbosity_arguments',
-           'RedactFilter', 'setup_logging']
+           'RedactFilter', 'setup_logging', 'announce_plugins']
 
 # %% ../nbs/14b_cli_args.ipynb #dec31633
 def _arg_type(ann):
@@ -151,3 +152,8 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
         for rh in logging.getLogger().handlers:   # the libraries' logs too (-v): a request URL may carry a key
             if not any(isinstance(f, RedactFilter) for f in rh.filters): rh.addFilter(RedactFilter())
     return level
+
+# %% ../nbs/14b_cli_args.ipynb #f1c2a9e0
+def announce_plugins(modules: list[str]):
+    "Said before a command imports a configuration's code (`plugins:`), unless -q: a plugin that ends the process leaves this line."
+    if verbosity() < logging.ERROR: print(f"importing the configuration's code (plugins: {', '.join(modules)})", file=sys.stderr, flush=True)

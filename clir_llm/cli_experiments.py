@@ -3,7 +3,7 @@
 # %% ../nbs/14e_cli_experiments.ipynb #8703de54
 from __future__ import annotations
 import logging, sys
-from .cli_args import ArgumentParser, add_execution_arguments, add_verbosity_arguments, execution_args, setup_logging
+from .cli_args import ArgumentParser, announce_plugins, add_execution_arguments, add_verbosity_arguments, execution_args, setup_logging
 import json, os
 from .config import load_config, results_dir
 from .core import ClirError
@@ -18,11 +18,6 @@ from .specs import import_plugins
 # %% auto #0
 __all__ = ['cli_prepare', 'cli_reproduce', 'cli_check', 'cli_methods']
 
-# %% ../nbs/14e_cli_experiments.ipynb #f1c2a9e0
-def _importing(modules: list[str]):
-    "Said before a command imports a configuration's code (`plugins:`), unless -q: a plugin that ends the process leaves this line."
-    if verbosity() < logging.ERROR: print(f"importing the configuration's code (plugins: {', '.join(modules)})", file=sys.stderr, flush=True)
-
 # %% ../nbs/14e_cli_experiments.ipynb #444f79ff
 def cli_prepare(argv=None) -> int:
     "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
@@ -31,7 +26,7 @@ def cli_prepare(argv=None) -> int:
                                  "cache; `reproduce` runs this first.")
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
-    cfg = load_config(a.config, announce=_importing)
+    cfg = load_config(a.config, announce=announce_plugins)
     for l in prepare(cfg, log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
     return 0
 
@@ -55,7 +50,7 @@ def cli_reproduce(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
     elif not logging.getLogger("clir_llm").handlers: setup_logging()
-    cfg = load_config(a.config, announce=_importing)
+    cfg = load_config(a.config, announce=announce_plugins)
     if not cfg.experiments: raise ClirError(f"{cfg.path}: experiments: [] names no notebook to run (list notebooks of nbs/experiments, e.g. 1_first_stage)")
     execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
     if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)

@@ -393,7 +393,7 @@ def _call(self: OpenAIBackend, endpoint: str = "chat", **kw):
             wait = _retry_after(e)
         except openai.APITimeoutError: kind = "timeout"
         except openai.APIConnectionError: kind = "connection"; self.pool.mark_down(i); refused.add(i)
-        except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError): kind = "malformed"
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, openai.APIResponseValidationError): kind = "malformed"   # RecursionError: JSON nested too deep
         except _BadResponse as e: kind = e.kind
         finally: self.pool.release(i, ok)
         kinds.append(kind); self._count(f"errors_{kind}")

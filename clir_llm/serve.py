@@ -21,7 +21,7 @@ from .core import Run
 from .rerank import Reranker, RerankerSpec
 from .retrieve import DT_SOURCES, docs_view
 from .specs import Options, import_plugins, opt, pydantic_messages
-from .cli_args import ArgumentParser, add_spec_arguments
+from .cli_args import ArgumentParser, add_spec_arguments, announce_plugins
 from .translate import get_translator
 
 # %% auto #0
@@ -95,23 +95,24 @@ def unique_models(models: list[ServedModel], where: str = "") -> dict[str, Serve
 
 
 # %% ../nbs/16b_serve.ipynb #b1dbe8e8
-def load_served(path) -> tuple[list[ServedModel], dict]:
+def load_served(path, announce=None) -> tuple[list[ServedModel], dict]:
     """The models and server options of the configuration at `path`: a serve configuration (`rerankers:` rows as
     `served_model` reads them, an optional `serve:` mapping of `ServeOptions`), or an experiment configuration (its
     reranker rows, on the first of their pairs, their original documents). Two rows of one name are refused (`unique_models`):
     an experiment may name one reranker's rows on several pairs alike (configs/demo.yaml does, its tables' row names),
-    a server cannot tell them apart."""
+    a server cannot tell them apart. `announce(modules)` is called before the configuration's `plugins:` are imported."""
     data = load_yaml(path)
     if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     if "collection" in data:   # an experiment configuration: validated as `clir-llm reproduce` validates it
-        cfg = load_config(path)
+        cfg = load_config(path, announce=announce)
         models = [ServedModel(rc.name, rc.spec, rc.llm, (rc.pairs or cfg.pairs)[0], "og" if "og" in rc.docs else "dt",
                               str(cfg.first_stage.translator_spec) if cfg.first_stage.translator else None, cfg.first_stage.dt_source)
                   for rc in cfg.rerankers]
         unique_models(models, str(path))
         return models, {}
     if bad := [k for k in data if k not in ("serve", "rerankers", "plugins")]: raise ClirError(f"{path}: unknown key {bad[0]!r} (a serve configuration has serve, rerankers, plugins)")
-    import_plugins(data.get("plugins") or [])
+    if (plugins := data.get("plugins") or []) and announce is not None: announce([str(m)[:80] for m in plugins])
+    import_plugins(plugins)
     rows = data.get("rerankers")
     if not isinstance(rows, list) or not rows: raise ClirError(f"{path}: rerankers: a list of one or more reranker rows is needed")
     models = [served_model(r, f"{path}: rerankers[{i}]") for i, r in enumerate(rows)]
@@ -478,8 +479,9 @@ def _serve_parser() -> ArgumentParser:
 def cli_serve(argv=None) -> int:
     "`clir-llm serve CONFIG`: serve the configuration's rerankers until interrupted."
     a = _serve_parser().parse_args(argv)
+    if a.plugin: announce_plugins(a.plugin)
     import_plugins(a.plugin)
-    models, given = load_served(a.config)
+    models, given = load_served(a.config, announce=announce_plugins)
     flags = {k: v for k in ServeOptions.flat_fields() if (v := getattr(a, k)) is not None}
     service = RerankService(models, ServeOptions.from_flat({**given, **flags}, where="clir-llm serve"))
     o = service.options

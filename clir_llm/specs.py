@@ -155,6 +155,9 @@ def import_plugins(modules) -> list:
             raise ClirError(f"plugin {str(m)[:80]!r} is not a module name (a.b.c)")
         try: out.append(importlib.import_module(m))
         except ImportError as e: raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
+        except ClirError: raise   # the plugin's own one-line error (a name registered twice, ...)
+        except Exception as e:    # any other error while it runs its module code: one line naming it, not a traceback
+            raise ClirError(f"plugin {m!r} failed while it was imported: {type(e).__name__}: {str(e)[:200]}") from None
     return out
 
 # %% ../nbs/00a_specs.ipynb #1a688d9b

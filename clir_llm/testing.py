@@ -151,6 +151,7 @@ def _scripted_fault(h, outer: "FakeOpenAIServer", body: dict, fault) -> bool:
     elif fault == "401": h._send(401, err(f"Incorrect API key provided: {h.headers.get('Authorization')}"))
     elif fault == "drop": h.close_connection = True; h.connection.shutdown(2)
     elif fault == "malformed": h._send(200, b'{"id": "x", "choices": [{"message": ')
+    elif fault == "deep": h._send(200, b'{"id": ' + b'[' * 100_000 + b']' * 100_000 + b'}')   # valid JSON, 100,000 deep
     elif fault == "empty": h._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
                                                     "model": body.get("model"), "choices": []}).encode())
     else:

@@ -1011,3 +1011,15 @@ def test_an_answer_echoing_the_key_encoded_is_never_stored_in_the_cache(tmp_path
     leaks = R.scan_for([key[:10], base64.b64encode(key.encode()).decode()[:12]], tmp_path)
     R.hostile("secrets", "an answer echoing the key in base64 and its first 10 characters (cache)", not leaks)
     assert not leaks, leaks
+
+
+def test_a_deeply_nested_answer_is_a_failed_attempt(secret, tmp_path):
+    """Issue 39 item 5: a server answering valid JSON nested 100,000 deep made the client's JSON parser raise
+    RecursionError, a traceback; it is a malformed answer now, retried like any other."""
+    with FakeOpenAIServer(faults=["deep"]) as srv:
+        b = _api(srv, Cache(tmp_path))
+        assert b.generate(["hello"], max_new_tokens=4) == ["echo: hello"]
+        assert b.usage.counters["errors_malformed"] == 1
+    with FakeOpenAIServer(faults=["deep"] * 5) as srv:
+        with pytest.raises(LLMError, match=r"failed after 3 attempts \(malformed, malformed, malformed\)"):
+            _api(srv, max_retries=2).generate(["x"])

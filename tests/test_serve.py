@@ -375,3 +375,21 @@ def test_a_server_echoing_the_key_gives_remote_callers_none_of_it(tmp_path):
     assert r.status_code in (400, 503) and list(r.json()) == ["message"] and "HTTP 401" in r.json()["message"], r.text
     assert not _leaks(r.text, key) and not _leaks(str(dict(r.headers)), key), r.text
     assert got and all(g["path"] == "/v1/chat/completions" and g["query"].get("subscription-key") == key for g in got), got
+
+
+def test_serve_says_which_plugins_it_imports_before_it_imports_them(tmp_path, monkeypatch):
+    """Issue 39 item 6: `prepare` and `reproduce` say which plugins they import before importing them; `serve` imported a
+    configuration's `plugins:` silently (a serve configuration's and an experiment configuration's alike)."""
+    from clir_llm.serve import load_served
+    (tmp_path / "plug_said.py").write_text("import builtins\nbuiltins.PLUG_ORDER.append('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import builtins
+    monkeypatch.setattr(builtins, "PLUG_ORDER", [], raising=False)
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("plugins: [plug_said]\nrerankers:\n  - {name: r, method: no-such-method}\n")   # refused after the import
+    with pytest.raises(ClirError, match="no-such-method"):
+        load_served(cfg, announce=lambda mods: builtins.PLUG_ORDER.append(f"announced {mods}"))
+    assert builtins.PLUG_ORDER[:2] == ["announced ['plug_said']", "imported"]
+    p = subprocess.run([str(Path(sys.executable).parent / "clir-llm"), "serve", str(cfg)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}, timeout=120)
+    assert p.returncode == 1 and "importing the configuration's code (plugins: plug_said)" in p.stderr and "Traceback" not in p.stderr

@@ -363,3 +363,15 @@ def test_an_outside_family_gets_its_table_from_reproduce(tmp_path):
     import pandas as pd
     table = pd.read_csv(tmp_path / "results" / "outside" / "tables" / "length.csv", index_col=0)
     assert "BM25-OG » Echo length OG" in table.index and 0 <= table.loc["BM25-OG » Echo length OG", "en-de"] <= 1
+
+
+def test_a_plugin_that_raises_while_imported_is_one_error_naming_it(tmp_path, monkeypatch):
+    """A plugin whose module code raises (AttributeError, ValueError, ...) gave a traceback from every command that
+    imports plugins (serve, reproduce, prepare); only ImportError was one line. Now any error is one line naming it."""
+    from clir_llm.specs import import_plugins
+    (tmp_path / "plug_broken.py").write_text("raise AttributeError('no attribute PLUG_ORDER')\n")
+    (tmp_path / "plug_own.py").write_text("from clir_llm.core import ClirError\nraise ClirError('plug_own: already registered')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ClirError, match=r"^plugin 'plug_broken' failed while it was imported: AttributeError: no attribute PLUG_ORDER$"):
+        import_plugins(["plug_broken"])
+    with pytest.raises(ClirError, match="^plug_own: already registered$"): import_plugins(["plug_own"])
