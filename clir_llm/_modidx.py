@@ -1696,6 +1696,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'clir_llm.serve.make_app': ('serve.html#make_app', 'clir_llm/serve.py'),
                                 'clir_llm.serve.parse_request': ('serve.html#parse_request', 'clir_llm/serve.py'),
                                 'clir_llm.serve.rerank_texts': ('serve.html#rerank_texts', 'clir_llm/serve.py'),
+                                'clir_llm.serve.reranked_texts': ('serve.html#reranked_texts', 'clir_llm/serve.py'),
                                 'clir_llm.serve.served_model': ('serve.html#served_model', 'clir_llm/serve.py'),
                                 'clir_llm.serve.server': ('serve.html#server', 'clir_llm/serve.py'),
                                 'clir_llm.serve.unique_models': ('serve.html#unique_models', 'clir_llm/serve.py')},

@@ -27,7 +27,7 @@ from .translate import get_translator
 # %% auto #0
 __all__ = ['MAX_JSON_DEPTH', 'ServeOptions', 'ServedModel', 'served_model', 'unique_models', 'load_served', 'rerank_texts',
            'Unavailable', 'RerankService', 'RerankDocument', 'RerankRequest', 'HTTPRefusal', 'json_problem',
-           'parse_request', 'answer', 'make_app', 'server', 'ServerThread', 'cli_serve']
+           'parse_request', 'reranked_texts', 'answer', 'make_app', 'server', 'ServerThread', 'cli_serve']
 
 # %% ../nbs/16b_serve.ipynb #d3d0d1a9
 class ServeOptions(Options):
@@ -37,7 +37,8 @@ class ServeOptions(Options):
     auth_env: Optional[str] = opt(None, "the NAME of the environment variable holding the bearer token callers must send "
                                         "(none: no token asked)", identity=False)
     max_documents: int = opt(1000, "documents per request at most", identity=False, gt=0)
-    max_document_chars: int = opt(100_000, "characters per document at most", identity=False, gt=0)
+    max_document_chars: int = opt(100_000, "characters of a document that are reranked: a longer one is cut to them, as Cohere's "
+                                           "and Jina's APIs truncate a long document (meta.warnings says which)", identity=False, gt=0)
     max_query_chars: int = opt(10_000, "characters per query at most", identity=False, gt=0)
     max_request_bytes: int = opt(8_000_000, "bytes per request body at most", identity=False, gt=0)
     max_pending: int = opt(64, "requests queued or in progress at once; more are answered 429", identity=False, gt=0)
@@ -294,10 +295,20 @@ def parse_request(body: bytes, service: RerankService) -> RerankRequest:
     if len(req.query) > o.max_query_chars: raise HTTPRefusal(400, f"query has {len(req.query):,} characters (at most {o.max_query_chars:,})")
     if not req.documents: raise HTTPRefusal(400, "documents is empty: give at least one document")
     if len(req.documents) > o.max_documents: raise HTTPRefusal(400, f"{len(req.documents):,} documents (at most {o.max_documents:,} a request)")
-    for i, d in enumerate(req.documents):
-        n = len(d if isinstance(d, str) else d.text)
-        if n > o.max_document_chars: raise HTTPRefusal(400, f"documents[{i}] has {n:,} characters (at most {o.max_document_chars:,})")
     return req
+
+# %% ../nbs/16b_serve.ipynb #0475378f
+def reranked_texts(req: RerankRequest, max_chars: int) -> tuple[list[str], list[str]]:
+    """The texts of `req`'s documents as they are reranked, each cut to `max_chars` characters, and one warning per
+    document cut. Cohere's and Jina's APIs truncate a long document to the model's budget instead of refusing it; the
+    rerankers cut passages to their own budget in tokens after this, so the cut here only bounds the work a request asks
+    for. A document returned (`return_documents`) is the one sent, whole."""
+    texts, warnings = [], []
+    for i, d in enumerate(req.documents):
+        t = d if isinstance(d, str) else d.text
+        if len(t) > max_chars: warnings.append(f"documents[{i}] has {len(t):,} characters: reranked on its first {max_chars:,}")
+        texts.append(t[:max_chars])
+    return texts, warnings
 
 # %% ../nbs/16b_serve.ipynb #e2b2c58b
 def answer(req: RerankRequest, order: list[int], diag: dict, version: str) -> dict:
@@ -351,12 +362,14 @@ async def _rerank(request, service: RerankService, version: str) -> dict:
     service.pending += 1
     try:
         req = parse_request(await _body(request, service), service)
-        texts = [d if isinstance(d, str) else d.text for d in req.documents]
+        texts, warnings = reranked_texts(req, service.options.max_document_chars)
         try: order, diag = await service.submit(req.model, req.query, texts)
         except Unavailable as e: raise HTTPRefusal(503, str(e), {"Retry-After": "5"}) from None
         except HTTPRefusal: raise
         except ClirError as e: raise HTTPRefusal(400, f"model {req.model!r} cannot rerank this request: {_line(e)}") from None
-        return answer(req, order, diag, version)
+        out = answer(req, order, diag, version)
+        if warnings: out["meta"]["warnings"] = warnings
+        return out
     finally: service.pending -= 1
 
 # %% ../nbs/16b_serve.ipynb #19e47739

@@ -72,7 +72,6 @@ def _hostile(url):
         ("top_n of zero", post(json={**ok, "top_n": 0}), 400),
         ("top_n as a string", post(json={**ok, "top_n": "2"}), 400),
         ("an empty query", post(json={**ok, "query": "   "}), 400),
-        ("a too long document", post(json={**ok, "documents": ["x" * 2_001]}), 400),
         ("a too large body", post(content=json.dumps({**ok, "documents": ["y" * 1_500] * 15}).encode()), 413),
         ("no token", post(headers={"Authorization": ""}, json=ok), 401),
         ("a wrong token", post(headers={"Authorization": "Bearer nope"}, json=ok), 401),
@@ -93,6 +92,23 @@ def test_hostile_requests_get_one_line_of_json_and_the_server_keeps_serving(serv
             assert c.get("/health").status_code == 200, name
         r = c.post("/v2/rerank", headers=_auth(), json={"model": "listwise", "query": "malaria vaccine", "documents": ["x", "y", "z"], "top_n": 2})
         assert r.status_code == 200 and [x["relevance_score"] for x in r.json()["results"]] == [1.0, round(2 / 3, 6)]
+
+
+def test_a_long_document_is_reranked_on_its_first_characters_as_cohere_truncates(served):
+    """Issue 39 item 4: a document over max_document_chars (2,000 here; 100,000 by default, which the demo's own
+    102,246-character page exceeded) was refused with a 400; Cohere's and Jina's APIs truncate a long document instead.
+    It is reranked on its first 2,000 characters now, meta.warnings says so, and return_documents gives it back whole."""
+    svc, url = served
+    long = "malaria vaccine trial results " * 100   # 3,000 characters
+    with httpx.Client(base_url=url, timeout=60, headers=_auth()) as c:
+        r = c.post("/v2/rerank", json={"model": "listwise", "query": "malaria vaccine", "documents": ["x", long, "z"], "return_documents": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["meta"]["warnings"] == ["documents[1] has 3,000 characters: reranked on its first 2,000"]
+    assert next(x for x in body["results"] if x["index"] == 1)["document"]["text"] == long
+    with httpx.Client(base_url=url, timeout=60, headers=_auth()) as c:
+        short = c.post("/v2/rerank", json={"model": "listwise", "query": "malaria vaccine", "documents": ["x", "y"]}).json()
+    assert "warnings" not in short["meta"]
 
 
 def test_a_backend_that_is_down_is_a_503_and_the_others_still_answer(served):
