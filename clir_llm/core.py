@@ -234,21 +234,25 @@ def secret_value(value):
 
 # %% ../nbs/00_core.ipynb #5a3aa6fd
 def url_credentials(url) -> tuple[list[str], list[str]]:
-    """The credentials written into a server URL, and the names of its query parameters: the user name and password
-    (`user:pass@`, also a password holding an unencoded '/', '?', '#' or '@': everything before the last '@') and
-    *every* value of the query string, whatever the parameter is called. A base URL's query is where gateways put their
-    keys (`?subscription-key=`, `?code=`, `?x-api-key=`, ...), under names no list can hold, and a key of 12 characters
-    or with punctuation has no tell-tale shape either; a value that is no secret (`api-version=2024-06-01`) is merely
-    hidden in messages too."""
+    """The credentials written into a server URL, and the names of its query parameters: the password of `user:pass@`
+    (also one holding an unencoded '/', '?', '#' or '@': everything before the last '@'), or the user info when it has no
+    password (a token as user name), and each query value named like a key (`subscription-key`, `code`, `x-api-key`,
+    ...) or shaped like one (16 or more characters of a key's alphabet), whatever the parameter is called. These are
+    redacted in any form wherever text leaves and refused where text is stored. Every value of the URL's query, however
+    short or plain (`api-version=2024-06-01`), is still hidden where a URL is written (its parameter names, the second
+    list); it is not hunted for in free text, where a date or a word would be cut from answers and tables."""
     u = str(url or "").strip()
     rest = u.split("://", 1)[1] if "://" in u else u
     vals, names = [], []
-    if "@" in rest:
-        info = rest[:rest.rindex("@")]
-        vals += [info, *info.split(":", 1)]
-        rest = rest[rest.rindex("@") + 1:]
+    if "@" in rest.split("?", 1)[0]:   # user info: before the last '@' of the address (an '@' in the query is no user info)
+        addr = rest.split("?", 1)[0]
+        info = addr[:addr.rindex("@")]
+        vals += [info, info.split(":", 1)[1]] if ":" in info else [info]
+        rest = rest[len(info) + 1:]
     query = rest.split("?", 1)[1].split("#", 1)[0] if "?" in rest else ""
-    for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True): names.append(k); vals.append(v)
+    for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        names.append(k)
+        if re.fullmatch(_KEY_NAMES, k, re.I) or re.fullmatch(r"[A-Za-z0-9._~+/=-]{16,}", v): vals.append(v)
     vals += [urllib.parse.unquote(v) for v in vals]
     return [v for v in dict.fromkeys(vals) if len(v) >= MIN_SECRET], [k for k in dict.fromkeys(names) if k]
 
@@ -308,13 +312,20 @@ def _b64_units(s: str) -> list[list[str]]:
         out.append([{"+": r"(?:[+-]|%2[Bb])", "/": r"(?:[/_]|%2[Ff])"}.get(c, re.escape(c)) for c in base64.b64encode(t).decode()])
     return out
 
+_PUBLIC_PREFIX = re.compile(r"[A-Za-z]{2,5}[-_](?:[A-Za-z0-9]{2,8}[-_])?")   # sk-, sk-proj-, hf_, ghp_, sk-ant-: shared by every key
+
 @functools.lru_cache(maxsize=16)
 def _matcher(secrets: tuple):
-    "For the held `secrets`: a pattern finding the first `MIN_SECRET` units of any of their forms, and each form's units."
-    forms = [f for s in secrets for f in [(_text_units(s), False), *((u, True) for u in _b64_units(s))] if len(f[0]) >= MIN_SECRET]
+    """For the held `secrets`: a pattern finding the first units of any of their forms (`MIN_SECRET` of them after a
+    key's public prefix such as `sk-proj-`, which every key of that kind shares), and each form's units."""
+    forms = []
+    for s in secrets:
+        pre = len(m.group()) if (m := _PUBLIC_PREFIX.match(s)) and len(s) >= m.end() + MIN_SECRET else 0
+        forms += [(_text_units(s), pre + MIN_SECRET, False), *((u, -(-(pre * 4) // 3) + MIN_SECRET, True) for u in _b64_units(s))]
+    forms = [f for f in forms if len(f[0]) >= f[1]]
     if not forms: return None
-    head = re.compile("|".join(f"({''.join(u[:MIN_SECRET])})" for u, _ in forms))
-    return head, [([re.compile(x) for x in u], b64) for u, b64 in forms]
+    head = re.compile("|".join(f"({''.join(u[:n])})" for u, n, _ in forms))
+    return head, [([re.compile(x) for x in u], n, b64) for u, n, b64 in forms]
 
 def _cut_held(text: str, secrets) -> str:
     "`text` with every held secret, in any of its forms, and any prefix of 8+ units of a form, replaced by `***`."
@@ -322,9 +333,9 @@ def _cut_held(text: str, secrets) -> str:
     head, forms = m
     out, pos = [], 0
     while (h := head.search(text, pos)):
-        units, b64 = forms[h.lastindex - 1]
+        units, n, b64 = forms[h.lastindex - 1]
         start, end = h.start(), h.end()
-        for u in units[MIN_SECRET:]:
+        for u in units[n:]:
             if not (x := u.match(text, end)): break
             end = x.end()
         if b64:   # the base64 groups on either side mix the secret's bits with its neighbours': they go too
@@ -425,6 +436,8 @@ class Qrels(dict):
                 raise FormatError(path, i, f"expected 4 columns 'qid iter docid grade', got {len(parts)}: {cut(line)}")
             qid, _, docid, grade = parts
             if not TREC_NUMBER.fullmatch(grade): raise FormatError(path, i, f"grade must be an integer, got {cut(grade, 30)} (ASCII digits, as trec_eval reads it)")
+            if "e" in grade.lower():   # trec_eval reads grades with atol: '1e1' is 1 there, 10 as a float
+                raise FormatError(path, i, f"grade {cut(grade, 30)} has an exponent: trec_eval reads it as {grade.lower().split('e')[0].split('.')[0] or 0} (atol); write the integer")
             if m := _CONTROL.search(qid + docid): raise FormatError(path, i, f"an id holds the control character {m.group()!r}: {cut(qid + ' ' + docid, 60)}")
             try: g = int(grade)
             except ValueError:

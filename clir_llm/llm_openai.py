@@ -4,7 +4,7 @@
 
 # %% ../nbs/10b_llm_openai.ipynb #e5ac294e
 from __future__ import annotations
-import importlib, json, logging, math, os, random, sys, threading, time, urllib.parse, urllib.request, warnings
+import importlib, json, logging, math, os, random, re, sys, threading, time, urllib.parse, urllib.request, warnings
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Literal, Optional, Union
@@ -63,7 +63,10 @@ class OpenAIOptions(BackendOptions):
             if isinstance(u, str):
                 secret_url(u)   # its user info and query values are credentials: redacted wherever text leaves (core.secret_url)
                 p = urllib.parse.urlsplit(u)
-                if "@" in u[u.index(p.netloc) + len(p.netloc):]:   # 'user:pa/ss@host': the password's '/' ended the host
+                after = u[u.index(p.netloc) + len(p.netloc):]
+                path = re.split(r"[?#]", after, maxsplit=1)[0]; rest = after[len(path):]
+                # 'user:pa/ss@host' (the password's '/' ended the host) or 'user:pa?ss@host'; not an '@' in a query value (?user=me@x.org)
+                if "@" in path or "@" in rest and "=" not in rest.split("@", 1)[0]:
                     raise ValueError(f"{redact(u)!r}: a '/', '?', '#' or '@' in the URL's user or password must be "
                                      "percent-encoded (%2F, %3F, %23, %40)")
                 try: p.port   # a malformed host or port ('http://[::1/v1', ':99999')

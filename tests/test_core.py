@@ -378,3 +378,37 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, monkeypatc
     R.hostile("outputs", "retrieve --out on a full disk (ENOSPC)", ok)
     assert ok, (r.returncode, r.stderr[-1500:])
     assert not any(out.parent.iterdir())
+
+
+def test_redaction_hunts_keys_not_dates_or_shared_key_prefixes():
+    """Review of issue 39 item 2: every query value of a held URL was hunted in free text with its 8-character prefixes,
+    so with `?api-version=2024-06-01` any date '2024-06-..' in an answer was redacted and the cache refused it; and the
+    prefix 'sk-proj-' shared by every such key was a secret. Now: query values named or shaped like keys are held
+    (8+ character prefixes still caught), other values are hidden only where a URL is written, and a prefix counts
+    from 8 characters after a key's public prefix. A URL's user name is no secret when a password follows it."""
+    from clir_llm.core import _HELD, _HELD_PARAMS, check_no_secret, redact, secret_url, secret_value, SecretError
+    url = "https://bob:pw-0123456789@res.example.org/openai?api-version=2024-06-01&subscription-key=k3y5ecret0000000"
+    key = "sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2"
+    secret_url(url); secret_value(key)
+    try:
+        assert redact("meeting on 2024-06-30 with bob") == "meeting on 2024-06-30 with bob"
+        check_no_secret("Le rapport du 2024-06-12")                       # stored: a date is no credential
+        assert "2024-06-01" not in redact(f"GET {url}") and "k3y5ecret" not in redact(f"GET {url}")   # still hidden in a URL
+        assert redact("echo k3y5ecret0") == "echo ***"                      # a held key's 10-character prefix
+        assert redact("any sk-proj- key and sk-proj-A1b2C3") == "any sk-proj- key and sk-proj-A1b2C3"
+        assert redact("leaked sk-proj-A1b2C3d4E5 here") == "leaked *** here"
+        check_no_secret("keys look like sk-proj-...")
+        with pytest.raises(SecretError): check_no_secret("sk-proj-A1b2C3d4E5f6")
+        with pytest.raises(SecretError): check_no_secret("the password pw-0123456789")
+    finally:
+        _HELD.difference_update([key, "k3y5ecret0000000", "pw-0123456789", "bob:pw-0123456789"])
+        _HELD_PARAMS.difference_update(["api-version", "subscription-key"])
+
+
+def test_a_grade_with_an_exponent_is_refused_not_read_as_a_float(tmp_path):
+    "Review of issue 39 item 6: Qrels.read read the grade '1e1' as 10 where trec_eval's atol reads 1: refused now, naming what trec_eval would read."
+    from clir_llm.core import FormatError, Qrels
+    (tmp_path / "q.txt").write_text("q1 0 d1 1e1\nq1 0 d2 2.0\n")
+    with pytest.raises(FormatError, match=r"q.txt:1: grade '1e1' has an exponent: trec_eval reads it as 1"): Qrels.read(tmp_path / "q.txt")
+    (tmp_path / "q.txt").write_text("q1 0 d2 2.0\n")
+    assert Qrels.read(tmp_path / "q.txt") == {"q1": {"d2": 2}}   # atol reads 2 too

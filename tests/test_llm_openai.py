@@ -1023,3 +1023,10 @@ def test_a_deeply_nested_answer_is_a_failed_attempt(secret, tmp_path):
     with FakeOpenAIServer(faults=["deep"] * 5) as srv:
         with pytest.raises(LLMError, match=r"failed after 3 attempts \(malformed, malformed, malformed\)"):
             _api(srv, max_retries=2).generate(["x"])
+
+
+def test_an_at_sign_in_a_query_value_is_no_user_info():
+    "Review of issue 39 item 2: `?user=me@example.com` was refused as an unencoded '@' in a password; a password with '/' or '?' still is."
+    assert OpenAIOptions(base_url="http://localhost:8000/v1?user=me@example.com").base_url.endswith("me@example.com")
+    for u in ("http://gw:pa/ss@h:1/v1", "http://gw:pa?ss@h:1/v1"):
+        with pytest.raises(Exception, match="must be percent-encoded"): OpenAIOptions(base_url=u)
