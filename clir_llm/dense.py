@@ -59,6 +59,7 @@ class EncoderSpec:
     dtype: str | None = None     # one dtype on every device (dense:hf:...[dtype=...]); None: `half` on GPU, float32 on CPU
     tevatron: bool = False       # RepLlama as tevatron encodes (quirk repllama-tevatron): text cut to max_length - 3 tokens
                                  # before BOS and EOS; the LoRA merged in float32 and run under `half` autocast on a GPU
+    code_revision: str | None = None  # Hub commit of the remote code a `trust_remote_code` model runs (its auto_map's repository)
 
     def with_quirks(self, names=None) -> "EncoderSpec":
         "This spec with the authors' quirks `names` (a name or names; None: all of them) switched on."
@@ -84,6 +85,7 @@ class EncoderSpec:
         "The dry run's words for the pinned commits: 'revision <r>', or 'revision not pinned' (a Hub model without one)."
         if self.stand_in or Path(self.model).exists(): return "local model"
         out = f"revision {self.revision}" if self.revision else "revision not pinned" + (" (runs the Hub's remote code)" if self.trust_remote_code else "")
+        if self.trust_remote_code and self.revision: out += f", remote code {'revision ' + self.code_revision if self.code_revision else 'not pinned'}"
         if self.base_model: out += f", base {'revision ' + self.base_revision if self.base_revision else 'revision not pinned'}"
         return out
 
@@ -94,7 +96,8 @@ NV_EMBED_REVISION = "3fa59658547db50a1e8e3346cf057fd0c77ed6ef"   # nvidia/NV-Emb
 ENCODERS = Registry("dense encoder")   # name -> EncoderSpec; `dense:<name>` in method strings
 for _s in [
     EncoderSpec("mgte", "Alibaba-NLP/gte-multilingual-base", "mGTE", "cls", title=False, dims=768, trust_remote_code=True, half="float32",
-                revision="9bbca17d9273fd0d03d5725c7a4b0f6b45142062"),   # Hub commits: see "Revisions" below
+                revision="9bbca17d9273fd0d03d5725c7a4b0f6b45142062",   # Hub commits: see "Revisions" below
+                code_revision="40ced75c3017eb27626c9d4ea981bde21a2662f4"),   # its auto_map's Alibaba-NLP/new-impl
     EncoderSpec("m3", "BAAI/bge-m3", "M3", "cls", title=False, revision="5617a9f61b028005a4858fdac845db406aefb181"),
     EncoderSpec("e5", "intfloat/multilingual-e5-large", "E5", "mean", "query: ", "passage: ", title=False, half="float32",
                 quirks=(Quirk("e5-no-prefix", (("query_prefix", ""), ("doc_prefix", "")),
@@ -277,7 +280,8 @@ def load(self: Encoder):
     from transformers import AutoModel, AutoTokenizer   # heavy: loaded when a model is used
     s, dtype = self.spec, getattr(torch, self.dtype)
     model_path = _resolve(s.model)
-    kw = dict(trust_remote_code=s.trust_remote_code, revision=s.revision, dtype=dtype)
+    kw = dict(trust_remote_code=s.trust_remote_code, revision=s.revision, dtype=dtype,
+              **({"code_revision": s.code_revision} if s.code_revision else {}))   # the remote code's commit (mGTE's new-impl)
     try:
         if (own := ENCODER_LOADERS.get(s.pooling)) is not None: model, tok = own(s, model_path, dtype)   # e.g. NV-Embed-v2
         elif s.base_model:  # a LoRA adapter (RepLlama): merge it into the base model
@@ -306,7 +310,8 @@ def namespace(self: Encoder, kind: str):
     return self.cache.namespace("embed", model=s.model, base_model=s.base_model, revision=s.revision, pooling=s.pooling,
                                 dims=s.dims, kind=kind, dtype=self.dtype, eos=s.pooling == "last",
                                 max_length=s.max_length if kind == "query" else s.doc_max_length,
-                                **({"base_revision": s.base_revision} if s.base_revision else {}), **({"tevatron": True} if s.tevatron else {}))
+                                **({"base_revision": s.base_revision} if s.base_revision else {}), **({"tevatron": True} if s.tevatron else {}),
+                                **({"code_revision": s.code_revision} if s.code_revision else {}))
 
 # %% ../nbs/08_dense.ipynb #3fd155b6
 @patch

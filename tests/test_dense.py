@@ -359,7 +359,8 @@ def test_identities_v1(tmp_path):
     changed = {k for k in want if k.startswith(("encoder e5 cuda", "encoder repllama cpu paper namespace", "encoder repllama cuda paper namespace"))}
     # issue 38 item 6: mGTE, M3 and RepLlama (adapter and base) pinned to Hub commits: their namespaces name the commit,
     # so their keys and their dense indexes' keys differ; nothing else moved
-    pins = {"mgte": {"revision": "9bbca17d9273fd0d03d5725c7a4b0f6b45142062"}, "m3": {"revision": "5617a9f61b028005a4858fdac845db406aefb181"},
+    pins = {"mgte": {"revision": "9bbca17d9273fd0d03d5725c7a4b0f6b45142062", "code_revision": "40ced75c3017eb27626c9d4ea981bde21a2662f4"},
+            "m3": {"revision": "5617a9f61b028005a4858fdac845db406aefb181"},
             "repllama": {"revision": "53f3ec543eafdc511092ade9de3f8b5a00155a3e", "base_revision": "01c7f73d771dfac7d292323805ebc428287df4f9"}}
     pinned = {k for k in want for n in pins if k.startswith((f"encoder {n} ", f"dense dense:{n} ")) and (" namespace" in k or " index key" in k)}
     assert len(changed) == 20 and len(pinned) == 66 and len(changed - pinned) == 12
@@ -442,3 +443,16 @@ def test_retrieve_builds_its_run_without_per_hit_checks(models, tmp_path, monkey
         num_docs = len(DOCS) + 1
     with pytest.raises(ClirError, match="ranked twice"):
         D.Dense.create(D.get_encoder_spec("e5", model=str(models["xlmr"])), cache=Cache(tmp_path, mode="off"), chunk_size=100, progress=False).retrieve(Twice(), k=5)
+
+
+def test_a_remote_code_model_loads_its_pinned_code(tmp_path, monkeypatch):
+    """Review of issue 38 item 6: mGTE's weights were pinned but its auto_map's code (Alibaba-NLP/new-impl) came from that
+    repository's default branch; `code_revision` now reaches from_pretrained (and names the cache namespace)."""
+    import transformers
+    seen = {}
+    def fake(path, **kw): seen.update(kw); raise OSError("stop here")
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", fake)
+    e = D.Encoder.create("mgte", cache=Cache(tmp_path), progress=False)
+    with pytest.raises(ClirError): e.load()
+    assert seen["revision"] == "9bbca17d9273fd0d03d5725c7a4b0f6b45142062" and seen["code_revision"] == "40ced75c3017eb27626c9d4ea981bde21a2662f4"
+    assert e.namespace("doc").identity["code_revision"] == seen["code_revision"]
