@@ -96,7 +96,7 @@ def start_local_ray(num_cpus: int | None = None, attempts: int = 3):
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
             return ray
         except Exception as e:   # Ray raises a bare Exception when its node does not come up in time
-            if ray.is_initialized(): ray.shutdown()
+            ray.shutdown()   # whatever this start left (Ray fate-shares the processes of a node that never came up with this process)
             if i == attempts or "timed out" not in str(e): raise
             _log.warning("Ray's local node timed out while starting (start %d of %d); starting it again", i, attempts)
 

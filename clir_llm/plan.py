@@ -140,7 +140,7 @@ def pair_text(cfg: Config, pair: str, sample: int = 2000) -> PairText:
     qw = [count(c.queries[q].text, ql.code) for q in c.qrels if q in c.queries]
     docs = getattr(c, "expected_num_docs", None) or c.num_docs
     out = PairText(len(c.qrels), docs, sum(qw) / max(len(qw), 1), og, dt, True, f"measured on {cfg.collection} {pair} (first {len(og)} documents)")
-    if cached is not None:
+    if cached is not None and c.has_translations:   # DT lengths taken from OG until translations exist: not kept
         try: cached.parent.mkdir(parents=True, exist_ok=True); cached.write_text(json.dumps(dataclasses.asdict(out)), encoding="utf-8")
         except OSError: pass   # a read-only cache: measured again next time
     return out
@@ -192,7 +192,7 @@ def runs_as(rc) -> dict:
         q = o.quirks if isinstance(o.quirks, dict) else o.quirks.model_dump()
         # KVPrefixMixin._reuses: decoder-only, one device, not llm-rankers' unmasked calls; prefix_cache None: float32 only
         reuse = (not encdec and not q.get("no_attention_mask") and not o.device_map
-                 and (o.prefix_cache is True or (o.prefix_cache is None and dtype == "float32")))
+                 and (o.prefix_cache is True or (o.prefix_cache is None and dtype == "float32" and not o.quantize)))
     elif b.kind == "vllm": reuse = not encdec and getattr(o, "enable_prefix_caching", None) is not False   # vLLM's V1 engine: on by default
     else: reuse = False   # other local engines (gguf, ort): no prefix reuse counted; APIs use no GPU of this machine
     return dict(engine=b.throughput_engine, encdec=encdec, dtype=dtype or "float16", reuse=reuse, serve=not encdec,

@@ -342,11 +342,11 @@ def test_a_local_start_that_timed_out_is_made_again_through_ray_init_only(fake_r
         if fails: raise Exception(fails.pop())
     monkeypatch.setattr(fake_ray, "init", init)
     monkeypatch.setattr(fake_ray, "shutdown", lambda: shut.append(1), raising=False)
-    assert start_local_ray(num_cpus=2) is fake_ray and len(fake_ray.inits) == 2
+    assert start_local_ray(num_cpus=2) is fake_ray and len(fake_ray.inits) == 2 and len(shut) == 1   # the failed start shut down
     assert all(k == dict(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False) for k in fake_ray.inits)
     fails[:] = ["timed out"] * 3
     with pytest.raises(Exception, match="timed out"): start_local_ray(attempts=3)
-    assert len(fake_ray.inits) == 5
+    assert len(fake_ray.inits) == 5 and len(shut) == 4
     fails[:] = ["no shared memory"]
     with pytest.raises(Exception, match="no shared memory"): start_local_ray()
     assert len(fake_ray.inits) == 6

@@ -348,3 +348,27 @@ def test_measured_lengths_are_kept_once_under_the_cache_root(tmp_path, monkeypat
     assert P.pair_text(cfg, "en-sw") == kept
     monkeypatch.setenv("CIRAL_HOME", str(tmp_path / "other"))   # another copy of the data: another file
     assert P._lengths_cache(cfg, "en-sw", 2000) != f
+
+
+def test_int8_weights_are_counted_without_prefix_reuse():
+    "Review of issue 38 items 3/5: int8 weights (quantize) do not compute in float32, so the backend does not reuse by default; the plan follows."
+    from clir_llm.plan import runs_as
+    cfg = load_config("demo-rerankers")
+    rc = next(r for r in cfg.rerankers if r.llm is not None and r.llm.backend_class.kind == "hf")
+    assert runs_as(rc)["reuse"]
+    q = rc.model_copy(update=dict(llm=type(rc.llm).parse(str(rc.llm) + "[quantize=int8]" if "[" not in str(rc.llm) else str(rc.llm)[:-1] + ",quantize=int8]")))
+    assert q.llm.options.quantize == "int8" and not runs_as(q)["reuse"]
+
+
+def test_lengths_that_assume_the_translations_are_not_kept(tmp_path, monkeypatch):
+    """Review of issue 38 item 5: without translations the DT lengths are taken from the original documents; kept, they
+    stayed after the translations existed (the key does not say whether they did). Such lengths are measured, not kept."""
+    from clir_llm import plan as P
+    monkeypatch.setenv("CLIR_LLM_CACHE", str(tmp_path / "cache"))
+    d = Path(__file__).parent / "fixtures" / "zhfa"
+    (tmp_path / "c.yaml").write_text(f"name: zh\ncollection: 'files:{d}?topics=queries.en.jsonl&qrels=qrels.en-zh.txt&corpus=docs.zh.jsonl'\n"
+                                     "pairs: [en-zh]\nmeasure: MAP\nfirst_stage: {methods: [bm25-og]}\nexperiments: [1_first_stage]\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    f = P._lengths_cache(cfg, "en-zh", 2000)
+    t = P.pair_text(cfg, "en-zh")
+    assert t.measured and t.dt_words == t.og_words and f is not None and not f.exists()
