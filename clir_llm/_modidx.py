@@ -36,6 +36,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                  'clir_llm.assets._open_part': ('assets.html#_open_part', 'clir_llm/assets.py'),
                                  'clir_llm.assets._part_name': ('assets.html#_part_name', 'clir_llm/assets.py'),
                                  'clir_llm.assets._part_size': ('assets.html#_part_size', 'clir_llm/assets.py'),
+                                 'clir_llm.assets._parts_table': ('assets.html#_parts_table', 'clir_llm/assets.py'),
                                  'clir_llm.assets._pip_error': ('assets.html#_pip_error', 'clir_llm/assets.py'),
                                  'clir_llm.assets._qwen15_hf_dest': ('assets.html#_qwen15_hf_dest', 'clir_llm/assets.py'),
                                  'clir_llm.assets._qwen_hf_dest': ('assets.html#_qwen_hf_dest', 'clir_llm/assets.py'),
