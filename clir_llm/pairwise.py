@@ -248,13 +248,13 @@ class PairwiseQuirks(Quirks):
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseOptions(RerankerOptions):
     "The options of PRP, each default written once (the paper: bubblesort, k 10, queries cut to 128 and passages to 300 tokens)."
-    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, flag="--sort-k")
+    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, le=10_000, flag="--sort-k")
     scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated answer, or compare the likelihoods "
                                                        "of the labels (A, B)")
     decision: Literal["hard", "soft"] = opt("hard", "with likelihood scoring: each order a hard A/B, a win needs both orders "
                                             "(hard), or P(A) averaged over the two orders, a win above 1/2 (soft: the PRP paper's scoring mode)")
-    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0)
-    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0, le=1_000_000)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
     cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
     batch_orders: bool = opt(True, "both orders of a comparison in one call", identity=False)
     quirks: PairwiseQuirks = PairwiseQuirks()

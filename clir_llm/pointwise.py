@@ -30,16 +30,16 @@ def yes_probability(log_yes: float, log_no: float) -> float:
 # %% ../nbs/11e_pointwise.ipynb #22ad86a5
 class PointwiseOptions(RerankerOptions):
     "The options of pointwise reranking, each default written once (llm-rankers' cuts: queries 128, passages 300 tokens)."
-    query_tokens: int = opt(128, "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)", gt=0)
-    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+    query_tokens: int = opt(128, "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)", gt=0, le=1_000_000)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
 
 # %% ../nbs/11e_pointwise.ipynb #2fe68150
 class Qwen3RerankerOptions(PointwiseOptions):
     """Qwen3-Reranker's options: its model card's lengths by default (no query or passage cut; the instruction, query and
     document together cut from the end to `max_length` tokens less the template's, as the card's `truncation`)."""
-    query_tokens: int | None = opt(None, "query cut, backend tokens (none: the card's, no cut)", gt=0)
-    passage_tokens: int | None = opt(None, "passage cut, backend tokens (none: the card's, no cut)", gt=0)
-    max_length: int = opt(8192, "the card's pair length: template, instruction, query and document in tokens", gt=0)
+    query_tokens: int | None = opt(None, "query cut, backend tokens (none: the card's, no cut)", gt=0, le=1_000_000)
+    passage_tokens: int | None = opt(None, "passage cut, backend tokens (none: the card's, no cut)", gt=0, le=1_000_000)
+    max_length: int = opt(8192, "the card's pair length: template, instruction, query and document in tokens", gt=0, le=1_000_000)
 
 # %% ../nbs/11e_pointwise.ipynb #f9a00a5a
 class PointwiseReranker(Reranker):

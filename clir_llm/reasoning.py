@@ -37,8 +37,8 @@ def read_trace(text: str, think_end: str = "</think>", answers=(" true", " false
 # %% ../nbs/11h_reasoning.ipynb #33e4dec2
 class ReasoningOptions(RerankerOptions):
     "The options of reasoning rerankers: the thinking budget in tokens and the passage cut."
-    think_tokens: int = opt(8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0)
-    passage_tokens: int | None = opt(None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0)
+    think_tokens: int = opt(8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0, le=1_000_000)
+    passage_tokens: int | None = opt(None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0, le=1_000_000)
 
 # %% ../nbs/11h_reasoning.ipynb #f2032b09
 class ReasoningReranker(Reranker):

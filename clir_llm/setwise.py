@@ -92,12 +92,12 @@ def parse_label(answer: str, n: int) -> int | None:
 # %% ../nbs/11d_setwise.ipynb #f5050edd
 class SetwiseOptions(RerankerOptions):
     "The options of setwise reranking, each default written once (llm-rankers' defaults: c = 3, the top 10)."
-    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, flag="--sort-k")
+    k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, le=10_000, flag="--sort-k")
     num_child: int = opt(3, "c: children compared with their parent in one prompt (a prompt shows up to c + 1 passages)",
                          ge=1, lt=len(LABELS))
     scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated label, or compare the labels' likelihoods")
-    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0)
-    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0)
+    query_tokens: int = opt(128, "query cut (backend tokens)", gt=0, le=1_000_000)
+    passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
 
 # %% ../nbs/11d_setwise.ipynb #630d36bf
 class SetwiseReranker(Reranker):

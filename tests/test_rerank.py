@@ -726,3 +726,15 @@ def test_unknown_query_and_missing_document_in_a_run_to_rerank(tmp_path):
     err = R.err_cli("document missing from the collection", "rerank", "--run", run, *args)
     assert f"{run}:5: document 'de-404' (query 't2') is not in collection 'fixture' en-de" in err, err
     assert not (tmp_path / "out.trec").exists()
+
+
+@pytest.mark.parametrize("method,option", [("pairwise-bubblesort", "k"), ("setwise-heapsort", "k"), ("pairwise-heapsort", "passage_tokens"),
+                                           ("pointwise-yes-no", "query_tokens"), ("pointwise-qwen3-reranker", "max_length"),
+                                           ("reasoning-rank1", "think_tokens")])
+def test_every_family_bounds_its_counts(method, option):
+    """Issue 39 item 6 (the families the listwise bounds left out): a sort depth or token budget of 10^11 is one line
+    naming the option, not a loop or an allocation that runs until memory ends."""
+    from clir_llm.rerank import RerankerSpec
+    with pytest.raises(ClirError, match=option):
+        RerankerSpec.parse(method, **{option: 10**11})
+    RerankerSpec.parse(method, **{option: 1000})   # a large but sane value is taken
