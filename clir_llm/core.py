@@ -215,6 +215,7 @@ def check_output_folder(folder, what: str = "--out", inputs=(), replaced: bool =
 # %% ../nbs/00_core.ipynb #b768ca31
 SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "COHERE_API_KEY")
 URL_ENV_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HF_ENDPOINT")   # server addresses that may carry `user:key@` or `?key=`
+_KEY_NAMES = r"[\w.~-]*(?:key|token|secret|passw(?:or)?d|auth|sig|signature|code|credentials?)"   # a query parameter named like a key
 MIN_SECRET = 8   # characters: a shorter value (or prefix) would redact ordinary words
 _SECRET_NAME = re.compile(r"(?i)(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$")
 _NAMED: set[str] = set()   # variables a backend reads its key from (`api_key_env`)
@@ -269,7 +270,6 @@ class SecretError(ClirError):
 
 # %% ../nbs/00_core.ipynb #d0f0b5e8
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^/\s@'\"<>]+|[^/\s@'\"<>:]*:[^\s@'\"<>]+)@")   # a password may hold '/'
-_KEY_NAMES = r"[\w.~-]*(?:key|token|secret|passw(?:or)?d|auth|sig|signature|code|credentials?)"
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=:-]{6,}")
 _KEYLIKE = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
 
