@@ -416,6 +416,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                'clir_llm.core._b64_units': ('core.html#_b64_units', 'clir_llm/core.py'),
                                'clir_llm.core._cut_held': ('core.html#_cut_held', 'clir_llm/core.py'),
                                'clir_llm.core._expanded': ('core.html#_expanded', 'clir_llm/core.py'),
+                               'clir_llm.core._expanded_chars': ('core.html#_expanded_chars', 'clir_llm/core.py'),
                                'clir_llm.core._frame_column': ('core.html#_frame_column', 'clir_llm/core.py'),
                                'clir_llm.core._kind': ('core.html#_kind', 'clir_llm/core.py'),
                                'clir_llm.core._lines': ('core.html#_lines', 'clir_llm/core.py'),

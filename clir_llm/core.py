@@ -44,7 +44,8 @@ def yaml_error(path, e, what: str = "not valid YAML") -> FormatError:
                        f"{what}: {msg or ' '.join(str(e).split())}" + (f" ({'; '.join(where)})" if where else ""))
 
 # %% ../nbs/00_core.ipynb #69205791
-YAML_LIMITS = dict(depth=64, nodes=200_000, scalar=10_000)   # nesting, expanded nodes (aliases followed), characters per scalar
+YAML_LIMITS = dict(depth=64, nodes=200_000, scalar=10_000,   # nesting, expanded nodes (aliases followed), characters per scalar,
+                   chars=2_000_000)                          # characters of all values and keys, aliases followed
 
 class _StrictLoader(yaml.SafeLoader):
     "PyYAML's safe loader that counts nesting and refuses duplicate keys, oversized scalars and integers of hundreds of digits."
@@ -54,6 +55,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         self._depth = getattr(self, "_depth", 0) + 1
+        alias = self.check_event(yaml.AliasEvent) and self.peek_event().start_mark.line + 1   # its line, if the node is an alias
         try:
             if self._depth > YAML_LIMITS["depth"]:
                 raise yaml.YAMLError(f"line {self.peek_event().start_mark.line + 1}: nesting deeper than {YAML_LIMITS['depth']} levels")
@@ -61,6 +63,11 @@ class _StrictLoader(yaml.SafeLoader):
         finally: self._depth -= 1
         if isinstance(node, yaml.ScalarNode) and len(node.value) > YAML_LIMITS["scalar"]:
             raise yaml.YAMLError(f"line {node.start_mark.line + 1}: a value of {len(node.value):,} characters (at most {YAML_LIMITS['scalar']:,})")
+        if alias or isinstance(node, yaml.ScalarNode):   # counted while composing: a bomb stops at its first aliases, not after the whole file
+            self._chars = getattr(self, "_chars", 0) + (_expanded_chars(node, self.__dict__.setdefault("_memo", {})) if alias else len(node.value))
+            if self._chars > YAML_LIMITS["chars"]:
+                raise yaml.YAMLError(f"line {alias or node.start_mark.line + 1}: its values expand to more than {YAML_LIMITS['chars']:,} "
+                                     "characters with aliases followed (an alias bomb?)")
         if isinstance(node, yaml.MappingNode):
             seen = {}
             for k, _ in node.value:
@@ -78,6 +85,16 @@ def _expanded(node, memo: dict) -> int:
     memo[id(node)] = 1   # a recursive alias: counted once
     kids = [x for kv in node.value for x in kv] if isinstance(node, yaml.MappingNode) else node.value if isinstance(node, yaml.SequenceNode) else []
     memo[id(node)] = n = 1 + sum(_expanded(k, memo) for k in kids)
+    return n
+
+# %% ../nbs/00_core.ipynb #52cf4a47
+def _expanded_chars(node, memo: dict) -> int:
+    "Characters of the keys and values `node` stands for with every alias followed (a shared node counts each time it is used)."
+    if id(node) in memo: return memo[id(node)]
+    memo[id(node)] = 0   # a recursive alias: counted once
+    if isinstance(node, yaml.ScalarNode): n = len(node.value)
+    else: n = sum(_expanded_chars(x, memo) for x in ([x for kv in node.value for x in kv] if isinstance(node, yaml.MappingNode) else node.value))
+    memo[id(node)] = n
     return n
 
 # %% ../nbs/00_core.ipynb #1452b5f5

@@ -234,3 +234,28 @@ def test_prepare_says_the_configuration_imports_code(tmp_path, monkeypatch):
     ok = r.returncode == 0 and "importing the configuration's code (plugins: cfg39_plugin)" in r.stderr
     R.hostile("configs", "prepare with plugins: said", ok)
     assert ok, (r.returncode, r.stdout[-500:], r.stderr[-800:])
+
+
+@pytest.mark.parametrize("key", ["nosuch", "experiments"])
+def test_an_aliased_long_scalar_is_refused_while_the_file_is_read(tmp_path, key):
+    """Issue 39 item 7, the time: a 0.6 MB config with a 10,000-character scalar aliased 150,000 times (inside the node
+    budget) took 11-12 s in the dry run (PyYAML's parse of every alias, then pydantic). The characters the aliases
+    expand to are counted while the file is composed: refused at its first aliases, one line naming the file and line."""
+    import time
+    from clir_llm.core import ClirError, load_yaml
+    p = _alias_bomb(tmp_path / "bomb.yaml", key, n=150_000)
+    t0 = time.monotonic()
+    try: load_yaml(p); msg = None
+    except ClirError as e: msg = str(e)
+    took = time.monotonic() - t0
+    rc, err = R.dry_run(p)
+    ok = (msg is not None and msg.startswith(f"{p}:2: not valid YAML: its values expand to more than 2,000,000 characters")
+          and took < 0.5 and rc == 1 and len(err.strip().splitlines()) == 1 and "2,000,000 characters" in err)
+    R.hostile("configs", f"a 10,000-character scalar aliased 150,000 times ({key}): refused while read", ok)
+    assert ok, (msg, took, rc, err[:300])
+    # a normal configuration, and one that aliases a value a few times, read as before
+    d = _demo(); d["description"] = "d" * 5_000
+    q = tmp_path / "ok.yaml"; q.write_text(yaml.safe_dump(d).replace("description: " + "d" * 5_000, "description: &d " + "d" * 5_000)
+                                           + "again: *d\n")
+    assert load_yaml(q)["again"] == "d" * 5_000
+    assert load_yaml(DEMO)["name"] == yaml.safe_load(DEMO.read_text())["name"]
