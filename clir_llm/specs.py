@@ -19,6 +19,7 @@ __all__ = ['Spec', 'Entry', 'check_contract', 'Registry', 'import_plugins', 'pyd
 # %% ../nbs/00a_specs.ipynb #18e9bb21
 class Spec(BaseModel):
     "A parsed, validated description of a method; subclasses add fields, `key()` and `describe()`."
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def key(self) -> str:
@@ -29,19 +30,22 @@ class Spec(BaseModel):
         "One line for the dry-run plan."
         return self.key()
 
-    def __str__(self) -> str: return self.key()   # a spec written anywhere (a run name, a config) is its key
+    def __str__(self) -> str:
+        return self.key()  # a spec written anywhere (a run name, a config) is its key
 
 # %% ../nbs/00a_specs.ipynb #9f914c31
 @dataclass(frozen=True)
 class Entry:
     "One registered member: its name (or `prefix:`), the object, a one-line summary and an example spec string."
+
     name: str
     obj: Any
     summary: str
     example: str
 
     @property
-    def is_prefix(self) -> bool: return self.name.endswith(":")
+    def is_prefix(self) -> bool:
+        return self.name.endswith(":")
 
 # %% ../nbs/00a_specs.ipynb #914b2996
 def _origin(obj) -> str:
@@ -56,74 +60,111 @@ def _summary(obj) -> str:
 # %% ../nbs/00a_specs.ipynb #031df55a
 def check_contract(obj, contract, kind: str, name: str):
     "Refuse a class that does not implement `contract` (an ABC): the message names the missing methods."
-    if contract is None or not inspect.isclass(obj): return
+    if contract is None or not inspect.isclass(obj):
+        return
     if not issubclass(obj, contract):
         raise ClirError(f"{kind} {name!r}: {obj.__name__} must subclass {contract.__module__}.{contract.__name__}")
-    abc.update_abstractmethods(obj)   # methods added to the class after it was made (`@patch` in later cells) count
+    abc.update_abstractmethods(obj)  # methods added to the class after it was made (`@patch` in later cells) count
     if missing := sorted(getattr(obj, "__abstractmethods__", ())):
-        raise ClirError(f"{kind} {name!r}: {obj.__name__} does not implement {', '.join(missing)} "
-                        f"(required by {contract.__name__})")
+        raise ClirError(
+            f"{kind} {name!r}: {obj.__name__} does not implement {', '.join(missing)} (required by {contract.__name__})"
+        )
 
 # %% ../nbs/00a_specs.ipynb #7968f88e
 class Registry:
     "Named members of one kind (`kind` is used in messages); `plugins`: modules that register members when imported."
+
     def __init__(self, kind: str, plugins: tuple[str, ...] = (), contract: type | None = None):
         self.kind, self.plugins, self.contract = kind, tuple(plugins), contract
-        self.home = sys._getframe(1).f_globals.get("__name__")   # the module that made the registry: its members list first
+        # the module that made the registry: its members list first
+        self.home = sys._getframe(1).f_globals.get("__name__")
         self._items: dict[str, Entry] = {}
         self._loaded = False
 
     def register(self, name: str, obj=None, *, summary: str = "", example: str | None = None):
         "Register `obj` under `name` (use as a decorator when `obj` is not given). Returns `obj`."
+
         def add(o):
             key = str(name).strip().lower()
             check_contract(o, self.contract, self.kind, key)
             old = self._items.get(key)
-            if old is not None and _origin(old.obj) != _origin(o):   # the same definition again (a re-run cell, or a notebook and its exported module) replaces it
+            # the same definition again (a re-run cell, or a notebook and its exported module) replaces it
+            if old is not None and _origin(old.obj) != _origin(o):
                 raise ClirError(f"{self.kind} {key!r} is registered twice ({old.obj!r} and {o!r})")
             self._items[key] = Entry(key, o, summary or _summary(o), example or key)
             return o
-        return add if obj is None else add(obj)
 
-    def _load(self):
-        if self._loaded: return
-        self._loaded = True
-        for m in self.plugins: importlib.import_module(m)
-        for ep in entry_points(group=self.group): ep.load()
+        return add if obj is None else add(obj)
 
     @property
     def group(self) -> str:
         "The entry-point group an installed package registers members under: `clir_llm.<kind>` (`clir_llm.reranker`)."
         return "clir_llm." + self.kind.replace(" ", "_").replace("-", "_")
 
-    def _unknown(self, s) -> ClirError:
-        return ClirError(f"unknown {self.kind} {s!r}; accepted: {', '.join(e.example for e in self.entries())}")
-
     def entries(self) -> list[Entry]:
         "Every member: the home module's, then each plugin module's in `plugins` order, then others; each in registration order."
         self._load()
+
         def rank(e):
             o = e.obj if hasattr(e.obj, "__qualname__") else type(e.obj)
             m = getattr(o, "__module__", None)
             return -1 if m == self.home else self.plugins.index(m) if m in self.plugins else len(self.plugins)
-        return sorted(self._items.values(), key=rank)   # stable: whatever order modules were imported in
 
-    def names(self) -> list[str]: return [e.name for e in self.entries()]
-    def items(self) -> list[tuple[str, Any]]: return [(e.name, e.obj) for e in self.entries()]
+        return sorted(self._items.values(), key=rank)  # stable: whatever order modules were imported in
+
+    def names(self) -> list[str]:
+        return [e.name for e in self.entries()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(e.name, e.obj) for e in self.entries()]
+
     def get(self, name: str, default=None):
         "The object registered under exactly `name` (no prefix matching), else `default`."
         self._load()
         e = self._items.get(str(name).strip().lower())
         return default if e is None else e.obj
-    def values(self) -> list: return [e.obj for e in self.entries()]
-    def __getitem__(self, name: str):
-        "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
-        if (obj := self.get(name)) is None: raise self._unknown(name)
-        return obj
-    def __contains__(self, s) -> bool: return self.find(s) is not None
-    def __iter__(self): return iter(self.names())
 
-    def __repr__(self): return f"Registry({self.kind!r}, {self.names()})"
+    def values(self) -> list:
+        return [e.obj for e in self.entries()]
+
+# %% ../nbs/00a_specs.ipynb #e8433930
+@patch
+def _load(self: Registry):
+    if self._loaded:
+        return
+    self._loaded = True
+    for m in self.plugins:
+        importlib.import_module(m)
+    for ep in entry_points(group=self.group):
+        ep.load()
+
+# %% ../nbs/00a_specs.ipynb #a11a20c1
+@patch
+def _unknown(self: Registry, s) -> ClirError:
+    return ClirError(f"unknown {self.kind} {s!r}; accepted: {', '.join(e.example for e in self.entries())}")
+
+# %% ../nbs/00a_specs.ipynb #46f4723a
+@patch
+def __getitem__(self: Registry, name: str):
+    "The object registered under exactly `name`; a `ClirError` listing the accepted strings otherwise."
+    if (obj := self.get(name)) is None:
+        raise self._unknown(name)
+    return obj
+
+# %% ../nbs/00a_specs.ipynb #41de6b63
+@patch
+def __contains__(self: Registry, s) -> bool:
+    return self.find(s) is not None
+
+# %% ../nbs/00a_specs.ipynb #f230e148
+@patch
+def __iter__(self: Registry):
+    return iter(self.names())
+
+# %% ../nbs/00a_specs.ipynb #95836bb7
+@patch
+def __repr__(self: Registry):
+    return f"Registry({self.kind!r}, {self.names()})"
 
 # %% ../nbs/00a_specs.ipynb #8b8c791a
 @patch
@@ -131,20 +172,21 @@ def find(self: Registry, s: str) -> tuple[Entry, str] | None:
     "The entry for spec string `s` and the argument after a prefix (exact names first), or None."
     self._load()
     key = str(s).strip()
-    if (e := self._items.get(key.lower())) is not None and not e.is_prefix: return e, ""
+    if (e := self._items.get(key.lower())) is not None and not e.is_prefix:
+        return e, ""
     prefixes = sorted((e for e in self._items.values() if e.is_prefix), key=lambda e: -len(e.name))
     for e in prefixes:
-        if key.lower().startswith(e.name): return e, key[len(e.name):].strip()
+        if key.lower().startswith(e.name):
+            return e, key[len(e.name) :].strip()
     return None
 
 # %% ../nbs/00a_specs.ipynb #52c9c114
 @patch
 def lookup(self: Registry, s: str) -> tuple[Entry, str]:
     "Like `find`, but an unknown string is a `ClirError` that lists the accepted strings."
-    if (hit := self.find(s)) is None: raise self._unknown(s)
+    if (hit := self.find(s)) is None:
+        raise self._unknown(s)
     return hit
-
-
 
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
@@ -153,16 +195,23 @@ def import_plugins(modules) -> list:
     for m in modules or ():
         if not isinstance(m, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
             raise ClirError(f"plugin {str(m)[:80]!r} is not a module name (a.b.c)")
-        try: out.append(importlib.import_module(m))
-        except ImportError as e: raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
-        except ClirError: raise   # the plugin's own one-line error (a name registered twice, ...)
-        except Exception as e:    # any other error while it runs its module code: one line naming it, not a traceback
+        try:
+            out.append(importlib.import_module(m))
+        except ImportError as e:
+            raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
+        except ClirError:
+            raise  # the plugin's own one-line error (a name registered twice, ...)
+        except Exception as e:  # any other error while it runs its module code: one line naming it, not a traceback
             raise ClirError(f"plugin {m!r} failed while it was imported: {type(e).__name__}: {str(e)[:200]}") from None
     return out
 
 # %% ../nbs/00a_specs.ipynb #1a688d9b
-_SHORT = reprlib.Repr()   # a value shown in an error: cut while it is written (a 150,000-item list of 10 KB strings was a 1.5 GB repr)
-_SHORT.maxstring = _SHORT.maxother = 120; _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 6; _SHORT.maxlevel = 3
+# a value shown in an error: cut while it is written (a 150,000-item list of 10 KB strings was a 1.5 GB repr)
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 120
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 6
+_SHORT.maxlevel = 3
+
 
 def _cut(v, n: int = 80) -> str:
     r = _SHORT.repr(v)
@@ -175,15 +224,17 @@ def pydantic_messages(e: ValidationError) -> list[str]:
     out = []
     for err in e.errors():
         loc, msg = ".".join(map(str, err["loc"])), " ".join(err["msg"].removeprefix("Value error, ").split())
-        shown = err["type"] != "missing" and not isinstance(err["input"], dict)   # a whole row or mapping is not echoed
+        shown = err["type"] != "missing" and not isinstance(err["input"], dict)  # a whole row or mapping is not echoed
         out.append(f"{loc}: {msg}" + (f" (got {_cut(err['input'])})" if shown else "") if loc else msg)
     return out
 
 # %% ../nbs/00a_specs.ipynb #57fb8640
 def validated(spec_cls: type[BaseModel], data: dict, where: str = "", strict: bool | None = None):
     "Build `spec_cls` from `data` (`strict`: no type coercion, as in a configuration); pydantic errors become one `ClirError` naming each bad field and value."
-    try: return spec_cls.model_validate(data, strict=strict)
-    except ValidationError as e: raise ClirError((f"{where}: " if where else "") + "; ".join(pydantic_messages(e))) from None
+    try:
+        return spec_cls.model_validate(data, strict=strict)
+    except ValidationError as e:
+        raise ClirError((f"{where}: " if where else "") + "; ".join(pydantic_messages(e))) from None
 
 # %% ../nbs/00a_specs.ipynb #306b11c9
 def opt(default=..., description: str = "", *, identity: bool = True, flag: str | None = None, **constraints):
@@ -198,18 +249,22 @@ def _is_options(ann) -> bool:
     return inspect.isclass(ann) and issubclass(ann, Options)
 
 # %% ../nbs/00a_specs.ipynb #d1a3a748
-def _extra(f) -> dict: return f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+def _extra(f) -> dict:
+    return f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
 
 # %% ../nbs/00a_specs.ipynb #945446e7
 class Options(Spec):
     "The options of one registered class; a nested `Options` field (its `quirks`) is flattened on the command line and in configs."
+
     def identity(self) -> dict:
         "What names the runs and cache entries of these options: every field declared with `identity=True` (nested: flattened)."
         out = {}
         for name, f in type(self).model_fields.items():
             v = getattr(self, name)
-            if _is_options(f.annotation): out |= v.identity()
-            elif _extra(f).get("identity", True): out[name] = v
+            if _is_options(f.annotation):
+                out |= v.identity()
+            elif _extra(f).get("identity", True):
+                out[name] = v
         return out
 
     def non_default(self) -> dict:
@@ -217,8 +272,10 @@ class Options(Spec):
         out = {}
         for name, f in type(self).model_fields.items():
             v = getattr(self, name)
-            if _is_options(f.annotation): out |= v.non_default()
-            elif v != f.default: out[name] = v
+            if _is_options(f.annotation):
+                out |= v.non_default()
+            elif v != f.default:
+                out[name] = v
         return out
 
     @classmethod
@@ -234,7 +291,9 @@ class Options(Spec):
 class Quirks(Options):
     """Where the authors' scripts differ from the method as described: every field's default is the method, `paper()`
     what their code did. Quirks off their default name the runs they change; at their default they name nothing."""
-    def identity(self) -> dict: return self.non_default()
+
+    def identity(self) -> dict:
+        return self.non_default()
 
 # %% ../nbs/00a_specs.ipynb #08bed8fc
 @patch(cls_method=True)
@@ -242,8 +301,10 @@ def flat_fields(cls: Options) -> dict:
     "Every option name -> its pydantic field, nested options' fields included (the names a config or a flag may use)."
     out = {}
     for name, f in cls.model_fields.items():
-        if _is_options(f.annotation): out |= f.annotation.flat_fields()
-        else: out[name] = f
+        if _is_options(f.annotation):
+            out |= f.annotation.flat_fields()
+        else:
+            out[name] = f
     return out
 
 # %% ../nbs/00a_specs.ipynb #44ea523b
@@ -254,7 +315,8 @@ def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = N
     for name, f in cls.model_fields.items():
         if _is_options(f.annotation):
             sub = {k: data.pop(k) for k in list(data) if k in f.annotation.flat_fields()}
-            if isinstance(data.get(name), f.annotation): continue
+            if isinstance(data.get(name), f.annotation):
+                continue
             nested[name] = f.annotation.from_flat({**dict(data.pop(name, None) or {}), **sub}, where, strict)
     return validated(cls, {**data, **nested}, where=where, strict=strict)
 
@@ -262,15 +324,23 @@ def from_flat(cls: Options, data: dict, where: str = "", strict: bool | None = N
 @patch
 def quirks_on(self: Options) -> dict:
     "The quirks switched on, flat, from every `Quirks` sub-model of these options (what a run names)."
-    return {k: v for name, f in type(self).model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
-            for k, v in getattr(self, name).non_default().items()}
+    return {
+        k: v
+        for name, f in type(self).model_fields.items()
+        if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
+        for k, v in getattr(self, name).non_default().items()
+    }
 
 # %% ../nbs/00a_specs.ipynb #9004d740
 @patch(cls_method=True)
 def authors_quirks(cls: Options, **context) -> dict:
     "The quirks of the authors' code (`Quirks.paper(**context)` of every `Quirks` sub-model), flat, those switched on."
-    return {k: v for name, f in cls.model_fields.items() if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
-            for k, v in f.annotation.paper(**context).non_default().items()}
+    return {
+        k: v
+        for name, f in cls.model_fields.items()
+        if _is_options(f.annotation) and issubclass(f.annotation, Quirks)
+        for k, v in f.annotation.paper(**context).non_default().items()
+    }
 
 # %% ../nbs/00a_specs.ipynb #1fbc4a8c
 @patch
@@ -279,8 +349,10 @@ def flat(self: Options, defaults: bool = True) -> dict:
     out = {}
     for name, f in type(self).model_fields.items():
         v = getattr(self, name)
-        if _is_options(f.annotation): out |= v.flat(defaults)
-        elif defaults or v != f.default: out[name] = v
+        if _is_options(f.annotation):
+            out |= v.flat(defaults)
+        elif defaults or v != f.default:
+            out[name] = v
     return out
 
 # %% ../nbs/00a_specs.ipynb #88591d86
@@ -295,7 +367,8 @@ def options_of(self: Registry, name: str):
 def options_line(self: Registry, name: str) -> str:
     "The options of member `name` as `name=default` (`name` alone for a required one); '' for a member without options."
     cls = self.options_of(name)
-    if cls is None: return ""
+    if cls is None:
+        return ""
     return ", ".join(n if f.is_required() else f"{n}={f.default}" for n, f in cls.flat_fields().items())
 
 # %% ../nbs/00a_specs.ipynb #3717f48c
@@ -303,11 +376,17 @@ def _split_unquoted(body: str, sep: str = ",") -> list[str]:
     "`body` split at each `sep` outside double quotes (a backslash escapes the next character inside quotes)."
     parts, cur, quoted, escaped = [], [], False, False
     for ch in body:
-        if ch == sep and not quoted: parts.append("".join(cur)); cur = []; continue
+        if ch == sep and not quoted:
+            parts.append("".join(cur))
+            cur = []
+            continue
         cur.append(ch)
-        if escaped: escaped = False
-        elif ch == "\\" and quoted: escaped = True
-        elif ch == '"': quoted = not quoted
+        if escaped:
+            escaped = False
+        elif ch == "\\" and quoted:
+            escaped = True
+        elif ch == '"':
+            quoted = not quoted
     return parts + ["".join(cur)]
 
 # %% ../nbs/00a_specs.ipynb #79e041b2
@@ -315,12 +394,15 @@ def split_options(spec: str, what: str = "spec") -> tuple[str, dict[str, str]]:
     """`head[k=v,...]` -> (head, {k: v}) with the values as written (a double-quoted value keeps its quotes and may hold
     commas); a key given twice or a part without '=' is a ClirError."""
     s = str(spec).strip()
-    if not (s.endswith("]") and "[" in s): return s, {}
+    if not (s.endswith("]") and "[" in s):
+        return s, {}
     head, _, body = s[:-1].partition("[")
     out: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in _split_unquoted(body))):
         k, eq, v = part.partition("=")
-        if not eq or not k.strip(): raise ClirError(f"{what}: option {part!r} in {spec!r} is not key=value")
-        if k.strip() in out: raise ClirError(f"{what}: option {k.strip()!r} is given twice in {spec!r}")
+        if not eq or not k.strip():
+            raise ClirError(f"{what}: option {part!r} in {spec!r} is not key=value")
+        if k.strip() in out:
+            raise ClirError(f"{what}: option {k.strip()!r} is given twice in {spec!r}")
         out[k.strip()] = v.strip()
     return head.strip(), out

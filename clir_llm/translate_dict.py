@@ -21,84 +21,118 @@ __all__ = ['ISO639_3', 'FREEDICT_PAIRS', 'EN_FUNCTION_WORDS', 'EN_IRREGULAR', 'f
            'DictionaryTranslator']
 
 # %% ../nbs/06b_translate_dict.ipynb #e247b4d4
-ISO639_3 = {code: l.iso3 for code, l in LANGUAGES.items()}   # FreeDict names dictionaries by ISO 639-3 codes
+ISO639_3 = {code: l.iso3 for code, l in LANGUAGES.items()}  # FreeDict names dictionaries by ISO 639-3 codes
 # Debian's dict-freedict-* packages between the study's languages (bookworm); ha, so, yo have none.
 FREEDICT_PAIRS = {
-    "en-de": "large (Ding, ~370k headwords)", "de-en": "large (Ding, ~520k headwords)",
-    "en-fi": "medium (Wiktionary, ~62k headwords, lemmas)", "fi-en": "medium (Wiktionary, ~39k headwords)",
-    "en-it": "tiny (~4.5k headwords)", "it-en": "tiny (~3.4k headwords)", "en-ru": "tiny (~1.7k headwords)",
-    "en-sw": "tiny (~1.5k headwords)", "sw-en": "tiny (~2.7k headwords)",
-    "de-fi": "medium", "de-it": "medium", "de-ru": "medium", "fi-de": "medium", "fi-it": "medium", "it-de": "medium",
-    "it-fi": "medium", "it-ru": "medium",
+    "en-de": "large (Ding, ~370k headwords)",
+    "de-en": "large (Ding, ~520k headwords)",
+    "en-fi": "medium (Wiktionary, ~62k headwords, lemmas)",
+    "fi-en": "medium (Wiktionary, ~39k headwords)",
+    "en-it": "tiny (~4.5k headwords)",
+    "it-en": "tiny (~3.4k headwords)",
+    "en-ru": "tiny (~1.7k headwords)",
+    "en-sw": "tiny (~1.5k headwords)",
+    "sw-en": "tiny (~2.7k headwords)",
+    "de-fi": "medium",
+    "de-it": "medium",
+    "de-ru": "medium",
+    "fi-de": "medium",
+    "fi-it": "medium",
+    "it-de": "medium",
+    "it-fi": "medium",
+    "it-ru": "medium",
 }
+
 
 def freedict_package(pair: str) -> str:
     "The Debian package of a `src-tgt` pair, or a ClirError listing the pairs FreeDict serves."
     a, b = parse_pair(pair)
     key = f"{a.code}-{b.code}"
     if key not in FREEDICT_PAIRS:
-        raise ClirError(f"no FreeDict dictionary for {key} ({a.name}→{b.name}); dict:freedict serves: {', '.join(FREEDICT_PAIRS)}")
+        raise ClirError(
+            f"no FreeDict dictionary for {key} ({a.name}→{b.name}); dict:freedict serves: {', '.join(FREEDICT_PAIRS)}"
+        )
     return f"dict-freedict-{ISO639_3[a.code]}-{ISO639_3[b.code]}"
 
 # %% ../nbs/06b_translate_dict.ipynb #553ecda3
-def find_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd") -> tuple[Path, Path, str] | None:
+def find_freedict(
+    pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd"
+) -> tuple[Path, Path, str] | None:
     "Paths of the `.index` and `.dict.dz` of `pair` and the dictionary's version where they are already on this machine, else None."
     pkg = freedict_package(pair)
-    stem = pkg.replace("dict-", "", 1)                       # freedict-eng-deu
+    stem = pkg.replace("dict-", "", 1)  # freedict-eng-deu
     env = os.environ.get("CLIR_LLM_FREEDICT")
     for folder, version in ([(Path(env), "local")] if env else []) + [(Path(system_dir), "system")]:
         if (folder / f"{stem}.index").exists() and (folder / f"{stem}.dict.dz").exists():
             if version == "system":
-                try: version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True).stdout.strip() or "system"
-                except OSError: pass
+                try:
+                    version = (
+                        subprocess.run(
+                            ["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True
+                        ).stdout.strip()
+                        or "system"
+                    )
+                except OSError:
+                    pass
             return folder / f"{stem}.index", folder / f"{stem}.dict.dz", version
     root = (cache or Cache()).root / "freedict"
     for d in sorted(root.glob(f"{pkg}_*")):
         f = d / "usr/share/dictd"
-        if (f / f"{stem}.index").exists(): return f / f"{stem}.index", f / f"{stem}.dict.dz", d.name.split("_", 1)[1]
+        if (f / f"{stem}.index").exists():
+            return f / f"{stem}.index", f / f"{stem}.dict.dz", d.name.split("_", 1)[1]
     return None
 
 # %% ../nbs/06b_translate_dict.ipynb #0f4d32cf
 def ensure_freedict(pair: str, cache: Cache | None = None, system_dir="/usr/share/dictd") -> tuple[Path, Path, str]:
     "`find_freedict`, else download the Debian package with `apt-get download` into the cache (`clir-llm prepare` does it ahead of a run)."
-    if found := find_freedict(pair, cache, system_dir): return found
+    if found := find_freedict(pair, cache, system_dir):
+        return found
     pkg = freedict_package(pair)
     stem, root = pkg.replace("dict-", "", 1), (cache or Cache()).root / "freedict"
     if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
-        raise ClirError(f"the FreeDict dictionary for {pair} is not here and this machine has no apt-get/dpkg-deb. On Debian/Ubuntu run "
-                        f"`apt-get download {pkg}` (or `apt-get install {pkg}`); elsewhere download the dictd files of "
-                        f"{stem} from freedict.org and set CLIR_LLM_FREEDICT to the folder holding {stem}.index and {stem}.dict.dz")
+        raise ClirError(
+            f"the FreeDict dictionary for {pair} is not here and this machine has no apt-get/dpkg-deb. On Debian/Ubuntu run "
+            f"`apt-get download {pkg}` (or `apt-get install {pkg}`); elsewhere download the dictd files of "
+            f"{stem} from freedict.org and set CLIR_LLM_FREEDICT to the folder holding {stem}.index and {stem}.dict.dz"
+        )
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         r = subprocess.run(["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True)
         if r.returncode != 0 and "Unable to locate" in r.stderr and os.geteuid() == 0:
-            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)   # fresh machine: package lists missing
+            # fresh machine: package lists missing
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
             r = subprocess.run(["apt-get", "download", pkg], cwd=tmp, capture_output=True, text=True)
         debs = list(Path(tmp).glob(f"{pkg}_*.deb"))
         if r.returncode != 0 or not debs:
-            raise ClirError(f"`apt-get download {pkg}` failed ({r.stderr.strip()[-300:]}); run `apt-get update` (as root) and retry, "
-                            f"or set CLIR_LLM_FREEDICT to a folder holding {stem}.index and {stem}.dict.dz")
+            raise ClirError(
+                f"`apt-get download {pkg}` failed ({r.stderr.strip()[-300:]}); run `apt-get update` (as root) and retry, "
+                f"or set CLIR_LLM_FREEDICT to a folder holding {stem}.index and {stem}.dict.dz"
+            )
         version = debs[0].name.split("_")[1]
         out = Path(tmp) / "x"
         subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(out)], check=True, capture_output=True)
         dest = root / f"{pkg}_{version}"
-        if not dest.exists(): os.replace(out, dest)
+        if not dest.exists():
+            os.replace(out, dest)
     f = dest / "usr/share/dictd"
     return f / f"{stem}.index", f / f"{stem}.dict.dz", version
 
 # %% ../nbs/06b_translate_dict.ipynb #990851d5
 _B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
 
+
 def dictd_number(s: str) -> int:
     "Decode dictd's base-64 numbers (offsets and lengths in a `.index`)."
     n = 0
-    for c in s: n = n * 64 + _B64[c]
+    for c in s:
+        n = n * 64 + _B64[c]
     return n
 
 # %% ../nbs/06b_translate_dict.ipynb #d0fdba2c
 @dataclass
 class Sense:
     "One sense of a dictionary entry: its translations, how much evidence the entry gives for it, grammar info present?"
+
     terms: list
     evidence: int = 0
     tagged: bool = False
@@ -108,16 +142,19 @@ class Sense:
 _PLACEHOLDER = {"etw.", "jdm.", "jdn.", "jds.", "jd.", "sth.", "sb.", "sb.'s", "sth.'s", "etw", "sich", "o.", "to"}
 _META = re.compile(r"^(Note|Notes|Synonyms?|Antonyms?|see|Usage|Example|Examples)\s*:")
 
-_PRON = re.compile(r"(?:(?<=\s)|^)/[^/\s](?:[^/]*[^/\s])?/(?=[\s,;]|$)")   # " /ˈɪnkl/ " (Ding: an abbreviation's pronunciation)
+# " /ˈɪnkl/ " (Ding: an abbreviation's pronunciation)
+_PRON = re.compile(r"(?:(?<=\s)|^)/[^/\s](?:[^/]*[^/\s])?/(?=[\s,;]|$)")
+
 
 def _terms(s: str) -> list[str]:
-    s = re.sub(r"\s+\d+\.$", "", s.strip())        # "talo 2." (Wiktionary: more glosses follow)
+    s = re.sub(r"\s+\d+\.$", "", s.strip())  # "talo 2." (Wiktionary: more glosses follow)
     s = _PRON.sub(" ", s)
     s = re.sub(r"<[^>]*>|\[[^\]]*\]|\([^)]*\)|\{[^}]*\}", " ", s)
     out = []
     for t in re.split(r"[,;]", s):
         t = " ".join(w for w in t.split() if w.lower() not in _PLACEHOLDER).strip(" .…/")
-        if t and t not in out: out.append(t)
+        if t and t not in out:
+            out.append(t)
     return out
 
 # %% ../nbs/06b_translate_dict.ipynb #ae890c4e
@@ -128,50 +165,71 @@ def parse_entry(text: str) -> list[Sense]:
     senses, cur = [], None
     for ln in lines[1:]:
         s = ln.strip()
-        if not s or _META.match(s): continue
+        if not s or _META.match(s):
+            continue
         if s.startswith('"'):
-            if cur: cur.evidence += 1
+            if cur:
+                cur.evidence += 1
             continue
         m = re.match(r"^(\d+)\.\s*(.*)$", s)
-        if m and not ln.startswith(" ") and m.group(2):          # "7. talo 2." -> a numbered sense
-            cur = Sense(_terms(m.group(2)), 0, head_tag, len(senses)); senses.append(cur)
-        elif m and not m.group(2): continue                     # " 3." announces one more gloss of the same sense
-        elif cur is None:                                       # first line of an unnumbered entry: the translations
-            cur = Sense(_terms(s), 0, head_tag or bool(re.search(r"<[a-z][^>]*>", s)), 0); senses.append(cur)
-        else: cur.evidence += 1                                 # a gloss line
+        if m and not ln.startswith(" ") and m.group(2):  # "7. talo 2." -> a numbered sense
+            cur = Sense(_terms(m.group(2)), 0, head_tag, len(senses))
+            senses.append(cur)
+        elif m and not m.group(2):
+            continue  # " 3." announces one more gloss of the same sense
+        elif cur is None:  # first line of an unnumbered entry: the translations
+            cur = Sense(_terms(s), 0, head_tag or bool(re.search(r"<[a-z][^>]*>", s)), 0)
+            senses.append(cur)
+        else:
+            cur.evidence += 1  # a gloss line
     return [x for x in senses if x.terms]
 
 # %% ../nbs/06b_translate_dict.ipynb #3f80cf20
-EN_FUNCTION_WORDS = frozenset("""a an the and or but nor if then else of in on at to for from by with without about into onto
+EN_FUNCTION_WORDS = frozenset(
+    """a an the and or but nor if then else of in on at to for from by with without about into onto
 over under up down out off as than so such that this these those there here it its is are was were be been being am do does did
 done have has had having will would shall should can could may might must i me my mine we us our ours you your yours he him his
 she her hers they them their theirs what which who whom whose when where why how not no all any each every some other own
-same too very just also only both either neither via per""".split())
+same too very just also only both either neither via per""".split()
+)
 
-EN_IRREGULAR = {"children": "child", "men": "man", "women": "woman", "people": "person", "feet": "foot", "teeth": "tooth",
-                "mice": "mouse", "geese": "goose", "data": "datum", "indices": "index", "ran": "run", "went": "go", "gone": "go",
-                "made": "make", "written": "write", "wrote": "write", "began": "begin", "begun": "begin", "found": "find",
-                "took": "take", "taken": "take", "gave": "give", "given": "give", "got": "get", "won": "win", "lost": "lose",
-                "sent": "send", "left": "leave", "kept": "keep", "held": "hold", "brought": "bring", "bought": "buy",
-                "thought": "think", "told": "tell", "said": "say", "saw": "see", "seen": "see", "chose": "choose",
-                "chosen": "choose", "built": "build", "fell": "fall", "fallen": "fall", "rose": "rise", "risen": "rise"}
+# irregular forms, "form:lemma" pairs
+EN_IRREGULAR = dict(
+    p.split(":")
+    for p in """children:child men:man women:woman people:person feet:foot teeth:tooth mice:mouse geese:goose data:datum
+indices:index ran:run went:go gone:go made:make written:write wrote:write began:begin begun:begin found:find
+took:take taken:take gave:give given:give got:get won:win lost:lose sent:send left:leave kept:keep held:hold
+brought:bring bought:buy thought:think told:tell said:say saw:see seen:see chose:choose chosen:choose
+built:build fell:fall fallen:fall rose:rise risen:rise""".split()
+)
 
+# %% ../nbs/06b_translate_dict.ipynb #b59537f0
 def english_lemmas(word: str) -> list[str]:
     "Lemma candidates of an English word form, most specific first (the word itself first)."
     w = word.lower()
     out = [w] + ([EN_IRREGULAR[w]] if w in EN_IRREGULAR else [])
-    def undouble(s): return [s[:-1]] if len(s) > 2 and s[-1] == s[-2] and s[-1] not in "lsz" else []
-    if w.endswith("ies") and len(w) > 4: out.append(w[:-3] + "y")
-    if w.endswith("s") and not w.endswith("ss") and len(w) > 3: out.append(w[:-1])
-    if w.endswith("es") and len(w) > 3: out.append(w[:-2])
-    if w.endswith("ied") and len(w) > 4: out.append(w[:-3] + "y")
-    if w.endswith("ed") and len(w) > 3: out += [w[:-2] + "e", w[:-2]] + undouble(w[:-2])
-    if w.endswith("ing") and len(w) > 4: out += [w[:-3] + "e", w[:-3]] + undouble(w[:-3])
+
+    def undouble(s):
+        return [s[:-1]] if len(s) > 2 and s[-1] == s[-2] and s[-1] not in "lsz" else []
+
+    if w.endswith("ies") and len(w) > 4:
+        out.append(w[:-3] + "y")
+    if w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+        out.append(w[:-1])
+    if w.endswith("es") and len(w) > 3:
+        out.append(w[:-2])
+    if w.endswith("ied") and len(w) > 4:
+        out.append(w[:-3] + "y")
+    if w.endswith("ed") and len(w) > 3:
+        out += [w[:-2] + "e", w[:-2]] + undouble(w[:-2])
+    if w.endswith("ing") and len(w) > 4:
+        out += [w[:-3] + "e", w[:-3]] + undouble(w[:-3])
     return list(dict.fromkeys(out))
 
 # %% ../nbs/06b_translate_dict.ipynb #1e913240
 class FreeDict:
     "A dictd dictionary (FreeDict): headword lookup and ranked senses."
+
     def __init__(self, index_path, dict_path, name: str = "", version: str = ""):
         self.index_path, self.dict_path, self.name, self.version = Path(index_path), Path(dict_path), name, version
         self.index: dict[str, list[tuple[int, int]]] = {}
@@ -179,37 +237,52 @@ class FreeDict:
             for i, line in enumerate(f, 1):
                 parts = line.rstrip("\n").split("\t")
                 if len(parts) < 3 or not parts[1] or not parts[2]:
-                    raise FormatError(self.index_path, i, f"expected 'headword TAB offset TAB length', got {line.strip()!r}")
-                if parts[0].startswith("00-database") or parts[0].startswith("00database"): continue
-                try: loc = (dictd_number(parts[1]), dictd_number(parts[2]))
-                except KeyError as e: raise FormatError(self.index_path, i, f"bad base-64 number {e.args[0]!r} in {line.strip()!r}") from None
+                    raise FormatError(
+                        self.index_path, i, f"expected 'headword TAB offset TAB length', got {line.strip()!r}"
+                    )
+                if parts[0].startswith("00-database") or parts[0].startswith("00database"):
+                    continue
+                try:
+                    loc = (dictd_number(parts[1]), dictd_number(parts[2]))
+                except KeyError as e:
+                    raise FormatError(
+                        self.index_path, i, f"bad base-64 number {e.args[0]!r} in {line.strip()!r}"
+                    ) from None
                 self.index.setdefault(parts[0].lower(), []).append(loc)
         self._data = None
 
     @property
     def data(self) -> bytes:
         if self._data is None:
-            try: self._data = gzip.open(self.dict_path).read()
-            except (OSError, EOFError) as e: raise FormatError(self.dict_path, None, f"not a gzip/dictzip file: {e}") from None
+            try:
+                self._data = gzip.open(self.dict_path).read()
+            except (OSError, EOFError) as e:
+                raise FormatError(self.dict_path, None, f"not a gzip/dictzip file: {e}") from None
         return self._data
 
-    def __contains__(self, word): return word.lower() in self.index
-    def __len__(self): return len(self.index)
+    def __contains__(self, word):
+        return word.lower() in self.index
+
+    def __len__(self):
+        return len(self.index)
 
     def entries(self, word: str) -> list[str]:
         "The raw entries of a headword (case-insensitive)."
-        return [self.data[o:o + n].decode("utf-8", "replace") for o, n in self.index.get(word.lower(), [])]
+        return [self.data[o : o + n].decode("utf-8", "replace") for o, n in self.index.get(word.lower(), [])]
 
     def senses(self, word: str) -> list[Sense]:
         "All senses of a headword, best first (grammar info, then evidence, then dictionary order)."
         out = []
         for e in self.entries(word):
-            for s in parse_entry(e): s.order = len(out); out.append(s)
+            for s in parse_entry(e):
+                s.order = len(out)
+                out.append(s)
         return sorted(out, key=lambda s: (not s.tagged, -s.evidence, s.order))
 
 # %% ../nbs/06b_translate_dict.ipynb #2313babb
 class DictOptions(Options):
     "The options of the FreeDict word-by-word translator."
+
     senses: int = opt(3, "senses of a word or phrase whose translations are kept", gt=0)
     terms_per_sense: int = opt(2, "alternatives kept of each sense", gt=0)
     max_phrase: int = opt(3, "the longest phrase looked up, in words", gt=0)
@@ -218,10 +291,15 @@ class DictOptions(Options):
 # %% ../nbs/06b_translate_dict.ipynb #8e016a12
 _WORD = re.compile(r"\w+(?:[-'’.]\w+)*", re.UNICODE)
 
+
 class DictionaryTranslator(Translator):
     "Word-by-word translation with FreeDict (offline): longest-phrase lookup, top senses, unknown words passed through."
+
     name, Options = "dict:freedict", DictOptions
-    def __init__(self, options: DictOptions = DictOptions(), *, cache: Cache | None = None, dictionaries: dict | None = None):
+
+    def __init__(
+        self, options: DictOptions = DictOptions(), *, cache: Cache | None = None, dictionaries: dict | None = None
+    ):
         super().__init__()
         self.options, self.cache, self._dicts = options, cache, dict(dictionaries or {})
         self.n_senses, self.terms_per_sense = options.senses, options.terms_per_sense
@@ -231,7 +309,9 @@ class DictionaryTranslator(Translator):
     def pairs() -> dict[str, str]:
         "The `src-tgt` pairs this translator serves, with the size of each dictionary."
         return dict(FREEDICT_PAIRS)
-    def pairs_served(self) -> list[str]: return list(FREEDICT_PAIRS)
+
+    def pairs_served(self) -> list[str]:
+        return list(FREEDICT_PAIRS)
 
     def dictionary(self, src: str, tgt: str) -> FreeDict:
         key = f"{language(src).code}-{language(tgt).code}"
@@ -242,23 +322,29 @@ class DictionaryTranslator(Translator):
 
     @property
     def identity(self) -> dict:
-        return {"name": self.name, "senses": self.n_senses, "terms_per_sense": self.terms_per_sense, "max_phrase": self.max_phrase,
-                "drop_function_words": self.drop_function_words,
-                "dictionaries": {k: f"{d.name}={d.version}" for k, d in sorted(self._dicts.items())}}
+        return {
+            "name": self.name,
+            "senses": self.n_senses,
+            "terms_per_sense": self.terms_per_sense,
+            "max_phrase": self.max_phrase,
+            "drop_function_words": self.drop_function_words,
+            "dictionaries": {k: f"{d.name}={d.version}" for k, d in sorted(self._dicts.items())},
+        }
 
     def translate(self, texts: Sequence[str], src: str, tgt: str) -> list[str]:
         "Translate each text word by word (one FreeDict dictionary per direction; other pairs are refused)."
         key = f"{language(src).code}-{language(tgt).code}"
-        freedict_package(key)   # refuses unsupported pairs, listing the served ones
+        freedict_package(key)  # refuses unsupported pairs, listing the served ones
         t0 = time.perf_counter()
         out = [self.translate_one(t, src, tgt) for t in texts]
         u = self.usage
-        u.seconds += time.perf_counter() - t0; u.count("texts", len(out)); u.count("chars", sum(len(t or "") for t in texts))
-        u.tokens_in += sum(len(_WORD.findall(t or "")) for t in texts); u.tokens_out += sum(len(t.split()) for t in out)
+        u.seconds += time.perf_counter() - t0
+        u.count("texts", len(out))
+        u.count("chars", sum(len(t or "") for t in texts))
+        u.tokens_in += sum(len(_WORD.findall(t or "")) for t in texts)
+        u.tokens_out += sum(len(t.split()) for t in out)
         self.splitters[language(src).code] = "words"
         return out
-
-
 
 # %% ../nbs/06b_translate_dict.ipynb #4469a760
 @patch(cls_method=True)
@@ -267,7 +353,10 @@ def prepare(cls: DictionaryTranslator, spec, directions: list[str], cache: Cache
     lines = []
     for d in directions:
         if (found := find_freedict(d, cache)) is None:
-            if log: log(f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {(cache or Cache()).root / 'freedict'} (once)")
+            if log:
+                log(
+                    f"prepare: FreeDict {d}: apt-get download {freedict_package(d)} into {(cache or Cache()).root / 'freedict'} (once)"
+                )
             found = ensure_freedict(d, cache)
         lines.append(f"FreeDict {d}: {freedict_package(d)} {found[2]} ({found[0].parent})")
     return lines
@@ -275,11 +364,14 @@ def prepare(cls: DictionaryTranslator, spec, directions: list[str], cache: Cache
 # %% ../nbs/06b_translate_dict.ipynb #e46ce104
 @patch(cls_method=True)
 def check_arg(cls: DictionaryTranslator, arg: str):
-    if arg not in ("", "freedict"): raise ClirError(f"unknown translator 'dict:{arg}'; the dictionary translator is dict:freedict")
+    if arg not in ("", "freedict"):
+        raise ClirError(f"unknown translator 'dict:{arg}'; the dictionary translator is dict:freedict")
 
 # %% ../nbs/06b_translate_dict.ipynb #fbc1f124
 @patch(cls_method=True)
-def describe_spec(cls: DictionaryTranslator, spec) -> str: return f"FreeDict word-by-word, pairs {', '.join(sorted(FREEDICT_PAIRS))}"
+def describe_spec(cls: DictionaryTranslator, spec) -> str:
+    return f"FreeDict word-by-word, pairs {', '.join(sorted(FREEDICT_PAIRS))}"
+
 
 TRANSLATORS.register("dict:", DictionaryTranslator, example="dict:freedict")
 
@@ -287,7 +379,8 @@ TRANSLATORS.register("dict:", DictionaryTranslator, example="dict:freedict")
 @patch
 def lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: bool) -> list[str] | None:
     "Translations of a word or phrase, or None if it is not in the dictionary (after lemmatisation for English); memoised."
-    key = (d.name, d.index_path, english, *(w.lower() for w in words))   # the same words recur across documents and runs
+    # the same words recur across documents and runs
+    key = (d.name, d.index_path, english, *(w.lower() for w in words))
     return memoised(self, "_lookups", key, lambda: self._lookup(d, words, english), limit=500_000)
 
 # %% ../nbs/06b_translate_dict.ipynb #0ea07b81
@@ -301,21 +394,25 @@ def _lookup(self: DictionaryTranslator, d: FreeDict, words: list[str], english: 
             out = []
             for s in d.senses(phrase)[: self.n_senses]:
                 out += [t for t in s.terms[: self.terms_per_sense] if t not in out]
-            if out: return out
+            if out:
+                return out
     return None
 
 # %% ../nbs/06b_translate_dict.ipynb #3dc72c65
 @patch
 def translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) -> str:
     "One text, word by word; memoised with its counters (a document is translated again by every DT run that shows it)."
-    def compute():   # the output and the counters it added
+
+    def compute():  # the output and the counters it added
         before = dict(self.usage.counters)
         out = self._translate_one(text, src, tgt)
         return out, {k: v - before.get(k, 0) for k, v in self.usage.counters.items() if v != before.get(k, 0)}
+
     hit = "_texts" in self.__dict__ and (text, src, tgt) in self._texts
     out, counts = memoised(self, "_texts", (text, src, tgt), compute, limit=20_000)
     if hit:
-        for k, v in counts.items(): self.usage.count(k, v)   # a computed text counted itself
+        for k, v in counts.items():
+            self.usage.count(k, v)  # a computed text counted itself
     return out
 
 # %% ../nbs/06b_translate_dict.ipynb #6e6f0c10
@@ -327,13 +424,22 @@ def _translate_one(self: DictionaryTranslator, text: str, src: str, tgt: str) ->
     while i < len(words):
         w = words[i]
         if self.drop_function_words and english and w.lower() in EN_FUNCTION_WORDS:
-            i += 1; u.count("dropped_words"); continue
+            i += 1
+            u.count("dropped_words")
+            continue
         for n in range(min(self.max_phrase, len(words) - i), 0, -1):
-            seg = words[i:i + n]
-            if n > 1 and english and any(x.lower() in EN_FUNCTION_WORDS for x in (seg[0], seg[-1])): continue
+            seg = words[i : i + n]
+            if n > 1 and english and any(x.lower() in EN_FUNCTION_WORDS for x in (seg[0], seg[-1])):
+                continue
             tr = self.lookup(d, seg, english)
             if tr is not None:
-                out += tr; i += n; u.count("translated_words", n); u.count("phrases" if n > 1 else "words_found"); break
+                out += tr
+                i += n
+                u.count("translated_words", n)
+                u.count("phrases" if n > 1 else "words_found")
+                break
         else:
-            out.append(w); i += 1; u.count("unknown_words")
+            out.append(w)
+            i += 1
+            u.count("unknown_words")
     return " ".join(out)

@@ -24,14 +24,17 @@ __all__ = ['HFTranslator', 'load_translate_prompt', 'clean_answer', 'LLMTranslat
 # %% ../nbs/06a_translate_hf.ipynb #ee7d4ec8
 class HFTranslator(NLLBTranslator):
     "Any Hugging Face seq2seq translation model (NLLB, M2M-100, Marian), sentence level, greedy, cached per sentence."
-    Options, prefix = Seq2SeqOptions, "mt:hf:"   # NLLB's options without the authors' NLLB quirk
+
+    Options, prefix = Seq2SeqOptions, "mt:hf:"  # NLLB's options without the authors' NLLB quirk
 
     @cached_property
     def family(self) -> str:
         "'nllb', 'm2m100', 'marian' or 'seq2seq' (no language codes), read from the tokenizer (the model is not loaded)."
         tok = self.tokenizer()
-        if (i := tok.convert_tokens_to_ids("eng_Latn")) is not None and i != tok.unk_token_id: return "nllb"
-        if hasattr(tok, "get_lang_id"): return "m2m100"
+        if (i := tok.convert_tokens_to_ids("eng_Latn")) is not None and i != tok.unk_token_id:
+            return "nllb"
+        if hasattr(tok, "get_lang_id"):
+            return "m2m100"
         return "marian" if "Marian" in type(tok).__name__ else "seq2seq"
 
     @property
@@ -39,7 +42,8 @@ class HFTranslator(NLLBTranslator):
         i = super().identity
         return i if self.family == "nllb" else {**i, "name": "mt:hf", "family": self.family}
 
-    def __repr__(self): return f"HFTranslator({self.name!r})"
+    def __repr__(self):
+        return f"HFTranslator({self.name!r})"
 
 # %% ../nbs/06a_translate_hf.ipynb #219a33a4
 @patch
@@ -54,24 +58,28 @@ def _m2m_code(self: HFTranslator, lang: str) -> str:
 def _marian_target(self: HFTranslator, tgt: str) -> str | None:
     "The `>>xx<<` token a multi-target Marian model needs before the text (None for one-target models)."
     vocab = self.tokenizer().get_vocab()
-    if not any(t.startswith(">>") and t.endswith("<<") for t in vocab): return None
+    if not any(t.startswith(">>") and t.endswith("<<") for t in vocab):
+        return None
     l = language(tgt)
     for t in (f">>{l.code}<<", f">>{l.iso3}<<"):
-        if t in vocab: return t
+        if t in vocab:
+            return t
     raise ClirError(f"{self.name}: this Marian model has no target token >>{l.code}<< or >>{l.iso3}<< ({l.name})")
 
 # %% ../nbs/06a_translate_hf.ipynb #2ada8868
 @patch
 def lang_code_id(self: HFTranslator, lang: str) -> int | None:
     "The forced first token of the target language (None: Marian and plain seq2seq models start as they like)."
-    if self.family == "nllb": return NLLBTranslator.lang_code_id(self, lang)
+    if self.family == "nllb":
+        return NLLBTranslator.lang_code_id(self, lang)
     return self.tokenizer().get_lang_id(self._m2m_code(lang)) if self.family == "m2m100" else None
 
 # %% ../nbs/06a_translate_hf.ipynb #80fcc532
 @patch
 def _inputs(self: HFTranslator, sentences, src: str, tgt: str | None) -> list[str]:
     "Set the source language (M2M-100) and put a multi-target Marian model's target token before each sentence."
-    if self.family == "m2m100": self.tokenizer().src_lang = self._m2m_code(src)
+    if self.family == "m2m100":
+        self.tokenizer().src_lang = self._m2m_code(src)
     t = self._marian_target(tgt) if self.family == "marian" and tgt else None
     return [f"{t} {s}" for s in sentences] if t else list(sentences)
 
@@ -79,30 +87,46 @@ def _inputs(self: HFTranslator, sentences, src: str, tgt: str | None) -> list[st
 @patch
 def encode(self: HFTranslator, sentences: list[str], src: str, tgt: str | None = None):
     "Tokenize a batch as the family's source text (for `tgt`: a multi-target Marian model's token), cut at `max_length` tokens, padded."
-    if self.family == "nllb": return NLLBTranslator.encode(self, sentences, src, tgt)
+    if self.family == "nllb":
+        return NLLBTranslator.encode(self, sentences, src, tgt)
     texts = self._inputs(sentences, src, tgt)
     return self.tokenizer()(texts, return_tensors="pt", padding=True, truncation=True, max_length=self.max_length)
 
 # %% ../nbs/06a_translate_hf.ipynb #5979412b
 @patch
 def lengths(self: HFTranslator, sentences, src, tgt):
-    if self.family == "nllb": return NLLBTranslator.lengths(self, sentences, src, tgt)
+    if self.family == "nllb":
+        return NLLBTranslator.lengths(self, sentences, src, tgt)
     texts = self._inputs(sentences, src, tgt)
-    return [min(len(x), self.max_length) for x in self.tokenizer()(texts, verbose=False)["input_ids"]]   # cut here on purpose: no length reminder
+    # cut here on purpose: no length reminder
+    return [min(len(x), self.max_length) for x in self.tokenizer()(texts, verbose=False)["input_ids"]]
 
 # %% ../nbs/06a_translate_hf.ipynb #59feb80b
 @patch
 def _namespace(self: HFTranslator, src, tgt):
-    if self.family == "nllb": return NLLBTranslator._namespace(self, src, tgt)
+    if self.family == "nllb":
+        return NLLBTranslator._namespace(self, src, tgt)
     i = self.identity
-    return self.cache.namespace("translate", model=i["model"], revision=i["revision"], family=self.family, src=language(src).code,
-                                tgt=language(tgt).code, max_len=self.max_length, max_new_tokens=self.max_new_tokens,
-                                decoding="greedy", dtype=i["dtype"])
+    return self.cache.namespace(
+        "translate",
+        model=i["model"],
+        revision=i["revision"],
+        family=self.family,
+        src=language(src).code,
+        tgt=language(tgt).code,
+        max_len=self.max_length,
+        max_new_tokens=self.max_new_tokens,
+        decoding="greedy",
+        dtype=i["dtype"],
+    )
 
 # %% ../nbs/06a_translate_hf.ipynb #c21faad0
 @patch(cls_method=True)
 def check_arg(cls: HFTranslator, arg: str):
-    if not arg: raise ClirError("mt:hf: needs a model id or folder, e.g. mt:hf:Helsinki-NLP/opus-mt-en-de or mt:hf:facebook/m2m100_418M")
+    if not arg:
+        raise ClirError(
+            "mt:hf: needs a model id or folder, e.g. mt:hf:Helsinki-NLP/opus-mt-en-de or mt:hf:facebook/m2m100_418M"
+        )
 
 # %% ../nbs/06a_translate_hf.ipynb #89df8ef6
 @patch(cls_method=True)
@@ -112,13 +136,16 @@ def from_spec(cls: HFTranslator, spec, cache: Cache | None = None, executor: Exe
 # %% ../nbs/06a_translate_hf.ipynb #23742d73
 @patch(cls_method=True)
 def describe_spec(cls: HFTranslator, spec) -> str:
-    return (f"Hugging Face seq2seq model {spec.arg} (NLLB, M2M-100 or Marian): sentence-level, greedy, "
-            f"{spec.options_model.max_length} input tokens per sentence")
+    return (
+        f"Hugging Face seq2seq model {spec.arg} (NLLB, M2M-100 or Marian): sentence-level, greedy, "
+        f"{spec.options_model.max_length} input tokens per sentence"
+    )
 
 # %% ../nbs/06a_translate_hf.ipynb #7a605b8d
 @patch(cls_method=True)
 def hub_models(cls: HFTranslator, spec) -> list[str]:
     return [] if Path(spec.arg).expanduser().exists() or spec.arg.startswith(("/", ".", "~")) else [spec.arg]
+
 
 TRANSLATORS.register("mt:hf:", HFTranslator, example="mt:hf:<model id or folder>")
 
@@ -126,34 +153,44 @@ TRANSLATORS.register("mt:hf:", HFTranslator, example="mt:hf:<model id or folder>
 def load_translate_prompt(name_or_path: str = "translate") -> dict:
     "A translation prompt file (`clir_llm/prompts/<name>.yaml` or a path): `prompt` with {src} {tgt} {text}, and `source`."
     p = Path(name_or_path)
-    if not p.suffix: p = prompts_dir() / f"{name_or_path}.yaml"
-    if not p.exists(): raise ClirError(f"no translation prompt {name_or_path!r} ({p})")
-    try: data = yaml.safe_load(p.read_bytes().decode("utf-8-sig"))
-    except (UnicodeDecodeError, yaml.YAMLError) as e: raise FormatError(p, None, f"not a UTF-8 YAML prompt file: {' '.join(str(e).split())}") from None
-    if not isinstance(data, dict) or data.get("method") != "translate": raise FormatError(p, None, "a translation prompt needs 'method: translate'")
-    if not data.get("source"): raise FormatError(p, None, "a prompt template must cite its source (field 'source')")
+    if not p.suffix:
+        p = prompts_dir() / f"{name_or_path}.yaml"
+    if not p.exists():
+        raise ClirError(f"no translation prompt {name_or_path!r} ({p})")
+    try:
+        data = yaml.safe_load(p.read_bytes().decode("utf-8-sig"))
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise FormatError(p, None, f"not a UTF-8 YAML prompt file: {' '.join(str(e).split())}") from None
+    if not isinstance(data, dict) or data.get("method") != "translate":
+        raise FormatError(p, None, "a translation prompt needs 'method: translate'")
+    if not data.get("source"):
+        raise FormatError(p, None, "a prompt template must cite its source (field 'source')")
     prompt = data.get("prompt")
-    if not isinstance(prompt, str) or "{text}" not in prompt: raise FormatError(p, None, "field 'prompt' must be a string with {text}")
-    try: prompt.format(src="x", tgt="y", text="z")
-    except (KeyError, IndexError, ValueError) as e: raise FormatError(p, None, f"field 'prompt': only {{src}}, {{tgt}}, {{text}} may be used ({e})") from None
+    if not isinstance(prompt, str) or "{text}" not in prompt:
+        raise FormatError(p, None, "field 'prompt' must be a string with {text}")
+    try:
+        prompt.format(src="x", tgt="y", text="z")
+    except (KeyError, IndexError, ValueError) as e:
+        raise FormatError(p, None, f"field 'prompt': only {{src}}, {{tgt}}, {{text}} may be used ({e})") from None
     return data
 
 # %% ../nbs/06a_translate_hf.ipynb #87486b6c
 def clean_answer(answer: str, tgt_name: str) -> str:
     "The translation in an LLM's answer: its first non-empty line, without an echoed '<language>:' label."
     line = next((l.strip() for l in (answer or "").splitlines() if l.strip()), "")
-    if line.lower().startswith(tgt_name.lower() + ":"): line = line[len(tgt_name) + 1:].strip()
-    for a, b in ('""', "„“", "«»", "“”"):   # the whole answer in quotes: the quotes go
-        if len(line) > 1 and line[0] == a and line[-1] == b and a not in line[1:-1] and b not in line[1:-1]: return line[1:-1].strip()
+    if line.lower().startswith(tgt_name.lower() + ":"):
+        line = line[len(tgt_name) + 1 :].strip()
+    for a, b in ('""', "„“", "«»", "“”"):  # the whole answer in quotes: the quotes go
+        if len(line) > 1 and line[0] == a and line[-1] == b and a not in line[1:-1] and b not in line[1:-1]:
+            return line[1:-1].strip()
     return line
 
 # %% ../nbs/06a_translate_hf.ipynb #e1809abe
 class LLMTranslatorOptions(Options):
     "The options of LLM translation."
+
     prompt: str = opt("translate", "prompt file: a name in clir_llm/prompts or a path")
     max_new_tokens: int = opt(256, "most tokens of one answer", gt=0)
-
-
 
 # %% ../nbs/06a_translate_hf.ipynb #347a5e6b
 def _backend_identity_v1(backend) -> str:
@@ -166,13 +203,18 @@ def _backend_identity_v1(backend) -> str:
 # %% ../nbs/06a_translate_hf.ipynb #8328394b
 class LLMTranslator(Translator):
     "Translation by an LLM backend with a prompt file: sentence by sentence, through the backend's cache and accounting."
+
     Options = LLMTranslatorOptions
-    def __init__(self, backend, options: LLMTranslatorOptions, *, cache: Cache | None = None, executor: Executor = LOCAL,
-                 progress: bool = True):
+
+    def __init__(
+        self, backend, options: LLMTranslatorOptions, *, cache=None, executor: Executor = LOCAL, progress=True
+    ):
         # the backend runs its own batches: a model-backed one gets the executor (passed only when not the default,
         # so a backend kind without the argument still builds)
         run = {} if executor is LOCAL else {"executor": executor}
-        self.backend = get_backend(backend, cache=cache if cache is not None else Cache(), **run) if isinstance(backend, str) else backend
+        if isinstance(backend, str):
+            backend = get_backend(backend, cache=cache if cache is not None else Cache(), **run)
+        self.backend = backend
         self._own = Usage()
         super().__init__()
         self.options, self.progress = options, progress
@@ -183,13 +225,15 @@ class LLMTranslator(Translator):
     def usage(self) -> Usage:
         "The translator's counters (texts, sentences) plus the backend's calls, tokens, seconds and dollars."
         return Usage().add(self._own).add(self.backend.usage)
+
     @usage.setter
-    def usage(self, u: Usage): self._own = u
+    def usage(self, u: Usage):
+        self._own = u
 
     @property
     def identity(self) -> dict:
-        return {"name": "mt:llm", "backend": _backend_identity_v1(self.backend), "prompt": stable_hash(self.template["prompt"], n=16),
-                "max_new_tokens": self.max_new_tokens}
+        b, prompt = _backend_identity_v1(self.backend), stable_hash(self.template["prompt"], n=16)
+        return {"name": "mt:llm", "backend": b, "prompt": prompt, "max_new_tokens": self.max_new_tokens}
 
     def prompt(self, text: str, src: str, tgt: str) -> str:
         "The prompt of one sentence."
@@ -197,17 +241,23 @@ class LLMTranslator(Translator):
 
     def translate(self, texts: Sequence[str], src: str, tgt: str) -> list[str]:
         "Translate `texts` sentence by sentence (unique sentences once) with the backend."
-        if language(src).code == language(tgt).code: raise ClirError(f"{self.name}: source and target language are both {src!r}")
-        sp = sentence_splitter(src); self.splitters[language(src).code] = sp.name
+        if language(src).code == language(tgt).code:
+            raise ClirError(f"{self.name}: source and target language are both {src!r}")
+        sp = sentence_splitter(src)
+        self.splitters[language(src).code] = sp.name
         docs = [sp(t) for t in texts]
         uniq = list(dict.fromkeys(s for d in docs for s in d))
         u = self._own
-        u.count("texts", len(texts)); u.count("sentences", sum(map(len, docs))); u.count("unique_sentences", len(uniq))
-        answers = self.backend.generate([self.prompt(s, src, tgt) for s in uniq], max_new_tokens=self.max_new_tokens) if uniq else []
+        u.count("texts", len(texts))
+        u.count("sentences", sum(map(len, docs)))
+        u.count("unique_sentences", len(uniq))
+        prompts = [self.prompt(s, src, tgt) for s in uniq]
+        answers = self.backend.generate(prompts, max_new_tokens=self.max_new_tokens) if uniq else []
         table = {}
         for s, a in zip(uniq, answers):
             table[s] = clean_answer(a, language(tgt).name) or s
-            if table[s] == s: u.count("untranslated_sentences")
+            if table[s] == s:
+                u.count("untranslated_sentences")
         return [" ".join(table[s] for s in d) for d in docs]
 
 # %% ../nbs/06a_translate_hf.ipynb #22538b84
@@ -219,8 +269,11 @@ def parse_arg(cls: LLMTranslator, arg: str) -> tuple[str, dict]:
 # %% ../nbs/06a_translate_hf.ipynb #a1b6dc75
 @patch(cls_method=True)
 def check_arg(cls: LLMTranslator, arg: str):
-    if not arg: raise ClirError("mt:llm: needs an LLM backend, e.g. mt:llm:hf:qwen2.5-coder-0.5b-offline or mt:llm:openai:gpt-4o-mini")
-    BackendSpec.parse(arg)   # an unknown backend is an error now, not when translating
+    if not arg:
+        raise ClirError(
+            "mt:llm: needs an LLM backend, e.g. mt:llm:hf:qwen2.5-coder-0.5b-offline or mt:llm:openai:gpt-4o-mini"
+        )
+    BackendSpec.parse(arg)  # an unknown backend is an error now, not when translating
 
 # %% ../nbs/06a_translate_hf.ipynb #fcbf37ba
 @patch(cls_method=True)
@@ -231,5 +284,6 @@ def from_spec(cls: LLMTranslator, spec, cache: Cache | None = None, executor: Ex
 @patch(cls_method=True)
 def describe_spec(cls: LLMTranslator, spec) -> str:
     return f"LLM translation by {BackendSpec.parse(spec.arg).describe()}, sentence by sentence, ALMA prompt (prompts/translate.yaml)"
+
 
 TRANSLATORS.register("mt:llm:", LLMTranslator, example="mt:llm:<backend spec>")
