@@ -111,7 +111,9 @@ class Backend(ABC):
     (several prompts in one forward pass), `is_chat` (prompts get a chat template), `is_encoder_decoder` (mT5 / Aya-101),
     `supports_prefill` (a final assistant message is continued), `scores_sequences` (`score` is exact for multi-token
     continuations; APIs: top logprobs of the first token only), `is_api` (a remote API billed per token),
-    `local_model` (runs a model on this machine's or cluster's accelerator), `throughput_engine` (how GPU time is
+    `local_model` (runs a model on this machine's or cluster's accelerator), `supports_stop` (`complete` takes `stop`:
+    strings that end an answer, cut from its text, the one met its record's `stop`; and `top_logprobs` k: its record's
+    `top_logprobs`, the k likeliest tokens at its last generated token), `throughput_engine` (how GPU time is
     estimated: "hf" transformers batches, "serving" a serving engine such as vLLM, None nothing on a GPU here)."""
     kind = "base"
     Options = BackendOptions          # this kind's options (a subclass per kind)
@@ -120,7 +122,7 @@ class Backend(ABC):
     is_chat = False
     is_encoder_decoder = False
     supports_prefill = False
-    scores_sequences = False
+    scores_sequences = supports_stop = False
     is_api = False
     local_model = False
     throughput_engine: str | None = None

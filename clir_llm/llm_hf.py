@@ -208,11 +208,11 @@ class _HFGenerateMixin:
 
     def _generation_config(self, params: dict):
         from transformers import GenerationConfig   # heavy: the model is loaded by now
-        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed", "decode_prefix"}
+        extra = set(params) - {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "seed", "decode_prefix", "stop", "top_logprobs"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
         if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
         sample = params.get("temperature", 0) > 0
-        return GenerationConfig(max_new_tokens=params["max_new_tokens"], do_sample=sample, num_beams=1,
+        return GenerationConfig(max_new_tokens=params["max_new_tokens"], do_sample=sample, num_beams=1, stop_strings=params.get("stop"),
                                 pad_token_id=self._pad_id(), eos_token_id=self._eos_ids(),
                                 **({"min_new_tokens": params["min_new_tokens"]} if params.get("min_new_tokens") else {}),
                                 **({"temperature": params["temperature"], "top_p": params.get("top_p", 1.0)} if sample else {}))
@@ -238,41 +238,82 @@ def _call_key(self: _HFGenerateMixin, masked: bool = False):
 
 # %% ../nbs/10a_llm_hf.ipynb #051e358a
 @patch
-def _generate_plain(self: _HFGenerateMixin, items: list[dict], gc) -> list[list[int]]:
-    "The generated token ids of each item, the whole prompts computed (left padding; an encoder-decoder's decoder prefix)."
+def _generate_plain(self: _HFGenerateMixin, items: list[dict], gc, **kw) -> list[list[int]]:
+    "The generated token ids of each item, the whole prompts computed (left padding; an encoder-decoder's decoder prefix); `kw` to `generate`."
     import torch   # heavy: the model is loaded by now
     ids, mask = self._batch([it["ids"] for it in items], left=not self.is_encoder_decoder)
-    kw = {} if self.no_attention_mask else {"attention_mask": mask}   # llm-rankers passed none
+    kw = kw if self.no_attention_mask else {**kw, "attention_mask": mask}   # llm-rankers passed none
     if self.is_encoder_decoder:
         kw["decoder_input_ids"] = torch.tensor([items[0]["dec"]] * len(items), dtype=torch.long, device=self.device)
         skip = len(items[0]["dec"])
     else: skip = ids.shape[1]
     return self.hf_model.generate(input_ids=ids, generation_config=gc, **kw)[:, skip:].tolist()
 
+# %% ../nbs/10a_llm_hf.ipynb #9ddcc64d
+class _TopLogprobs:
+    "A logits processor that changes nothing and keeps, at every step, the `k` likeliest next tokens of each row (log-probabilities)."
+    def __init__(self, k: int): self.k, self.steps = int(k), []
+
+    def __call__(self, input_ids, scores):
+        import torch   # heavy: the model is loaded by now
+        self.steps.append(torch.log_softmax(scores.float(), -1).topk(min(self.k, scores.shape[-1]), -1))
+        return scores
+
+    def at(self, row: int, step: int, tokenizer) -> dict[str, float]:
+        "{token text: log-probability} of the `k` likeliest tokens of `row` at `step`, likeliest first (a text two ids share: the likelier)."
+        v, i = self.steps[step]
+        out: dict[str, float] = {}
+        for t, lp in zip(i[row].tolist(), v[row].tolist()): out.setdefault(tokenizer.decode([t]), float(lp))
+        return out
+
+# %% ../nbs/10a_llm_hf.ipynb #3d9f53b0
+@patch
+def _answer(self: _HFGenerateMixin, row: list[int], prefix: list[int], stop=None) -> tuple[int, str, str | None]:
+    """(tokens generated, text, the stop string met or None) of a generated `row`: up to its first end-of-sequence token,
+    or up to the token that completes the first of `stop` met, the text then cut before that string (as vLLM's stop strings)."""
+    eos = set(self._eos_ids())
+    n = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+    text = lambda m: self.tokenizer.decode(prefix + row[:m], skip_special_tokens=True)
+    if not stop or not any(s in text(n) for s in stop): return n, text(n), None
+    lo, hi = 1, n          # the fewest tokens whose text holds a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in text(mid) for s in stop): hi = mid
+        else: lo = mid + 1
+    out = text(lo)
+    at, met = min((out.find(s), k, s) for k, s in enumerate(stop) if s in out)[::2]
+    return lo, out[:at], met
+
 # %% ../nbs/10a_llm_hf.ipynb #c0a433a0
 @patch
 def _generate_batch(self: _HFGenerateMixin, items: list[dict], params: dict) -> list[dict]:
     """One record per rendered item: the text after the prompt (or the decoder prefix), tokens in and out, seconds.
     `decode_prefix=True` (encoder-decoder): the decoder prefix decoded with the answer, as llm-rankers' T5 path (a first
-    token without its word-start marker then reads "PassageA", not "A"). Greedy answers of a decoder-only model reuse the
-    prefixes held (`KVPrefixMixin`); items that cannot share a call (`_call_key`) go in calls of their own."""
+    token without its word-start marker then reads "PassageA", not "A"). `stop` (strings): an answer ends with the token
+    that completes one, cut from its text (`_answer`); `top_logprobs` (k): the record's `top_logprobs` are the k likeliest
+    tokens at its last generated token (`_TopLogprobs`). Greedy answers of a decoder-only model reuse the prefixes held
+    (`KVPrefixMixin`); items that cannot share a call (`_call_key`) go in calls of their own."""
     import torch   # heavy: the model is loaded by now
+    from transformers import LogitsProcessorList   # heavy: the model is loaded by now
     gc = self._generation_config(params)
     if gc.do_sample and "seed" in params: torch.manual_seed(params["seed"])
     reuse = not gc.do_sample and self._reuses()
     show_forward_signature(self.hf_model)    # a wrapper on the instance's forward must not change what `generate` passes
     if len({self._call_key(reuse)(it) for it in items}) > 1:
         return self._in_groups(items, self._call_key(reuse), lambda part: self._generate_batch(part, params))
+    top = _TopLogprobs(params["top_logprobs"]) if params.get("top_logprobs") else None
+    kw = {"tokenizer": self.tokenizer} if gc.stop_strings else {}
+    if top is not None: kw["logits_processor"] = LogitsProcessorList([top])
     t0 = time.perf_counter()
     with torch.inference_mode():
-        rows = self._generate_reusing([it["ids"] for it in items], gc) if reuse else self._generate_plain(items, gc)
+        rows = self._generate_reusing([it["ids"] for it in items], gc, **kw) if reuse else self._generate_plain(items, gc, **kw)
     dt = (time.perf_counter() - t0) / len(items)
-    eos, recs = set(self._eos_ids()), []
-    with_dec = bool(params.get("decode_prefix")) and self.is_encoder_decoder
-    for it, row in zip(items, rows):
-        n = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-        recs.append({"text": self.tokenizer.decode((it["dec"] if with_dec else []) + row[:n], skip_special_tokens=True),
-                     "tokens_in": len(it["ids"]), "tokens_out": n, "seconds": dt, "time": time.time()})
+    recs, with_dec = [], bool(params.get("decode_prefix")) and self.is_encoder_decoder
+    for r, (it, row) in enumerate(zip(items, rows)):
+        n, text, met = self._answer(row, it["dec"] if with_dec else [], params.get("stop"))
+        recs.append({"text": text, "tokens_in": len(it["ids"]), "tokens_out": n, "seconds": dt, "time": time.time()})
+        if met is not None: recs[-1]["stop"] = met
+        if top is not None: recs[-1]["top_logprobs"] = top.at(r, n - 1, self.tokenizer)
     return recs
 
 # %% ../nbs/10a_llm_hf.ipynb #1a829852
@@ -391,6 +432,7 @@ class HFBackend(HFRenderMixin, _HFGenerateMixin, _HFScoreMixin, KVPrefixMixin, C
     kind, Options = "hf", HFOptions
     supports_logprobs = supports_batching = scores_sequences = True
     supports_prefill = True       # a final assistant message is continued (chat) or starts the decoder (encoder-decoder)
+    supports_stop = True          # stop strings and the last token's top log-probabilities (`_generate_batch`)
     local_model, throughput_engine = True, "hf"
 
     def __init__(self, model: str, options: HFOptions | None = None, *, cache: Cache | None = None, executor: Executor = LOCAL,

@@ -33,7 +33,7 @@ class VLLMOptions(BackendOptions):
 class VLLMBackend(HFRenderMixin, CachedBackend):
     "vLLM in process (GPU machines; `pip install 'clir-llm[gpu]'`)."
     kind, Options = "vllm", VLLMOptions
-    supports_logprobs = supports_batching = supports_prefill = scores_sequences = True
+    supports_logprobs = supports_batching = supports_prefill = scores_sequences = supports_stop = True
     local_model, throughput_engine = True, "serving"
     is_encoder_decoder = False
 
@@ -61,17 +61,32 @@ class VLLMBackend(HFRenderMixin, CachedBackend):
         return self._llm
 
     def _generate_batch(self, items, params):
-        "Greedy (or sampled) answers of a batch of token-id prompts."
+        "Greedy (or sampled) answers of a batch of token-id prompts; `stop` and `top_logprobs` are vLLM's `stop` and `logprobs`."
         from vllm import SamplingParams   # optional: the [gpu] extra
-        extra = set(params) - {"max_new_tokens", "temperature", "top_p", "seed"}
+        extra = set(params) - {"max_new_tokens", "temperature", "top_p", "seed", "stop", "top_logprobs"}
         if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
+        more = {"stop": list(params["stop"])} if params.get("stop") else {}
+        if params.get("top_logprobs"): more["logprobs"] = int(params["top_logprobs"])
         sp = SamplingParams(max_tokens=params["max_new_tokens"], temperature=params.get("temperature", 0.0),
-                            top_p=params.get("top_p", 1.0), seed=params.get("seed"))
+                            top_p=params.get("top_p", 1.0), seed=params.get("seed"), **more)
         t0 = time.perf_counter()
         outs = self.llm.generate([{"prompt_token_ids": it["ids"]} for it in items], sp, use_tqdm=False)
         dt = (time.perf_counter() - t0) / len(items)
-        return [{"text": o.outputs[0].text, "tokens_in": len(it["ids"]), "tokens_out": len(o.outputs[0].token_ids),
-                 "seconds": dt, "time": time.time()} for it, o in zip(items, outs)]
+        return [self._record(it, o.outputs[0], dt) for it, o in zip(items, outs)]
+
+# %% ../nbs/10c_llm_vllm.ipynb #a8afd2ea
+@patch
+def _record(self: VLLMBackend, it: dict, out, dt: float) -> dict:
+    """One answer's record: vLLM's text (cut before the stop string met, that string the record's `stop`), its tokens and, with
+    `logprobs` asked, the likeliest tokens at the last generated token (`top_logprobs`: {token text: log-probability})."""
+    rec = {"text": out.text, "tokens_in": len(it["ids"]), "tokens_out": len(out.token_ids), "seconds": dt, "time": time.time()}
+    if isinstance(getattr(out, "stop_reason", None), str): rec["stop"] = out.stop_reason
+    if getattr(out, "logprobs", None):
+        top: dict[str, float] = {}
+        for t, x in sorted(out.logprobs[-1].items(), key=lambda kv: -kv[1].logprob):
+            top.setdefault(x.decoded_token if x.decoded_token is not None else self.tokenizer.decode([t]), float(x.logprob))
+        rec["top_logprobs"] = top
+    return rec
 
 # %% ../nbs/10c_llm_vllm.ipynb #cce9701f
 @patch

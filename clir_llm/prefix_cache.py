@@ -427,8 +427,8 @@ def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto:
 
 # %% ../nbs/10h_prefix_cache.ipynb #21b7ab45
 @patch
-def _generate_reusing(self: KVPrefixMixin, seqs: list, gc) -> list[list[int]]:
-    "The generated token ids of each prompt of `seqs` (`generate` with `gc`), its held prefix reused (the longest rests first: `_stages`) and its states kept."
+def _generate_reusing(self: KVPrefixMixin, seqs: list, gc, **kw) -> list[list[int]]:
+    "The generated token ids of each prompt of `seqs` (`generate` with `gc`), its held prefix reused (the longest rests first: `_stages`) and its states kept; `kw` to `generate`."
     limits = [len(s) - 1 for s in seqs]
     self._share_first(seqs, limits)
     held, rows = self._held_rows(seqs, limits)
@@ -438,7 +438,7 @@ def _generate_reusing(self: KVPrefixMixin, seqs: list, gc) -> list[list[int]]:
     ids, mask, P = self._batch_over(seqs, held)
     self._count_padding(seqs, held)
     gc = copy.copy(gc); gc.return_dict_in_generate = True
-    kw = {kv_arg(self.hf_model): past} if past is not None else {}
+    if past is not None: kw = {**kw, kv_arg(self.hf_model): past}
     out = self.hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=gc, **kw)
     self._keep_states(seqs, held, kv_of(out), P)
     return out.sequences[:, ids.shape[1]:].tolist()

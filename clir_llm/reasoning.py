@@ -80,6 +80,36 @@ def _passages(self: ReasoningReranker, collection, q: str, ids: list[str]) -> di
     if self.options.passage_tokens is not None: return self.cut_passages(collection, q, ids)
     return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
 
+# %% ../nbs/11h_reasoning.ipynb #5142ec0c
+_ANSWER_TOP = 20   # Rank1's logprobs=20: the labels are looked for among the 20 likeliest tokens at the answer token
+
+@patch
+def _read_answers(self: ReasoningReranker, prompts: list) -> list[dict]:
+    """Generate the traces of `prompts`; for each, `trace`, `closed` (its own answer read), `tokens` (generated) and
+    `p_true`: read at the last generated token (`supports_stop`) or None with the `follow` text to score (the forced
+    path; without `supports_stop`, also the answer after Rank1's stop string in the text, scored again)."""
+    t, b, o = self.template, self.backend, self.options
+    yes, no, end = t["choices"]["yes"], t["choices"]["no"], t["think_end"]
+    if not b.supports_stop:   # a backend without stop strings: the whole generation, read as the stop strings would
+        if hasattr(b, "complete"):   # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
+            recs = [r or {} for r in b.complete(prompts, max_new_tokens=o.think_tokens, **_quiet(b.complete))]
+            raw, counts = [r.get("text", "") for r in recs], [int(r.get("tokens_out", 0)) for r in recs]
+        else:
+            raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
+            counts = [b.count_tokens(x) for x in raw]
+        read = [read_trace(x, end, (yes, no)) for x in raw]
+        return [{"trace": tr, "closed": c, "tokens": n, "p_true": None, "follow": t["closed" if c else "forced"].format(trace=tr)}
+                for (tr, c), n in zip(read, counts)]
+    recs = b.complete(prompts, max_new_tokens=o.think_tokens, stop=[end + yes, end + no], top_logprobs=_ANSWER_TOP, **_quiet(b.complete))
+    out = []
+    for r in (r or {} for r in recs):
+        text, top, n = r.get("text", ""), r.get("top_logprobs") or {}, int(r.get("tokens_out", 0))
+        if yes in top and no in top: out.append({"trace": text, "closed": True, "tokens": n, "p_true": yes_probability(top[yes], top[no])})
+        else:
+            tr = cut_trace(text)
+            out.append({"trace": tr, "closed": False, "tokens": n, "p_true": None, "follow": t["forced"].format(trace=tr)})
+    return out
+
 # %% ../nbs/11h_reasoning.ipynb #42e6b921
 @patch
 def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]]]):
@@ -93,21 +123,20 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
     for s in range(0, len(items), bs):
         part = items[s:s + bs]
         prompts = [self._as_prompt(p) for *_, p in part]
-        if hasattr(b, "complete"):   # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
-            recs = [r or {} for r in b.complete(prompts, max_new_tokens=o.think_tokens, **_quiet(b.complete))]
-            raw, counts = [r.get("text", "") for r in recs], [int(r.get("tokens_out", 0)) for r in recs]
-        else:
-            raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
-            counts = [b.count_tokens(x) for x in raw]
-        read = [read_trace(x, t["think_end"], (t["choices"]["yes"], t["choices"]["no"])) for x in raw]
-        follow = [self._as_prompt(p, t["closed" if closed else "forced"].format(trace=tr)) for (*_, p), (tr, closed) in zip(part, read)]
-        scores = b.score(follow, [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score))
-        for (q, d, _), n, (tr, closed), pr, fo, sc in zip(part, counts, read, prompts, follow, scores):
-            dq = self.diagnostics[q]
-            self.traces[q, d] = {"query": q, "docid": d, "trace": tr, "closed": closed, "trace_tokens": n, "p_true": yes_probability(*sc)}
-            dq["prompts"] += 2; dq["tokens_in"] += prompt_tokens(b, pr) + prompt_tokens(b, fo); dq["tokens_out"] += n
-            dq["traces_closed" if closed else "traces_forced"] = dq.get("traces_closed" if closed else "traces_forced", 0) + 1
-        for q in dict.fromkeys(q for q, *_ in part): self.diagnostics[q]["calls"] += 2
+        read = self._read_answers(prompts)
+        todo = [i for i, r in enumerate(read) if r["p_true"] is None]
+        follow = {i: self._as_prompt(part[i][2], read[i].pop("follow")) for i in todo}
+        scores = b.score([follow[i] for i in todo], [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score)) if todo else []
+        for i, sc in zip(todo, scores): read[i]["p_true"] = yes_probability(*sc)
+        for i, ((q, d, _), pr, r) in enumerate(zip(part, prompts, read)):
+            dq, n = self.diagnostics[q], r.pop("tokens")
+            self.traces[q, d] = {"query": q, "docid": d, "trace": r["trace"], "closed": r["closed"], "trace_tokens": n,
+                                 "p_true": r["p_true"]}
+            dq["prompts"] += 1 + (i in follow); dq["tokens_out"] += n
+            dq["tokens_in"] += prompt_tokens(b, pr) + (prompt_tokens(b, follow[i]) if i in follow else 0)
+            key = "traces_closed" if r["closed"] else "traces_forced"
+            dq[key] = dq.get(key, 0) + 1
+        for q in dict.fromkeys(q for q, *_ in part): self.diagnostics[q]["calls"] += 1 + any(part[i][0] == q for i in todo)
 
 # %% ../nbs/11h_reasoning.ipynb #b2bc0ace
 def traces_path(run_path) -> Path:

@@ -103,9 +103,47 @@ def test_truncate_and_count(tiny):
 def test_bad_specs_and_params(tiny, tmp_path):
     with pytest.raises(LLMError, match="cannot load model config"): get_backend(f"hf:{tmp_path / 'missing'}")
     b = get_backend(f"hf:{tiny['qwen2']}")
-    with pytest.raises(ClirError, match="unsupported generation parameters"): b.generate(["x"], stop=["\n"])
+    with pytest.raises(ClirError, match="unsupported generation parameters"): b.generate(["x"], frequency_penalty=1.0)
     with pytest.raises(ClirError, match="a list of prompts"): b.generate("x")
     with pytest.raises(ClirError, match="must be a str or a list"): b.generate([{"content": "no role"}])
+
+
+def _greedy(folder, ids: list[int], steps: int):
+    "Greedy token ids after `ids` and each step's log-probabilities, one token at a time, the whole sequence each time (a reference)."
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    out, lps = [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            lp = torch.log_softmax(m(torch.tensor([ids + out])).logits[0, -1].float(), -1)
+            lps.append(lp); out.append(int(lp.argmax()))
+    return out, lps
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_stop_strings_end_generation_and_the_last_tokens_top_logprobs(tiny, reuse):
+    """Issue 38 item 4 (Rank1's vLLM call): `stop` ends an answer at the token completing the first string met, its text cut
+    before the string (the string met is the record's `stop`), the other prompts of the batch going on; `top_logprobs` k gives
+    the k likeliest tokens at the last generated token (the answer token after a stop string, else the budget's last)."""
+    b = HFBackend.create(str(tiny["qwen2"]), dtype="float32", chat=False, prefix_cache=reuse, batch_size=4)
+    prompts, budget = ["the cat sat", "0 1 2 3 4 5"], 24
+    refs = [_greedy(tiny["qwen2"], b._render(p)["ids"], budget) for p in prompts]
+    dec = lambda g, m: b.tokenizer.decode(g[:m], skip_special_tokens=True)
+    assert not set(refs[0][0] + refs[1][0]) & set(b._eos_ids())   # the budget ends both (the reference does not stop at EOS)
+    stop = dec(refs[0][0], 12)[-4:]
+    first = min(m for m in range(1, budget + 1) if stop in dec(refs[0][0], m))
+    assert first < budget and stop not in dec(refs[1][0], budget)
+    recs = b.complete(prompts, max_new_tokens=budget, stop=["§never§", stop], top_logprobs=5, progress=False)
+    assert recs[0]["text"] == dec(refs[0][0], first).split(stop)[0] and recs[0]["stop"] == stop and recs[0]["tokens_out"] == first
+    assert recs[1]["text"] == dec(refs[1][0], budget) and "stop" not in recs[1] and recs[1]["tokens_out"] == budget
+    for rec, (g, lps), n in zip(recs, refs, (first, budget)):
+        v, i = lps[n - 1].topk(5)
+        want: dict = {}
+        for t, x in zip(i.tolist(), v.tolist()): want.setdefault(b.tokenizer.decode([t]), x)
+        assert list(rec["top_logprobs"]) == list(want) and rec["top_logprobs"] == pytest.approx(want, abs=1e-4)
+    # without the parameters the records are as before: no stop, no top_logprobs, the whole budget
+    plain = b.complete(prompts, max_new_tokens=budget, progress=False)
+    assert plain[0]["text"] == dec(refs[0][0], budget) and not {"stop", "top_logprobs"} & set(plain[0])
 
 
 def test_chat_prefill_continues_the_assistant_turn(tiny):

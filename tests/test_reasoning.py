@@ -2,7 +2,7 @@
 budget, the judgement read after the closed trace or after the budget's forced close, traces kept in the cache with each
 call and exported as `<run>.traces.jsonl`, cost counted with the trace), equal to Rank1's code (reimplemented) on a tiny
 Qwen3 read as plain text."""
-import json
+import json, math
 import pytest
 import torch
 from clir_llm.cache import Cache
@@ -61,6 +61,80 @@ def test_answer_read_at_the_stop_string_else_the_forced_path():
     assert rr.diagnostics["q0"]["traces_closed"] == 2 and rr.diagnostics["q0"]["traces_forced"] == 1
 
 
+class Stopping(QrelsOracle):
+    """A plain-text model with Rank1's vLLM call (`supports_stop`): each answer is a scripted record (the text cut before the
+    stop string met, the top log-probabilities of the last generated token); the calls and the scored prompts are recorded."""
+    is_chat, supports_stop = False, True
+    def __init__(self, coll, recs):
+        super().__init__(coll); self.recs, self.calls, self.scored = list(recs), [], []
+    def complete(self, prompts, max_new_tokens=64, **kw):
+        self.calls.append((list(prompts), max_new_tokens, kw))
+        return [self.recs.pop(0) for _ in prompts]
+    def score(self, prompts, candidates, **kw):
+        self.scored += prompts
+        return [[-1.0, 0.0] for _ in prompts]
+
+
+def test_score_read_at_the_generated_answer_token_else_the_forced_path():
+    """Issue 38 item 4: as rank1.py, the generation stops at '</think> true|false' and P(true) is read from the top 20 of
+    the last generated token, normalised over the two labels, wherever both are there (after a stop string, or at the end
+    of a trace that ran out); a trace whose top 20 lacks either label takes the forced path (cut, closed, scored next)."""
+    coll, first = tiny_setup(1, 4)
+    recs = [{"text": "It names it.", "stop": "</think> true", "tokens_out": 7, "top_logprobs": {" true": -0.1, " false": -2.5, "x": -3.0}},
+            {"text": "Sure. It is", "stop": "</think> true", "tokens_out": 6, "top_logprobs": {" true": -0.01, "y": -5.0}},
+            {"text": "No stop here. And the", "tokens_out": 9, "top_logprobs": {"z": -0.2}},
+            {"text": "Ran out. So", "tokens_out": 9, "top_logprobs": {" false": -0.3, " true": -1.4}}]
+    b = Stopping(coll, recs)
+    rr = get_reranker("reasoning-rank1", b, batch_size=4, think_tokens=9, progress=False)
+    rr.rerank(coll, first, k=4)
+    (prompts, budget, kw), = b.calls
+    assert budget == 9 and kw["stop"] == ["</think> true", "</think> false"] and kw["top_logprobs"] == 20
+    assert b.scored == [prompts[1] + "\nSure.\n</think>", prompts[2] + "\nNo stop here.\n</think>"]
+    tr = [rr.traces["q0", d] for d in first.docids("q0", 4)]
+    assert [t["closed"] for t in tr] == [True, False, False, True] and [t["trace_tokens"] for t in tr] == [7, 6, 9, 9]
+    assert tr[0]["p_true"] == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.5)))
+    assert tr[3]["p_true"] == pytest.approx(math.exp(-1.4) / (math.exp(-1.4) + math.exp(-0.3)))
+    assert tr[1]["p_true"] == tr[2]["p_true"] == pytest.approx(1 / (1 + math.e)) and (tr[0]["trace"], tr[1]["trace"]) == ("It names it.", "Sure.")
+    d = rr.diagnostics["q0"]
+    assert (d["calls"], d["prompts"], d["traces_closed"], d["traces_forced"], d["tokens_out"]) == (2, 6, 2, 2, 31)
+
+
+def _stop_prompt(tmp_path, think_end: str, yes: str, no: str) -> str:
+    "A copy of Rank1's prompt file whose stop strings are `think_end` + `yes` / `no` (what a tiny random model does write)."
+    t = PromptTemplate.load("rank1")
+    path = tmp_path / "stops.yaml"
+    path.write_text(json.dumps({"name": "stops", "method": "reasoning", "source": "test", "prompt": RANK1, "think_end": think_end,
+                                "closed": "{trace}" + think_end, "forced": t["forced"], "choices": {"yes": yes, "no": no}}))
+    return str(path)
+
+
+def test_a_tiny_qwen3_stops_at_the_string_and_is_read_at_its_answer_token(tmp_path):
+    """End to end on `hf:`: stop strings chosen from the tiny model's own greedy trace, so generation stops there, and P(true)
+    is the two labels' normalised probabilities at the generated answer token (a forward pass over prompt + trace)."""
+    from transformers import AutoModelForCausalLM
+    folder = make_tiny_hf_model(tmp_path / "q3", "qwen3")
+    b = HFBackend.create(str(folder), dtype="float32", chat=False)
+    q, d = "malaria vaccine", "Given a query, the cat sat on the mat."
+    ids = b._render(RANK1.format(query=q, passage=d))["ids"]
+    m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    gen, lps = [], []
+    with torch.no_grad():
+        for _ in range(12):
+            lps.append(torch.log_softmax(m(torch.tensor([ids + gen])).logits[0, -1], -1)); gen.append(int(lps[-1].argmax()))
+    dec = lambda a, z: b.tokenizer.decode(gen[a:z], skip_special_tokens=True)
+    j = 8                                     # the answer token: the 9th generated; the think end: the three before it
+    yes, no = b.tokenizer.decode([gen[j]]), b.tokenizer.decode([int(lps[j].topk(2).indices[1])])
+    end = dec(j - 3, j)
+    assert end + yes not in dec(0, j) and end + no not in dec(0, j + 1) and yes != no
+    rr = get_reranker("reasoning-rank1", b, prompt=_stop_prompt(tmp_path, end, yes, no), think_tokens=12, progress=False)
+    coll = TinyCollection({"q0": Query("q0", q)}, {"d0": Document("d0", d)}, {"q0": {"d0": 1}})
+    rr.rerank(coll, Run.from_ranked({"q0": ["d0"]}), k=1)
+    t = rr.traces["q0", "d0"]
+    want = torch.softmax(lps[j][[gen[j], int(lps[j].topk(2).indices[1])]], -1)[0].item()
+    assert t["closed"] and t["trace_tokens"] == j + 1 and t["trace"] == dec(0, j + 1).split(end + yes)[0]
+    assert abs(t["p_true"] - want) < 1e-5 and rr.diagnostics["q0"]["calls"] == 1 and b.usage.calls == 1
+
+
 def test_whole_passages_by_default_a_cut_as_an_option():
     "Rank1's code sends whole passages (a 16k context): no cut unless passage_tokens is given."
     long = " ".join(f"w{i}" for i in range(700))
@@ -117,7 +191,8 @@ def test_a_prompt_without_labels_is_refused(tmp_path):
 
 
 def _rank1_reference(folder, pairs, budget):
-    "Rank1's transformers path, written again: greedy trace, cut and closed at the budget, softmax of the first tokens of ' true'/' false'."
+    """Rank1's vLLM path, written again: a greedy trace; P(true) from the top 20 of its last token when both labels are there,
+    else the trace cut and closed (the forced path); softmax of the first tokens of ' true'/' false'."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     true, false = tok(" true", add_special_tokens=False).input_ids[0], tok(" false", add_special_tokens=False).input_ids[0]
@@ -128,11 +203,13 @@ def _rank1_reference(folder, pairs, budget):
         with torch.no_grad():
             gen = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), max_new_tokens=budget,
                                  do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(ids):].tolist()
-        if tok.eos_token_id in gen: gen = gen[:gen.index(tok.eos_token_id)]
+        if tok.eos_token_id in gen: gen = gen[:gen.index(tok.eos_token_id) + 1]   # vLLM's token_ids keep the EOS
         text = tok.decode(gen, skip_special_tokens=True)
-        trace = cut_trace(text)
-        with torch.no_grad(): last = model(torch.tensor([tok(f"{prompt}\n{trace}\n</think>").input_ids])).logits[0, -1]
-        out.append((ids, trace, torch.softmax(last[[true, false]], -1)[0].item()))
+        with torch.no_grad(): last = model(torch.tensor([ids + gen[:-1]])).logits[0, -1]   # the last generated token's step
+        if not {true, false} <= set(torch.log_softmax(last, -1).topk(20).indices.tolist()):   # rank1.py's forced path
+            text = cut_trace(text)
+            with torch.no_grad(): last = model(torch.tensor([tok(f"{prompt}\n{text}\n</think>").input_ids])).logits[0, -1]
+        out.append((ids, text, torch.softmax(last[[true, false]], -1)[0].item()))
     return out
 
 
