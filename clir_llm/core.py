@@ -312,14 +312,22 @@ def _params() -> frozenset:
 _B64_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
 _B64_TAIL = re.compile(r"[A-Za-z0-9+/_-]{0,3}(?:=|%3[Dd]){0,2}")   # the group that mixes a secret's last bytes with the next
 
+def _hexpat(h: str) -> str: return "".join(f"[{x}{x.lower()}]" if x.isalpha() else x for x in h)
+
 def _text_units(s: str) -> list[str]:
-    "One pattern per character of `s`: itself, percent-encoded (any byte, hex in either case), JSON-escaped, '+' for a space."
+    """One pattern per character of `s`: itself, percent-encoded (any byte, hex in either case), JSON-escaped ('\\/',
+    '\\u0041'), '+' for a space."""
     out = []
     for c in s:
-        alts = [re.escape(c), "".join(f"%[{h[0]}{h[0].lower()}][{h[1]}{h[1].lower()}]" for h in (f"{b:02X}" for b in c.encode()))]
+        alts = [re.escape(c), "".join(f"%{_hexpat(f'{b:02X}')}" for b in c.encode())]
+        if ord(c) < 0x10000: alts.append(r"\\u" + _hexpat(f"{ord(c):04X}"))
         alts += {"/": [r"\\/"], '"': [r'\\"'], "\\": [r"\\\\"], " ": [r"\+"]}.get(c, [])
         out.append(f"(?:{'|'.join(alts)})")
     return out
+
+def _hex_units(s: str) -> list[str]:
+    "One pattern per byte of `s`: its two hex digits, in either case."
+    return [_hexpat(f"{b:02X}") for b in s.encode()]
 
 def _b64_units(s: str) -> list[list[str]]:
     "Base64 of `s` at each of the three byte alignments (whole groups only), standard or URL-safe, '+', '/' percent-encoded or not."
@@ -329,36 +337,63 @@ def _b64_units(s: str) -> list[list[str]]:
         out.append([{"+": r"(?:[+-]|%2[Bb])", "/": r"(?:[/_]|%2[Ff])"}.get(c, re.escape(c)) for c in base64.b64encode(t).decode()])
     return out
 
+# %% ../nbs/00_core.ipynb #7319e7a5
 _PUBLIC_PREFIX = re.compile(r"[A-Za-z]{2,5}[-_](?:[A-Za-z0-9]{2,8}[-_])?")   # sk-, sk-proj-, hf_, ghp_, sk-ant-: shared by every key
+_WINDOW = 12   # characters (bytes): any piece of a secret this long, from anywhere in it, is the secret
+
+def _public(s: str) -> int:
+    "Characters at the start of secret `s` that are no secret: a key's public prefix (sk-proj-) or a URL's user name and ':'."
+    m = _PUBLIC_PREFIX.match(s)
+    n = m.end() if m else s.index(":") + 1 if ":" in s else 0
+    return n if len(s) >= n + MIN_SECRET else 0
 
 @functools.lru_cache(maxsize=16)
 def _matcher(secrets: tuple):
-    """For the held `secrets`: a pattern finding the first units of any of their forms (`MIN_SECRET` of them after a
-    key's public prefix such as `sk-proj-`, which every key of that kind shares), and each form's units."""
+    """For the held `secrets`: each form (text, hex, base64 at three alignments) as its units, its public units, the
+    window of units that counts from anywhere; and a pattern finding any aligned block of half a window (every
+    window and every prefix holds one)."""
     forms = []
     for s in secrets:
-        pre = len(m.group()) if (m := _PUBLIC_PREFIX.match(s)) and len(s) >= m.end() + MIN_SECRET else 0
-        forms += [(_text_units(s), pre + MIN_SECRET, False), *((u, -(-(pre * 4) // 3) + MIN_SECRET, True) for u in _b64_units(s))]
-    forms = [f for f in forms if len(f[0]) >= f[1]]
-    if not forms: return None
-    head = re.compile("|".join(f"({''.join(u[:n])})" for u, n, _ in forms))
-    return head, [([re.compile(x) for x in u], n, b64) for u, n, b64 in forms]
+        p = _public(s)
+        forms += [(_text_units(s), p, _WINDOW, False), (_hex_units(s), len(s[:p].encode()), _WINDOW, False)]
+        forms += [(u, -(-max(p - j, 0) * 4 // 3), _WINDOW * 4 // 3, True) for j, u in enumerate(_b64_units(s))]
+    blocks = [(f, o, (w + 1) // 2) for f, (u, p, w, _) in enumerate(forms) for o in range(0, len(u) - (w + 1) // 2 + 1, (w + 1) // 2)
+              if len(u) >= min(p + MIN_SECRET, w)]
+    if not blocks: return None
+    head = re.compile("|".join(f"(?:{''.join(forms[f][0][o:o + k])})" for f, o, k in blocks))
+    return (head, [([re.compile(x) for x in u], p, w, b64) for u, p, w, b64 in forms],
+            [(f, o, k, re.compile("".join(forms[f][0][o:o + k]))) for f, o, k in blocks])
+
+# %% ../nbs/00_core.ipynb #cf31f88f
+def _back(unit, text: str, end: int, floor: int):
+    "Where `unit` starts if it ends at `end` (not before `floor`), else None: a unit is 12, 9, 6, 3, 2 or 1 characters of text."
+    for n in (12, 9, 6, 3, 2, 1):   # the longest first: the last character of "%39" or "\\u0039" is a literal 9 too
+        if end - n >= floor and unit.fullmatch(text, end - n, end): return end - n
+    return None
 
 def _cut_held(text: str, secrets) -> str:
-    "`text` with every held secret, in any of its forms, and any prefix of 8+ units of a form, replaced by `***`."
+    """`text` with every held secret, in any of its forms, replaced by `***`: any prefix of 8+ units after its public
+    prefix, and any piece of `_WINDOW` units (16 in base64) from anywhere in it."""
     if not (m := _matcher(tuple(secrets))): return text
-    head, forms = m
-    out, pos = [], 0
-    while (h := head.search(text, pos)):
-        units, n, b64 = forms[h.lastindex - 1]
-        start, end = h.start(), h.end()
-        for u in units[n:]:
-            if not (x := u.match(text, end)): break
-            end = x.end()
-        if b64:   # the base64 groups on either side mix the secret's bits with its neighbours': they go too
-            while start > max(pos, h.start() - 3) and text[start - 1] in _B64_CHARS: start -= 1
-            end = _B64_TAIL.match(text, end).end()
-        out += [text[pos:start], "***"]; pos = end
+    head, forms, blocks = m
+    out, pos, at = [], 0, 0
+    while (h := head.search(text, at)):
+        best = None
+        for f, o, k, rx in blocks:
+            if not (x := rx.match(text, h.start())): continue
+            units, p, w, b64 = forms[f]
+            z, end = o + k, x.end()
+            while z < len(units) and (y := units[z].match(text, end)): z, end = z + 1, y.end()
+            a, start = o, h.start()
+            while a > 0 and (b := _back(units[a - 1], text, start, pos)) is not None: a, start = a - 1, b
+            if not ((a == 0 and z >= p + MIN_SECRET) or z - max(a, p) >= w): continue
+            if b64:   # the base64 groups on either side mix the secret's bits with its neighbours': they go too
+                first = start
+                while start > max(pos, first - 3) and text[start - 1] in _B64_CHARS: start -= 1
+                end = _B64_TAIL.match(text, end).end()
+            if best is None or (start, -end) < (best[0], -best[1]): best = (start, end)
+        if best is None: at = h.start() + 1; continue
+        out += [text[pos:best[0]], "***"]; pos = at = best[1]
     return "".join(out) + text[pos:]
 
 # %% ../nbs/00_core.ipynb #25f60f6d

@@ -412,3 +412,32 @@ def test_a_grade_with_an_exponent_is_refused_not_read_as_a_float(tmp_path):
     with pytest.raises(FormatError, match=r"q.txt:1: grade '1e1' has an exponent: trec_eval reads it as 1"): Qrels.read(tmp_path / "q.txt")
     (tmp_path / "q.txt").write_text("q1 0 d2 2.0\n")
     assert Qrels.read(tmp_path / "q.txt") == {"q1": {"d2": 2}}   # atol reads 2 too
+
+
+def test_redaction_finds_any_piece_of_a_key_json_unicode_escaped_and_hex_encoded():
+    """Issue 39 item 2, the forms left: a piece from the middle of a held key (12 characters from anywhere in it), the
+    key JSON-escaped as \\uXXXX, and the key hex-encoded (either case) were printed as they were; the prefix rule found
+    only pieces that start the key. Each form of a canary key, alone and inside text, is redacted and refused by the
+    cache's check; an 11-character piece, other hex and other escapes are left alone."""
+    import base64 as b64, json as js
+    from clir_llm.core import _HELD, check_no_secret, redact, secret_value, SecretError
+    key = "sk-proj-7Qm2Zx9Lp4Wv8Nc3Rt6Yb1Hd5Kf0Gs"   # a canary: the public 'sk-proj-', then 30 secret characters
+    mid = key[17:31]                               # 14 characters from its middle
+    secret_value(key)
+    try:
+        forms = {"a middle piece": mid, "12 characters at its end": key[-12:], "a middle piece percent-encoded": "".join(f"%{b:02x}" for b in mid.encode()),
+                 "\\u-escaped": "".join(f"\\u{ord(c):04x}" for c in key), "a middle piece \\u-escaped": "".join(f"\\u{ord(c):04X}" for c in mid),
+                 "json ensure_ascii of the key in a string": js.dumps({"k": "\u00e9" + key}).replace(key[9:], "".join(f"\\u{ord(c):04x}" for c in key[9:])),
+                 "hex": key.encode().hex(), "HEX": key.encode().hex().upper(), "a middle piece in hex": mid.encode().hex(),
+                 "a middle piece in base64": b64.b64encode(mid.encode()).decode(), "base64 of text holding a middle piece": b64.b64encode(f"said {mid} ok".encode()).decode()}
+        for name, f in forms.items():
+            out = redact(f"server said: <{f}> ok")
+            ok = out.startswith("server said: <") and out.endswith("> ok") and "***" in out and f not in out and mid[:12] not in out
+            try: check_no_secret(f"answer {f}"); refused = False
+            except SecretError: refused = True
+            R.hostile("secrets", f"redact: a held key, {name}", ok and refused)
+            assert ok and refused, (name, out, refused)
+        for plain in (key[17:28], "deadbeef" * 4, "\\u0041\\u0042 and %41%42", "sk-proj-7Qm2Zx9"):   # 11 characters, other hex, escapes
+            assert redact(f"x {plain} y") == f"x {plain} y", plain
+            check_no_secret(plain)
+    finally: _HELD.discard(key)

@@ -528,3 +528,34 @@ def test_recorded_never_names_a_file_a_recording_run_would_destroy(tmp_path, tar
                   cwd=tmp_path, timeout=300)
     R.expect_one_line_error(f"recorded: {target} with --no-recorded", p, "outputs", "recorded:")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_key_in_the_base_url_is_in_no_file_reproduce_writes(tmp_path):
+    """Issue 39 item 2, the executed notebooks: a reranker whose base URL holds a key as the password of its user info
+    and another as a query value, against a server that echoes every credential it gets (literally, percent-encoded,
+    base64, its start) in its 401: `reproduce` fails in the listwise notebook, and neither key, in any form the
+    redaction knows (hex, \\uXXXX, a 12-character middle piece too), is in its output, the executed `.running.ipynb`
+    it leaves, or any other file it wrote (results, figures, cache)."""
+    import base64 as b64
+    from test_llm_openai import EchoEverythingServer, _encodings
+    keys = ["4f1c9a7e2b8d6053e1a9c7f2d4b6e8a0", "9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"]   # the password and the query value
+    def forms(k):
+        return {**_encodings(k), "hex": k.encode().hex(), "\\u": "".join(f"\\u{ord(c):04x}" for c in k), "middle 12": k[10:22],
+                "base64 middle": b64.b64encode(k[9:24].encode()).decode()[:16]}
+    cfg_path = R.reduced_config(tmp_path / "leak.yaml", name="leak")
+    cfg = yaml.safe_load(cfg_path.read_text())
+    with EchoEverythingServer() as echo:
+        url = echo.url.replace("http://", f"http://gateway:{keys[0]}@") + f"?subscription-key={keys[1]}"
+        cfg["rerankers"] = [{**cfg["rerankers"][0], "llm": {"spec": "openai:fake-ranker[api=chat]", "base_url": url}}]
+        cfg.pop("doc_length"); cfg["experiments"] = ["1_first_stage", "2_listwise"]
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        cache, res, fig = R.seed_cache(tmp_path / "cache"), tmp_path / "res", tmp_path / "fig"
+        env = {k: v for k, v in R.env_for(cache).items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+        p = subprocess.run(R.reproduce_cmd(cfg_path, res, fig), capture_output=True, text=True, env=env, timeout=600)
+        got = len(echo.seen)
+    running = list(res.rglob("*.running.ipynb"))
+    needles = [v for k in keys for v in forms(k).values()]
+    leaks = [n for n in needles if n in p.stdout + p.stderr] + R.scan_for(needles, res, fig, cache, tmp_path / "leak.yaml.log")
+    ok = p.returncode == 1 and got > 0 and bool(running) and "HTTP 401" in open(running[0]).read() and not leaks
+    R.hostile("secrets", "keys in a base URL's user info and query, echoed by the server: reproduce's notebooks and files", ok)
+    assert ok, (p.returncode, got, running, leaks, p.stderr[-1500:])
