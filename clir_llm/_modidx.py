@@ -1069,6 +1069,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                      'clir_llm.llm_openai._choices': ('llm_openai.html#_choices', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._failure': ('llm_openai.html#_failure', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._finite_logprobs': ('llm_openai.html#_finite_logprobs', 'clir_llm/llm_openai.py'),
+                                     'clir_llm.llm_openai._last_top': ('llm_openai.html#_last_top', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._left': ('llm_openai.html#_left', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._retry_after': ('llm_openai.html#_retry_after', 'clir_llm/llm_openai.py'),
                                      'clir_llm.llm_openai._tiktoken_file': ('llm_openai.html#_tiktoken_file', 'clir_llm/llm_openai.py'),

@@ -182,7 +182,7 @@ class OpenAIBackend(CachedBackend):
         self.__key, self._key_env = secret_value(api_key), o.api_key_env   # the key is never stored elsewhere; read when a client is built
         self.concurrency, self.timeout, self.max_retries, self.backoff, self.max_wait = o.concurrency, o.timeout, o.max_retries, o.backoff, o.max_wait
         self.total_timeout = o.total_timeout
-        self.supports_logprobs, self.top_logprobs = o.logprobs, o.top_logprobs
+        self.supports_logprobs, self.supports_stop, self.top_logprobs = o.logprobs, o.logprobs, o.top_logprobs
         self.prices, self._tokenizer_spec, self._org = load_prices(prices), o.tokenizer, o.organization
         self.api, self.max_model_len = o.api, o.max_model_len
         self.pool = _ServerPool(self.base_urls, o.concurrency, o.cooldown)
@@ -420,12 +420,21 @@ def _failure(b: OpenAIBackend, kinds: list, refused: set, seconds: float) -> str
     if len(refused) == n or b.pool.all_down(): return out + f"; all {n} servers are down: {', '.join(map(str, b.base_urls))}"
     return out
 
+# %% ../nbs/10b_llm_openai.ipynb #fd0f075d
+def _last_top(lp) -> dict[str, float]:
+    "{token: log-probability} of the likeliest tokens at the last generated token, likeliest first: chat (`content`) or completions (`top_logprobs`)."
+    if lp is not None and getattr(lp, "content", None): pairs = [(x.token, x.logprob) for x in (lp.content[-1].top_logprobs or [])]
+    else: pairs = list(((getattr(lp, "top_logprobs", None) or [None])[-1] or {}).items())
+    return dict(sorted(pairs, key=lambda kv: -kv[1]))
+
 # %% ../nbs/10b_llm_openai.ipynb #c0887822
 @patch
 def _generate_one(self: OpenAIBackend, it: dict, params: dict) -> dict:
-    "One prompt: token ids to the completions endpoint, or messages to the chat API."
+    """One prompt: token ids to the completions endpoint, or messages to the chat API. `stop` goes to the server as it is
+    (which cuts the string from the text; vLLM's servers say which one met: the record's `stop`); `top_logprobs` k keeps the
+    k likeliest tokens at the last generated token (`_last_top`)."""
     if "ids" in it:
-        chs, usage, model, dt = self._call("completions", prompt=it["ids"], **self._api_params(params))
+        chs, usage, model, dt = self._call("completions", prompt=it["ids"], **self._api_params(params, chat=False))
         ch, text = chs[0], chs[0].text or ""
     else:
         chs, usage, model, dt = self._call(messages=it["messages"], **self._api_params(params), **self._prefill_kw(it["messages"]))
@@ -435,7 +444,9 @@ def _generate_one(self: OpenAIBackend, it: dict, params: dict) -> dict:
            "seconds": dt, "time": time.time()}
     if usage is None: self._count("missing_usage")
     lp = getattr(ch, "logprobs", None)
-    if lp is not None and getattr(lp, "content", None):
+    if isinstance(getattr(ch, "stop_reason", None), str): rec["stop"] = ch.stop_reason   # vLLM's servers name the stop string met
+    if params.get("top_logprobs"): rec["top_logprobs"] = _last_top(lp)   # the last token's only (a long trace's list is not kept)
+    elif lp is not None and getattr(lp, "content", None):
         rec["logprobs"] = [{"token": t.token, "logprob": t.logprob,
                             "top": {x.token: x.logprob for x in (t.top_logprobs or [])}} for t in lp.content]
     return _as_asked(self, rec, params.get("max_new_tokens"))
@@ -455,9 +466,11 @@ def _as_asked(b: OpenAIBackend, rec: dict, cap: int | None) -> dict:
 
 # %% ../nbs/10b_llm_openai.ipynb #0ed07406
 @patch
-def _api_params(self: OpenAIBackend, params: dict) -> dict:
+def _api_params(self: OpenAIBackend, params: dict, chat: bool = True) -> dict:
+    "The request's parameters: `max_new_tokens` as max_tokens, `top_logprobs` k as the endpoint asks it, the rest as given (`stop`, ...)."
     p = dict(params)
     kw = {"max_tokens": p.pop("max_new_tokens")} if "max_new_tokens" in p else {}   # absent: uncapped (rank_llm's calls)
+    if k := p.pop("top_logprobs", None): kw.update({"logprobs": True, "top_logprobs": k} if chat else {"logprobs": k})
     kw.update(p)
     return kw
 
