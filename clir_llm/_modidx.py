@@ -1792,6 +1792,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                 'clir_llm.specs.Spec.key': ('specs.html#spec.key', 'clir_llm/specs.py'),
                                 'clir_llm.specs._cut': ('specs.html#_cut', 'clir_llm/specs.py'),
                                 'clir_llm.specs._extra': ('specs.html#_extra', 'clir_llm/specs.py'),
+                                'clir_llm.specs._import_apart': ('specs.html#_import_apart', 'clir_llm/specs.py'),
                                 'clir_llm.specs._is_options': ('specs.html#_is_options', 'clir_llm/specs.py'),
                                 'clir_llm.specs._origin': ('specs.html#_origin', 'clir_llm/specs.py'),
                                 'clir_llm.specs._split_unquoted': ('specs.html#_split_unquoted', 'clir_llm/specs.py'),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00a_specs.ipynb #68465783
 from __future__ import annotations
-import abc, importlib, inspect, re, reprlib, sys
+import abc, importlib, inspect, json, re, reprlib, subprocess, sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Optional
@@ -69,6 +69,45 @@ def check_contract(obj, contract, kind: str, name: str):
         raise ClirError(
             f"{kind} {name!r}: {obj.__name__} does not implement {', '.join(missing)} (required by {contract.__name__})"
         )
+
+# %% ../nbs/00a_specs.ipynb #0a33d91d
+_APART = """import importlib, json, os, sys
+out = os.dup(1)   # the markers: the plugins' own prints go where stdout went, never between them
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+sys.path[:] = json.loads(sys.argv[1])
+for m in sys.argv[2:]:
+    os.write(out, f"start {m}\\n".encode())
+    try:
+        importlib.import_module(m)
+    except BaseException:  # an error (or sys.exit) is said by the import in the command's own process
+        break
+os.write(out, b"done\\n")
+"""
+
+
+def _import_apart(modules, what: str = "plugin"):
+    """Import `modules` first in a separate Python process (the same interpreter and `sys.path`): a module that ends the
+    process while it is imported (`os._exit(0)`, a signal), which no code of the importing process outlives, is a
+    `ClirError` naming it instead of a command that ends with nothing said and exit status 0. Modules already imported
+    are left out; a module that raises is left to the import here, which says so."""
+    todo = [m for m in modules if m not in sys.modules]
+    if not todo or not sys.executable:
+        return
+    p = subprocess.run(
+        [sys.executable, "-c", _APART, json.dumps(sys.path), *todo],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    lines = p.stdout.decode(errors="replace").splitlines()
+    started = [x[len("start ") :] for x in lines if x.startswith("start ")]
+    if (lines and lines[-1] == "done") or not started:  # imported, or no interpreter: the import here says
+        return
+    how = f"signal {-p.returncode}" if p.returncode < 0 else f"exit status {p.returncode}"
+    raise ClirError(
+        f"{what} {started[-1][:80]!r} ended the process while it was imported ({how}, in a separate process "
+        "that imports plugins first); it is not imported here"
+    )
 
 # %% ../nbs/00a_specs.ipynb #7968f88e
 class Registry:
@@ -135,8 +174,18 @@ def _load(self: Registry):
     self._loaded = True
     for m in self.plugins:
         importlib.import_module(m)
-    for ep in entry_points(group=self.group):
-        ep.load()
+    eps = list(entry_points(group=self.group))
+    _import_apart([ep.module for ep in eps], f"the module of a {self.group} entry point,")
+    for ep in eps:
+        try:
+            ep.load()
+        except ClirError:
+            raise
+        except (Exception, SystemExit) as e:  # an installed package's error: one line naming it, not a traceback
+            raise ClirError(
+                f"{self.group} entry point {ep.name!r} ({ep.value[:80]}) failed while it was loaded: "
+                f"{type(e).__name__}: {str(e)[:200]}"
+            ) from None
 
 # %% ../nbs/00a_specs.ipynb #a11a20c1
 @patch
@@ -190,17 +239,22 @@ def lookup(self: Registry, s: str) -> tuple[Entry, str]:
 
 # %% ../nbs/00a_specs.ipynb #0bbafb3d
 def import_plugins(modules) -> list:
-    "Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config)."
-    out = []
-    for m in modules or ():
+    """Import user modules that register their own methods (`--plugin` on the command line, `plugins:` in a config),
+    each tried first in a separate process (`_import_apart`); any error while one is imported is one line naming it."""
+    modules, out = list(modules or ()), []
+    for m in modules:
         if not isinstance(m, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", m):
             raise ClirError(f"plugin {str(m)[:80]!r} is not a module name (a.b.c)")
+    _import_apart(modules)  # one that ends the process while imported (os._exit) is an error, not a silent exit 0
+    for m in modules:
         try:
             out.append(importlib.import_module(m))
         except ImportError as e:
             raise ClirError(f"plugin {m!r} cannot be imported: {e}") from None
         except ClirError:
             raise  # the plugin's own one-line error (a name registered twice, ...)
+        except SystemExit as e:
+            raise ClirError(f"plugin {m!r} called sys.exit({str(e.code)[:40]}) while it was imported") from None
         except Exception as e:  # any other error while it runs its module code: one line naming it, not a traceback
             raise ClirError(f"plugin {m!r} failed while it was imported: {type(e).__name__}: {str(e)[:200]}") from None
     return out

@@ -209,16 +209,19 @@ def test_an_aliased_long_scalar_is_cut_before_it_is_shown(tmp_path, key):
 @pytest.mark.parametrize("ending", ["import os\nos._exit(0)\n", "from os import _exit\n_exit(3)\n", "import sys\nsys.exit(0)\n"])
 def test_a_plugin_that_ends_the_process_is_no_silent_success(tmp_path, ending):
     """issue 39 item 6: a plugin calling os._exit(0) while imported made `reproduce --dry-run` exit 0 with no output. The
-    command now says which code it imports before it does (os._exit cannot be stopped without replacing it, which the
-    package never does), and a plugin calling sys.exit is one line and exit 1."""
+    command says which code it imports before it does, imports each plugin first in a separate process (os._exit cannot
+    be stopped in the process that calls it without replacing it, which the package never does), so one that ends that
+    process is one line naming it and exit 1; a plugin calling sys.exit is one line and exit 1."""
     mod = f"cfg39_exit_{abs(hash(ending)) % 10**6}"
     (tmp_path / f"{mod}.py").write_text(ending)
     p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(plugins=[mod])))
     r = R.run_cli("reproduce", p, "--dry-run", env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=300)
     said = f"importing the configuration's code (plugins: {mod})" in r.stderr
-    if "sys.exit" in ending:
-        ok = said and r.returncode == 1 and r.stderr.strip().splitlines()[-1].endswith(f"plugin '{mod}' called sys.exit(0) while it was imported")
-    else: ok = said and "dry run:" not in r.stdout   # no plan printed as if all went well: the line names what ended it
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    if "sys.exit" in ending: ok = said and r.returncode == 1 and last.endswith(f"plugin '{mod}' called sys.exit(0) while it was imported")
+    else:   # this session: imported apart first, so a plugin ending the process is one line naming it and exit 1 (was exit 0)
+        code = ending.split("(")[-1].rstrip(")\n")
+        ok = said and r.returncode == 1 and "dry run:" not in r.stdout and f"plugin '{mod}' ended the process while it was imported (exit status {code}" in last
     R.hostile("configs", f"a plugin ending the process ({ending.split()[-1]})", ok)
     assert ok, (r.returncode, r.stdout[-300:], r.stderr[-600:])
 
@@ -259,3 +262,31 @@ def test_an_aliased_long_scalar_is_refused_while_the_file_is_read(tmp_path, key)
                                            + "again: *d\n")
     assert load_yaml(q)["again"] == "d" * 5_000
     assert load_yaml(DEMO)["name"] == yaml.safe_load(DEMO.read_text())["name"]
+
+
+@pytest.mark.parametrize("how", ["--plugin", "entry point"])
+def test_a_plugin_ending_the_process_is_named_from_the_command_line_and_entry_points(tmp_path, how):
+    """Issue 39 item 6, the other ways in: `clir-llm methods --plugin M` and an installed package's entry point
+    (clir_llm.first_stage_method) whose module calls os._exit(0) while imported exited 0 with no output (the dry run's
+    announce line aside, nothing says which code did it); now one line naming the module, exit 1. An entry point whose
+    module raises is one line too (it was a traceback)."""
+    mod = "cfg39_ep_exit" if how == "entry point" else "cfg39_cli_exit"
+    (tmp_path / f"{mod}.py").write_text("import os\nos._exit(0)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    if how == "entry point":
+        for name, body in (("cfg39_ep_exit", "import os\nos._exit(0)\n"), ("cfg39_ep_raise", "raise ValueError('bad plugin state')\n")):
+            (tmp_path / f"{name}.py").write_text(body)
+        dist = tmp_path / "cfg39_ep-0.1.dist-info"; dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: cfg39-ep\nVersion: 0.1\n")
+        (dist / "entry_points.txt").write_text("[clir_llm.first_stage_method]\nends = cfg39_ep_exit:X\n")
+        r = R.run_cli("methods", env=env, timeout=300)
+        says = "the module of a clir_llm.first_stage_method entry point, 'cfg39_ep_exit' ended the process while it was imported (exit status 0"
+    else:
+        r = R.run_cli("methods", "--plugin", mod, env=env, timeout=300)
+        says = f"plugin '{mod}' ended the process while it was imported (exit status 0"
+    R.expect_one_line_error(f"a plugin calling os._exit(0) ({how})", r, "arguments", says)
+    if how == "entry point":
+        (dist / "entry_points.txt").write_text("[clir_llm.first_stage_method]\nraises = cfg39_ep_raise:X\n")
+        r = R.run_cli("methods", env=env, timeout=300)
+        R.expect_one_line_error("an entry point whose module raises", r, "arguments",
+                                "clir_llm.first_stage_method entry point 'raises' (cfg39_ep_raise:X) failed while it was loaded: ValueError: bad plugin state")
