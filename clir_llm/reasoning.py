@@ -36,8 +36,9 @@ def read_trace(text: str, think_end: str = "</think>", answers=(" true", " false
 
 # %% ../nbs/11h_reasoning.ipynb #33e4dec2
 class ReasoningOptions(RerankerOptions):
-    "The options of reasoning rerankers: the thinking budget in tokens and the passage cut."
+    "The options of reasoning rerankers: the thinking budget and the context in tokens, and the passage cut."
     think_tokens: int = opt(8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0, le=1_000_000)
+    context_tokens: int | None = opt(16000, "prompt and trace at most (rank1's context_size; none: no limit)", gt=0, le=1_000_000)
     passage_tokens: int | None = opt(None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0, le=1_000_000)
 
 # %% ../nbs/11h_reasoning.ipynb #f2032b09
@@ -80,27 +81,50 @@ def _passages(self: ReasoningReranker, collection, q: str, ids: list[str]) -> di
     if self.options.passage_tokens is not None: return self.cut_passages(collection, q, ids)
     return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
 
+# %% ../nbs/11h_reasoning.ipynb #31ad6859
+@patch
+def _budget(self: ReasoningReranker, q: str, d: str, prompt) -> int:
+    """The trace budget of `prompt` (query `q`, document `d`): `think_tokens`, or less where the prompt leaves less of
+    `context_tokens` (as vLLM's max_model_len ends a generation); a prompt that fills the context is an error, as vLLM's."""
+    o = self.options
+    if o.context_tokens is None: return o.think_tokens
+    n = prompt_tokens(self.backend, prompt, special=True)
+    if n >= o.context_tokens:
+        raise ClirError(f"{self.method}: the prompt of query {q!r} and document {d!r} has {n} tokens, context_tokens is "
+                        f"{o.context_tokens} (as Rank1's vLLM context): cut passages (passage_tokens) or set context_tokens")
+    return min(o.think_tokens, o.context_tokens - n)
+
+# %% ../nbs/11h_reasoning.ipynb #161c4425
+@patch
+def _in_budgets(self: ReasoningReranker, fn, prompts: list, budgets: list[int], **kw) -> list:
+    "`fn` (the backend's `complete` or `generate`) on `prompts`, one call per budget (`max_new_tokens`), the answers in the prompts' order."
+    out = [None] * len(prompts)
+    for n in dict.fromkeys(budgets):
+        idx = [i for i, x in enumerate(budgets) if x == n]
+        for i, r in zip(idx, fn([prompts[i] for i in idx], max_new_tokens=n, **kw, **_quiet(fn))): out[i] = r
+    return out
+
 # %% ../nbs/11h_reasoning.ipynb #5142ec0c
 _ANSWER_TOP = 20   # Rank1's logprobs=20: the labels are looked for among the 20 likeliest tokens at the answer token
 
 @patch
-def _read_answers(self: ReasoningReranker, prompts: list) -> list[dict]:
-    """Generate the traces of `prompts`; for each, `trace`, `closed` (its own answer read), `tokens` (generated) and
+def _read_answers(self: ReasoningReranker, prompts: list, budgets: list[int]) -> list[dict]:
+    """Generate the traces of `prompts` (each within its budget: `_in_budgets`); for each, `trace`, `closed` (its own answer read), `tokens` (generated) and
     `p_true`: read at the last generated token (`supports_stop`) or None with the `follow` text to score (the forced
     path; without `supports_stop`, also the answer after Rank1's stop string in the text, scored again)."""
-    t, b, o = self.template, self.backend, self.options
+    t, b = self.template, self.backend
     yes, no, end = t["choices"]["yes"], t["choices"]["no"], t["think_end"]
     if not b.supports_stop:   # a backend without stop strings: the whole generation, read as the stop strings would
         if hasattr(b, "complete"):   # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
-            recs = [r or {} for r in b.complete(prompts, max_new_tokens=o.think_tokens, **_quiet(b.complete))]
+            recs = [r or {} for r in self._in_budgets(b.complete, prompts, budgets)]
             raw, counts = [r.get("text", "") for r in recs], [int(r.get("tokens_out", 0)) for r in recs]
         else:
-            raw = b.generate(prompts, max_new_tokens=o.think_tokens, **_quiet(b.generate))
+            raw = self._in_budgets(b.generate, prompts, budgets)
             counts = [b.count_tokens(x) for x in raw]
         read = [read_trace(x, end, (yes, no)) for x in raw]
         return [{"trace": tr, "closed": c, "tokens": n, "p_true": None, "follow": t["closed" if c else "forced"].format(trace=tr)}
                 for (tr, c), n in zip(read, counts)]
-    recs = b.complete(prompts, max_new_tokens=o.think_tokens, stop=[end + yes, end + no], top_logprobs=_ANSWER_TOP, **_quiet(b.complete))
+    recs = self._in_budgets(b.complete, prompts, budgets, stop=[end + yes, end + no], top_logprobs=_ANSWER_TOP)
     out = []
     for r in (r or {} for r in recs):
         text, top, n = r.get("text", ""), r.get("top_logprobs") or {}, int(r.get("tokens_out", 0))
@@ -120,10 +144,11 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
         texts = self._passages(collection, q, ids)
         items += [(q, d, t["prompt"].format(query=collection.queries[q].text, passage=texts[d])) for d in ids]
     bs = (o.batch_size or len(items) or 1) if b.supports_batching else 1
+    asked = [self._as_prompt(p) for *_, p in items]
+    budgets = [self._budget(q, d, pr) for (q, d, _), pr in zip(items, asked)]   # every prompt checked before any generation
     for s in range(0, len(items), bs):
-        part = items[s:s + bs]
-        prompts = [self._as_prompt(p) for *_, p in part]
-        read = self._read_answers(prompts)
+        part, prompts = items[s:s + bs], asked[s:s + bs]
+        read = self._read_answers(prompts, budgets[s:s + bs])
         todo = [i for i, r in enumerate(read) if r["p_true"] is None]
         follow = {i: self._as_prompt(part[i][2], read[i].pop("follow")) for i in todo}
         scores = b.score([follow[i] for i in todo], [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score)) if todo else []
@@ -182,10 +207,11 @@ def load_prompt(cls: ReasoningReranker, name: str) -> PromptTemplate:
 # %% ../nbs/11h_reasoning.ipynb #3b29df9b
 @patch(cls_method=True)
 def estimate(cls: ReasoningReranker, options: ReasoningOptions, method: str, stats) -> CallLoad:
-    "Calls and tokens per query: a trace (at most `think_tokens`, counted whole) and a scored continuation per document."
+    """Calls and tokens per query: a trace (at most `think_tokens` or what the prompt leaves of `context_tokens`, counted
+    whole) and a scored continuation per document."""
     t = cls.load_prompt(options.prompt or cls.default_prompt(method))
     prompt = stats.template_tokens(t["prompt"].format(query="", passage="")) + stats.query_tokens + stats.passage_tokens(max_tokens=options.passage_tokens)
-    budget = float(options.think_tokens)
+    budget = float(options.think_tokens if options.context_tokens is None else max(0, min(options.think_tokens, options.context_tokens - prompt)))
     return CallLoad(2 * stats.docs, (2 * prompt + budget + stats.template_tokens(t["forced"].format(trace=""))) / 2, budget / 2,
                     stats.template_tokens(t["prompt"].split("{query}")[0]))
 

@@ -99,6 +99,31 @@ def test_score_read_at_the_generated_answer_token_else_the_forced_path():
     assert (d["calls"], d["prompts"], d["traces_closed"], d["traces_forced"], d["tokens_out"]) == (2, 6, 2, 2, 31)
 
 
+def test_the_context_shortens_a_long_prompts_budget_and_refuses_a_prompt_that_fills_it():
+    """rank1.py's vLLM context (context_size 16,000, `context_tokens`): a trace gets at most what its prompt leaves of it
+    (vLLM ends the generation there), and a prompt that fills it is one line naming the document (vLLM refuses it)."""
+    long = " ".join(f"w{i}" for i in range(100))
+    coll = TinyCollection({"q0": Query("q0", "cat")}, {"d0": Document("d0", "short text."), "d1": Document("d1", long)},
+                          {"q0": {"d0": 1}})
+    first = Run.from_ranked({"q0": ["d0", "d1"]})
+    rec = lambda: {"text": "Done.", "stop": "</think> true", "tokens_out": 3, "top_logprobs": {" true": -0.1, " false": -2.0}}
+    b = Stopping(coll, [rec(), rec()])
+    n = [b.count_tokens(RANK1.format(query="cat", passage=p)) for p in ("short text.", long)]
+    get_reranker("reasoning-rank1", b, think_tokens=50, context_tokens=n[1] + 20, progress=False).rerank(coll, first, k=2)
+    assert sorted(budget for _, budget, _ in b.calls) == [20, 50]      # the long prompt's budget: what it leaves
+    assert RerankerSpec.parse("reasoning-rank1").options.context_tokens == 16000
+    b = Stopping(coll, [rec(), rec()])
+    with pytest.raises(ClirError, match=rf"document 'd1' has {n[1]} tokens, context_tokens is {n[1]}"):
+        get_reranker("reasoning-rank1", b, context_tokens=n[1], progress=False).rerank(coll, first, k=2)
+    assert b.calls == []                                                 # refused before any generation
+    get_reranker("reasoning-rank1", b, think_tokens=50, context_tokens=None, progress=False).rerank(coll, first, k=2)
+    assert [budget for _, budget, _ in b.calls] == [50]
+    stats = TextStats(docs=10, query_tokens=20, doc_words=[100], tokens_per_word=1.0, template_tokens=lambda s: len(s) / 4)
+    est = ReasoningReranker.estimate(RerankerSpec.parse("reasoning-rank1", think_tokens=1000, context_tokens=500).options,
+                                     "reasoning-rank1", stats)
+    assert est.calls * est.output_tokens == pytest.approx(10 * (500 - (len(RANK1.format(query="", passage="")) / 4 + 20 + 100)))
+
+
 def _stop_prompt(tmp_path, think_end: str, yes: str, no: str) -> str:
     "A copy of Rank1's prompt file whose stop strings are `think_end` + `yes` / `no` (what a tiny random model does write)."
     t = PromptTemplate.load("rank1")
