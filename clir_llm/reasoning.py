@@ -161,7 +161,8 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
             dq["tokens_in"] += prompt_tokens(b, pr) + (prompt_tokens(b, follow[i]) if i in follow else 0)
             key = "traces_closed" if r["closed"] else "traces_forced"
             dq[key] = dq.get(key, 0) + 1
-        for q in dict.fromkeys(q for q, *_ in part): self.diagnostics[q]["calls"] += 1 + any(part[i][0] == q for i in todo)
+        for q in dict.fromkeys(q for q, *_ in part):   # a call per budget (`_in_budgets`), one more for forced traces
+            self.diagnostics[q]["calls"] += len(set(budgets[s:s + bs])) + any(part[i][0] == q for i in todo)
 
 # %% ../nbs/11h_reasoning.ipynb #b2bc0ace
 def traces_path(run_path) -> Path:

@@ -109,8 +109,10 @@ def test_the_context_shortens_a_long_prompts_budget_and_refuses_a_prompt_that_fi
     rec = lambda: {"text": "Done.", "stop": "</think> true", "tokens_out": 3, "top_logprobs": {" true": -0.1, " false": -2.0}}
     b = Stopping(coll, [rec(), rec()])
     n = [b.count_tokens(RANK1.format(query="cat", passage=p)) for p in ("short text.", long)]
-    get_reranker("reasoning-rank1", b, think_tokens=50, context_tokens=n[1] + 20, progress=False).rerank(coll, first, k=2)
+    rr = get_reranker("reasoning-rank1", b, think_tokens=50, context_tokens=n[1] + 20, progress=False)
+    rr.rerank(coll, first, k=2)
     assert sorted(budget for _, budget, _ in b.calls) == [20, 50]      # the long prompt's budget: what it leaves
+    assert rr.diagnostics["q0"]["calls"] == 2                           # a call per budget
     assert RerankerSpec.parse("reasoning-rank1").options.context_tokens == 16000
     b = Stopping(coll, [rec(), rec()])
     with pytest.raises(ClirError, match=rf"document 'd1' has {n[1]} tokens, context_tokens is {n[1]}"):
