@@ -4,7 +4,7 @@
 
 # %% ../nbs/13a_config.ipynb #3134a95c
 from __future__ import annotations
-import re
+import itertools, re
 from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional, Union
 import yaml
@@ -294,7 +294,7 @@ def _expand_paper_quirks(data):
 
 # %% ../nbs/13a_config.ipynb #e195bda6
 def _check_consistent(cfg: "Config"):
-    "Every name used in one place is defined in another: pairs, first stages, reranker names."
+    "Every name used in one place is defined in another (pairs, first stages, reranker names); rows of one name share no cell."
     fs, methods = cfg.first_stage, set(map(str, cfg.first_stage.methods))
     for m, pairs in fs.only_pairs.items():
         if bad := [p for p in pairs if p not in cfg.pairs]:
@@ -304,6 +304,14 @@ def _check_consistent(cfg: "Config"):
             raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
         if r.pairs and (bad := [p for p in r.pairs if p not in cfg.pairs]):
             raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
+    seen = {}   # rows of one name split its cells (pairs, first stages, OG/DT): a cell of two rows is one result
+    for i, r in enumerate(cfg.rerankers):
+        pairs = [p for p in cfg.pairs if r.pairs is None or p in r.pairs]
+        for cell in itertools.product(pairs, map(str, r.first_stages), r.docs):
+            if (j := seen.setdefault((r.name, *cell), i)) != i:
+                raise ValueError(f"reranker {r.name!r}: rows {j + 1} and {i + 1} both run pair {cell[0]}, first stage "
+                                 f"{cell[1]}, {cell[2].upper()} documents (rows of one name split its pairs, first stages "
+                                 "or documents)")
     for ref in cfg.references:
         if bad := [p for p in ref.values if p not in cfg.pairs]:
             raise ValueError(f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")

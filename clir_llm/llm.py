@@ -228,7 +228,8 @@ def kind_class(spec) -> type[Backend]:
 class BackendSpec(Spec):
     "An LLM backend parsed once: kind, model, revision and the kind's `Options` (`parse` reads strings and mappings)."
     kind: str = Field(description="a registered backend kind: hf, openai, vllm, gguf, ort, ...")
-    model: str = Field(description="Hub id, local folder or file, or API model name")
+    # at most PATH_MAX (the longest local folder): a 95 KB name was accepted, echoed and sent
+    model: str = Field(description="Hub id, local folder or file, or API model name", max_length=4096)
     revision: str | None = Field(None, description="Hub revision (commit, branch or tag); None: the default")
     options: SerializeAsAny[Options] = Field(None, description="the kind's options (an instance of its `Options`)")
 

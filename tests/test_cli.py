@@ -431,3 +431,19 @@ def test_listwise_counts_are_bounded(tmp_path, flag):
     p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", R.good_run(tmp_path), "--method", "listwise",
                    "--llm", "openai:x", flag, "100000000000", "--out", tmp_path / "x.trec")
     R.expect_rc(f"rerank {flag} 1e11", p.returncode, p.stderr, flag.lstrip("-").replace("-", "_"), cls="numbers")
+
+
+def test_a_95_kb_model_name_is_refused_before_any_call(tmp_path):
+    """Sweep of issue 39 item 6 (this session): `--llm openai:<95 KB>` was accepted, echoed whole in the 'no tokenizer'
+    warning (95 KB on stderr) and sent to the server 7 times; a model id is at most 4,096 characters (PATH_MAX, the
+    longest local folder): one short line, no call."""
+    run = R.good_run(tmp_path)
+    p = R.run_main("rerank", "--collection", "fixture", "--pair", "en-de", "--run", run, "--method", "listwise", "--top-k", "2",
+                   "--llm", "openai:" + "A" * 95_000, "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-max-retries", "0",
+                   "--out", tmp_path / "x.trec")
+    ok = (p.returncode == 1 and len(p.stderr) < 1200 and len(p.stderr.strip().splitlines()) == 1
+          and "model: String should have at most 4096 characters" in p.stderr)
+    R.hostile("arguments", "a 95 KB model name (--llm openai:...)", ok)
+    assert ok, (p.returncode, len(p.stderr), p.stderr[:400])
+    from clir_llm.llm import BackendSpec
+    assert BackendSpec.parse("openai:gpt-4o-mini").model == "gpt-4o-mini"   # a normal name as before

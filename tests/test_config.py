@@ -290,3 +290,18 @@ def test_a_plugin_ending_the_process_is_named_from_the_command_line_and_entry_po
         r = R.run_cli("methods", env=env, timeout=300)
         R.expect_one_line_error("an entry point whose module raises", r, "arguments",
                                 "clir_llm.first_stage_method entry point 'raises' (cfg39_ep_raise:X) failed while it was loaded: ValueError: bad plugin state")
+
+
+def test_two_rows_of_one_reranker_name_share_no_cell(tmp_path):
+    """Sweep of issue 39 item 6 (this session): a second row with the name of the first (here with another top_k) that
+    runs the same pair, first stage and documents was accepted by the dry run: both rows write one result, one of them
+    silently. Rows of one name may split the pairs (the demo's two 'Qwen-0.5B listwise' rows do), not share a cell."""
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(_demo(x=lambda c: c["rerankers"].append({**c["rerankers"][0], "top_k": 5}))))
+    rc, err = R.dry_run(p)
+    R.expect_rc("two reranker rows of one name running one cell", rc, err,
+                "reranker 'Qwen-0.5B listwise': rows 1 and 5 both run pair en-de, first stage bm25-qt, OG documents")
+    q = tmp_path / "split.yaml"
+    q.write_text(yaml.safe_dump(_demo(x=lambda c: c["rerankers"].append({**c["rerankers"][0], "pairs": ["en-fi"]}))))
+    from clir_llm.config import load_config
+    assert [r.name for r in load_config(q).rerankers].count("Qwen-0.5B listwise") == 3
