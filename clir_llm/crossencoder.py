@@ -27,27 +27,53 @@ __all__ = ['CROSS_ENCODERS', 'CrossEncoderCard', 'cross_encoder_card', 'CrossEnc
 @dataclass(frozen=True)
 class CrossEncoderCard:
     "What a cross-encoder's model card says of its use: label, pinned revision, pair length, score activation, parameters."
+
     model: str
     label: str
     revision: str
-    max_length: int              # tokens of a query-passage pair (the card's usage)
-    activation: str              # "raw" (the logit) or "sigmoid", as the card's usage returns scores
-    params_b: float              # parameters, billions
-    source: str                  # where the card says so
+    max_length: int  # tokens of a query-passage pair (the card's usage)
+    activation: str  # "raw" (the logit) or "sigmoid", as the card's usage returns scores
+    params_b: float  # parameters, billions
+    source: str  # where the card says so
     trust_remote_code: bool = False
 
 # %% ../nbs/11g_crossencoder.ipynb #cdde5c43
-CROSS_ENCODERS = {c.model: c for c in (
-    CrossEncoderCard("BAAI/bge-reranker-v2-m3", "bge-reranker-v2-m3", "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e", 512, "raw", 0.568,
-                     "model card: FlagReranker.compute_score and the transformers usage, max_length=512, raw logits "
-                     "(normalize=True maps them through a sigmoid)"),
-    CrossEncoderCard("jinaai/jina-reranker-v2-base-multilingual", "jina-reranker-v2-base-multilingual",
-                     "9cfeff2df7d40d1b78e75e5e9cebec92a99813c9", 1024, "sigmoid", 0.278,
-                     "model card: compute_score(sentence_pairs, max_length=1024) returns sigmoid scores; its own model code "
-                     "(trust_remote_code, flash attention optional)", trust_remote_code=True),
-    CrossEncoderCard("cross-encoder/mmarco-mMiniLMv2-L12-H384-v1", "mmarco-mMiniLMv2-L12-H384", "1427fd652930e4ba29e8149678df786c240d8825",
-                     512, "raw", 0.118, "model card: CrossEncoder(model, max_length=512); the transformers usage reads the logits"),
-)}
+CROSS_ENCODERS = {
+    c.model: c
+    for c in (
+        CrossEncoderCard(
+            "BAAI/bge-reranker-v2-m3",
+            "bge-reranker-v2-m3",
+            "953dc6f6f85a1b2dbfca4c34a2796e7dde08d41e",
+            512,
+            "raw",
+            0.568,
+            "model card: FlagReranker.compute_score and the transformers usage, max_length=512, raw logits "
+            "(normalize=True maps them through a sigmoid)",
+        ),
+        CrossEncoderCard(
+            "jinaai/jina-reranker-v2-base-multilingual",
+            "jina-reranker-v2-base-multilingual",
+            "9cfeff2df7d40d1b78e75e5e9cebec92a99813c9",
+            1024,
+            "sigmoid",
+            0.278,
+            "model card: compute_score(sentence_pairs, max_length=1024) returns sigmoid scores; its own model code "
+            "(trust_remote_code, flash attention optional)",
+            trust_remote_code=True,
+        ),
+        CrossEncoderCard(
+            "cross-encoder/mmarco-mMiniLMv2-L12-H384-v1",
+            "mmarco-mMiniLMv2-L12-H384",
+            "1427fd652930e4ba29e8149678df786c240d8825",
+            512,
+            "raw",
+            0.118,
+            "model card: CrossEncoder(model, max_length=512); the transformers usage reads the logits",
+        ),
+    )
+}
+
 
 def cross_encoder_card(model: str) -> CrossEncoderCard | None:
     "The table's card of a Hub id (None for a folder or a model it does not list)."
@@ -56,109 +82,198 @@ def cross_encoder_card(model: str) -> CrossEncoderCard | None:
 # %% ../nbs/11g_crossencoder.ipynb #68c6776e
 class CrossEncoderOptions(BackendOptions):
     "The options of `ce:hf:` (a sequence-classification model with one label)."
-    max_length: Optional[int] = opt(None, "tokens of a query-passage pair, longest cut first (none: the model table's, else 512)", gt=0)
-    activation: Optional[Literal["raw", "sigmoid"]] = opt(None, "the score: the logit or its sigmoid (none: the model table's, else raw)")
-    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "weights and activations (none: float16 on a GPU, float32 on a CPU)")
-    device: Optional[str] = opt(None, "cpu, cuda, cuda:1 (none: the executor's, else cuda when available)", identity=False)
+
+    max_length: Optional[int] = opt(
+        None, "tokens of a query-passage pair, longest cut first (none: the model table's, else 512)", gt=0
+    )
+    activation: Optional[Literal["raw", "sigmoid"]] = opt(
+        None, "the score: the logit or its sigmoid (none: the model table's, else raw)"
+    )
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(
+        None, "weights and activations (none: float16 on a GPU, float32 on a CPU)"
+    )
+    device: Optional[str] = opt(
+        None, "cpu, cuda, cuda:1 (none: the executor's, else cuda when available)", identity=False
+    )
     batch_size: int = opt(32, "pairs per forward pass (sorted by length across queries)", identity=False, gt=0)
     attention: Optional[Literal["per-pair", "padded"]] = opt(
-        None, "a batch's self-attention: each pair over its own tokens (its scores those of the pair alone) or over the "
-        "padded batch in one call (none: per-pair on a CPU, padded on a GPU)", identity=False)
-    trust_remote_code: Optional[bool] = opt(None, "run the model repository's own code (none: the model table's)", identity=False)
+        None,
+        "a batch's self-attention: each pair over its own tokens (its scores those of the pair alone) or over the "
+        "padded batch in one call (none: per-pair on a CPU, padded on a GPU)",
+        identity=False,
+    )
+    trust_remote_code: Optional[bool] = opt(
+        None, "run the model repository's own code (none: the model table's)", identity=False
+    )
 
 # %% ../nbs/11g_crossencoder.ipynb #07db5847
-_TINY_WORDS = ("query passage the a of to in and is was for on with as by at from house dog cat water river city music book "
-               "haus hund katze wasser fluss stadt musik buch talo koira kissa vesi joki casa cane gatto acqua дом собака кошка "
-               "вода maji mbwa paka vaccine malaria children football cup final world news topic about subject number its history "
-               "alpha beta gamma").split()
+_TINY_WORDS = (
+    "query passage the a of to in and is was for on with as by at from house dog cat water river city music book "
+    "haus hund katze wasser fluss stadt musik buch talo koira kissa vesi joki casa cane gatto acqua дом собака кошка "
+    "вода maji mbwa paka vaccine malaria children football cup final world news topic about subject number its history "
+    "alpha beta gamma"
+).split()
+
 
 def _tiny_pair_tokenizer(folder: Path, arch: str):
     "A word-level tokenizer with `arch`'s special tokens and pair template ('xlmr': <s> A </s></s> B </s>; 'bert': segments)."
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors   # heavy: only the tiny test models need it
-    from transformers import PreTrainedTokenizerFast   # heavy: as above
+    # heavy: only the tiny test models need it
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast  # heavy: as above
+
     sp = ["<pad>", "<unk>", "<s>", "</s>"] if arch == "xlmr" else ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
     t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(sp + list(_TINY_WORDS))}, unk_token=sp[1]))
     t.normalizer, t.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
     if arch == "xlmr":
-        t.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-                                                         special_tokens=[("<s>", 2), ("</s>", 3)])
-        tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>",
-                                      model_input_names=["input_ids", "attention_mask"])
+        t.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 2), ("</s>", 3)]
+        )
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=t,
+            unk_token="<unk>",
+            pad_token="<pad>",
+            bos_token="<s>",
+            eos_token="</s>",
+            model_input_names=["input_ids", "attention_mask"],
+        )
     else:
-        t.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1",
-                                                         special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-        tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-                                      model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+        t.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+        )
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=t,
+            unk_token="[UNK]",
+            pad_token="[PAD]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+        )
     tok.save_pretrained(folder)
     return tok
 
 # %% ../nbs/11g_crossencoder.ipynb #d17ebe33
-def tiny_cross_encoder(arch: str, folder, seed: int = 0, hidden_size: int = 32, layers: int = 2, max_positions: int = 130) -> Path:
+def tiny_cross_encoder(
+    arch: str, folder, seed: int = 0, hidden_size: int = 32, layers: int = 2, max_positions: int = 130
+) -> Path:
     "Save a tiny random cross-encoder, `xlmr` (XLMRobertaForSequenceClassification) or `bert` (BertForSequenceClassification), to `folder`."
-    import torch, transformers as T   # heavy: only the tiny test models need them
-    if arch not in ("xlmr", "bert"): raise ClirError(f"tiny_cross_encoder: arch must be 'xlmr' or 'bert', got {arch!r}")
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    import torch, transformers as T  # heavy: only the tiny test models need them
+
+    if arch not in ("xlmr", "bert"):
+        raise ClirError(f"tiny_cross_encoder: arch must be 'xlmr' or 'bert', got {arch!r}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     n = len(_tiny_pair_tokenizer(folder, arch))
-    size = dict(vocab_size=n, hidden_size=hidden_size, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=2 * hidden_size,
-                num_labels=1, pad_token_id=0, initializer_range=0.2)
+    size = dict(
+        vocab_size=n,
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden_size,
+        num_labels=1,
+        pad_token_id=0,
+        initializer_range=0.2,
+    )
     torch.manual_seed(seed)
-    if arch == "xlmr": m = T.XLMRobertaForSequenceClassification(T.XLMRobertaConfig(max_position_embeddings=max_positions + 2, **size))
-    else: m = T.BertForSequenceClassification(T.BertConfig(max_position_embeddings=max_positions, type_vocab_size=2, **size))
+    if arch == "xlmr":
+        m = T.XLMRobertaForSequenceClassification(T.XLMRobertaConfig(max_position_embeddings=max_positions + 2, **size))
+    else:
+        m = T.BertForSequenceClassification(
+            T.BertConfig(max_position_embeddings=max_positions, type_vocab_size=2, **size)
+        )
     m.save_pretrained(folder)
     return folder
+
+# %% ../nbs/11g_crossencoder.ipynb #4d2a2a90
+def _ce_tokenizer(name: str, model: str, revision: str | None, trust_remote_code: bool):
+    "The tokenizer of cross-encoder `model`, or one error naming the backend `name`."
+    from transformers import AutoTokenizer  # heavy: only when a cross-encoder is used
+
+    try:
+        return AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise LLMError(f"cannot load the tokenizer of {name}: {' '.join(str(e).split())[:200]}") from None
+
+# %% ../nbs/11g_crossencoder.ipynb #d17914e8
+def _default_device() -> str:
+    "cuda when torch sees a GPU, else cpu."
+    import torch  # heavy: the device is chosen when the model is needed
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+# %% ../nbs/11g_crossencoder.ipynb #50e09519
+def _card_defaults(o: CrossEncoderOptions, card) -> tuple:
+    "max_length, activation and trust_remote_code: the options', else the model card's, else 512, raw and False."
+    max_length = o.max_length or (card.max_length if card else 512)
+    activation = o.activation or (card.activation if card else "raw")
+    trc = o.trust_remote_code
+    return max_length, activation, trc if trc is not None else bool(card and card.trust_remote_code)
 
 # %% ../nbs/11g_crossencoder.ipynb #dedb2a43
 class CrossEncoderBackend(CachedBackend):
     "A cross-encoder scoring query-passage pairs: `rank_pairs` (cached per pair's token ids, batched by length); it does not generate."
+
     kind, Options = "ce:hf", CrossEncoderOptions
-    scores_pairs = True            # what the cross-encoder reranker asks of its backend
-    local_model = True
+    scores_pairs = local_model = True  # scores_pairs: what the cross-encoder reranker asks of its backend
     throughput_engine = "serving"  # the plan's rate: length-sorted full batches, no decoding (no serving engine needed)
 
-    def __init__(self, model: str, options: CrossEncoderOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):
+    def __init__(
+        self,
+        model,
+        options: CrossEncoderOptions | None = None,
+        *,
+        cache=None,
+        revision=None,
+        label=None,
+        executor=LOCAL,
+    ):
         o = options if options is not None else CrossEncoderOptions()
-        path = Path(model).expanduser()
-        local = path.exists()
+        local = (path := Path(model).expanduser()).exists()
         self.card = None if local else cross_encoder_card(model)
-        if revision is None: revision = local_revision(path) if local else (self.card.revision if self.card else None)
-        super().__init__(str(path.resolve()) if local else model, o, cache=cache, revision=revision, executor=executor,
-                         label=label or (self.card.label if self.card else None))
-        self.max_length = o.max_length or (self.card.max_length if self.card else 512)
-        self.activation = o.activation or (self.card.activation if self.card else "raw")
-        self.trust_remote_code = o.trust_remote_code if o.trust_remote_code is not None else bool(self.card and self.card.trust_remote_code)
+        if revision is None:
+            revision = local_revision(path) if local else (self.card.revision if self.card else None)
+        target, label = str(path.resolve()) if local else model, label or (self.card.label if self.card else None)
+        super().__init__(target, o, cache=cache, revision=revision, executor=executor, label=label)
+        self.max_length, self.activation, self.trust_remote_code = _card_defaults(o, self.card)
         self._device, self._local = o.device or executor.device, local
         self._model = self._tok = self._attention = None
 
     def generate(self, prompts, max_new_tokens: int = 128, on_error: str = "raise", **params):
-        raise LLMError(f"{self.name} is a cross-encoder: it scores query-passage pairs (reranker cross-encoder), it does not generate")
-    def _generate_batch(self, items, params): return self.generate(items)
-    def _order(self, item) -> int: return len(item["ids"])   # misses are sorted by length before they are cut into batches
-
-    def _render(self, pair) -> dict:
-        "The cache input of a (query, passage) pair: its token ids (and segment ids, when the tokenizer gives them)."
-        enc = self.tokenizer(*pair, truncation="longest_first", max_length=self.max_length)
-        item = {"ids": list(enc["input_ids"])}
-        if "token_type_ids" in enc and any(enc["token_type_ids"]): item["types"] = list(enc["token_type_ids"])
-        return item
+        raise LLMError(
+            f"{self.name} is a cross-encoder: it scores query-passage pairs (reranker cross-encoder), it does not generate"
+        )
 
     @property
     def tokenizer(self):
         "The model's tokenizer (loaded once)."
         if self._tok is None:
-            from transformers import AutoTokenizer   # heavy: only when a cross-encoder is used
-            try: self._tok = AutoTokenizer.from_pretrained(self.model, revision=None if self._local else self.revision,
-                                                           trust_remote_code=self.trust_remote_code)
-            except OSError as e: raise LLMError(f"cannot load the tokenizer of {self.name}: {' '.join(str(e).split())[:200]}") from None
+            self._tok = _ce_tokenizer(
+                self.name, self.model, None if self._local else self.revision, self.trust_remote_code
+            )
         return self._tok
 
     @property
     def device(self) -> str:
         "The device: the options', else the executor's, else cuda when available."
         if self._device is None:
-            import torch   # heavy: the device is chosen when the model is needed
-            self._device = "cuda" if torch.cuda.is_available() else "cpu"
+            self._device = _default_device()
         return self._device
+
+    def _generate_batch(self, items, params):
+        return self.generate(items)
+
+    def _render(self, pair) -> dict:
+        "The cache input of a (query, passage) pair: its token ids (and segment ids, when the tokenizer gives them)."
+        enc = self.tokenizer(*pair, truncation="longest_first", max_length=self.max_length)
+        item = {"ids": list(enc["input_ids"])}
+        if "token_type_ids" in enc and any(enc["token_type_ids"]):
+            item["types"] = list(enc["token_type_ids"])
+        return item
+
+# %% ../nbs/11g_crossencoder.ipynb #679ff8a0
+# misses are sorted by length before they are cut into batches
+@patch
+def _order(self: CrossEncoderBackend, item) -> int:
+    return len(item["ids"])
 
 # %% ../nbs/11g_crossencoder.ipynb #8f9e5eea
 @patch(as_prop=True)
@@ -167,28 +282,45 @@ def dtype_name(self: CrossEncoderBackend) -> str:
     return self.options.dtype or ("float16" if str(self.device).startswith("cuda") else "float32")
 
 # %% ../nbs/11g_crossencoder.ipynb #dcaae824
-def _per_pair_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
+def _per_pair_attention(
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs
+):
     "Self-attention of a right-padded batch, each row over its own tokens only (one unmasked call per length): what each pair alone computes."
-    import torch   # heavy: only inside a model's forward pass
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward   # heavy: as above
+    import torch  # heavy: only inside a model's forward pass
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward  # heavy: as above
+
     b, _, n, _ = query.shape
-    if attention_mask is None: lengths = torch.full((b,), n)
+    if attention_mask is None:
+        lengths = torch.full((b,), n)
     else:
-        valid = attention_mask[:, 0, 0, :]   # the keys the first (never padded) token of each row sees
+        valid = attention_mask[:, 0, 0, :]  # the keys the first (never padded) token of each row sees
         valid = valid if valid.dtype == torch.bool else valid == 0
         lengths = valid.sum(-1).cpu()
         prefix = torch.arange(n, device=valid.device)[None, :] < lengths.to(valid.device)[:, None]
-        if not torch.equal(valid, prefix): lengths = None   # not a right-padded pair batch
-    if (lengths is None or getattr(module, "is_causal", False) or key.shape[1] != query.shape[1] or dropout
-            or kwargs.get("position_bias") is not None):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        if not torch.equal(valid, prefix):
+            lengths = None  # not a right-padded pair batch
+    if (
+        lengths is None
+        or getattr(module, "is_causal", False)
+        or key.shape[1] != query.shape[1]
+        or dropout
+        or kwargs.get("position_bias") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     out = query.new_zeros(b, n, query.shape[1], value.shape[-1])
     lengths = lengths.tolist()
     for length in sorted(set(lengths)):
         rows = [i for i, m in enumerate(lengths) if m == length]
-        pick = slice(rows[0], rows[-1] + 1) if rows[-1] - rows[0] + 1 == len(rows) else torch.tensor(rows, device=query.device)
-        o = torch.nn.functional.scaled_dot_product_attention(query[pick, :, :length], key[pick, :, :length], value[pick, :, :length],
-                                                            scale=scaling, is_causal=False)
+        pick = (
+            slice(rows[0], rows[-1] + 1)
+            if rows[-1] - rows[0] + 1 == len(rows)
+            else torch.tensor(rows, device=query.device)
+        )
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query[pick, :, :length], key[pick, :, :length], value[pick, :, :length], scale=scaling, is_causal=False
+        )
         out[pick, :length] = o.transpose(1, 2)
     return out, None
 
@@ -196,19 +328,24 @@ def _per_pair_attention(module, query, key, value, attention_mask, dropout: floa
 @patch(as_prop=True)
 def attention(self: CrossEncoderBackend) -> str:
     "How a batch attends: `per-pair` (each pair over its own tokens) or `padded` (one masked call)."
-    if self._attention is not None: return self._attention
+    if self._attention is not None:
+        return self._attention
     return self.options.attention or ("padded" if str(self.device).startswith("cuda") else "per-pair")
 
 # %% ../nbs/11g_crossencoder.ipynb #b40abf5c
 def _attend_per_pair(model) -> bool:
     "Switch `model` to per-pair attention; False where it does not use transformers' attention interface (its own attention code)."
-    if not getattr(model, "_supports_attention_backend", False): return False
-    from transformers import AttentionInterface, AttentionMaskInterface   # heavy: only when a cross-encoder is loaded
-    from transformers.masking_utils import sdpa_mask   # heavy: as above
+    if not getattr(model, "_supports_attention_backend", False):
+        return False
+    from transformers import AttentionInterface, AttentionMaskInterface  # heavy: only when a cross-encoder is loaded
+    from transformers.masking_utils import sdpa_mask  # heavy: as above
+
     AttentionInterface.register("clir_per_pair", _per_pair_attention)
-    AttentionMaskInterface.register("clir_per_pair", sdpa_mask)   # boolean padding masks, none where no row is padded
-    try: model.set_attn_implementation("clir_per_pair")
-    except (ValueError, AttributeError): return False
+    AttentionMaskInterface.register("clir_per_pair", sdpa_mask)  # boolean padding masks, none where no row is padded
+    try:
+        model.set_attn_implementation("clir_per_pair")
+    except (ValueError, AttributeError):
+        return False
     return model.config._attn_implementation == "clir_per_pair"
 
 # %% ../nbs/11g_crossencoder.ipynb #21591c6d
@@ -216,16 +353,26 @@ def _attend_per_pair(model) -> bool:
 def hf_model(self: CrossEncoderBackend):
     "The sequence-classification model (loaded once, in `dtype_name`, on its device, in eval mode, attending as `attention` says)."
     if self._model is None:
-        import torch   # heavy: only when a cross-encoder is used
-        from transformers import AutoModelForSequenceClassification   # heavy: as above
-        try: m = AutoModelForSequenceClassification.from_pretrained(self.model, revision=None if self._local else self.revision,
-                                                                    dtype=getattr(torch, self.dtype_name), trust_remote_code=self.trust_remote_code)
-        except OSError as e: raise LLMError(f"cannot load cross-encoder {self.name}: {' '.join(str(e).split())[:200]}") from None
-        if m.config.num_labels != 1: raise LLMError(f"{self.name} has {m.config.num_labels} labels; a cross-encoder here answers one score")
+        import torch  # heavy: only when a cross-encoder is used
+        from transformers import AutoModelForSequenceClassification  # heavy: as above
+
+        try:
+            m = AutoModelForSequenceClassification.from_pretrained(
+                self.model,
+                revision=None if self._local else self.revision,
+                dtype=getattr(torch, self.dtype_name),
+                trust_remote_code=self.trust_remote_code,
+            )
+        except OSError as e:
+            raise LLMError(f"cannot load cross-encoder {self.name}: {' '.join(str(e).split())[:200]}") from None
+        if m.config.num_labels != 1:
+            raise LLMError(f"{self.name} has {m.config.num_labels} labels; a cross-encoder here answers one score")
         if self.attention == "per-pair" and not _attend_per_pair(m):
             if self.options.attention == "per-pair":
-                raise LLMError(f"{self.name}: attention=per-pair needs a model on transformers' attention interface; "
-                               f"{type(m).__name__} has its own attention code (use attention=padded)")
+                raise LLMError(
+                    f"{self.name}: attention=per-pair needs a model on transformers' attention interface; "
+                    f"{type(m).__name__} has its own attention code (use attention=padded)"
+                )
             self._attention = "padded"
         self._model = m.to(self.device).eval()
     return self._model
@@ -241,19 +388,27 @@ def identity(self: CrossEncoderBackend) -> dict:
 @patch
 def _pair_batch(self: CrossEncoderBackend, items: list[dict], params: dict) -> list[dict]:
     "One record per rendered pair: its logit (float32), tokens in, seconds: one forward pass, what an executor computes."
-    import torch   # heavy: the model is used
+    import torch  # heavy: the model is used
+
     model, pad = self.hf_model, self.tokenizer.pad_token_id or 0
     n = max(len(it["ids"]) for it in items)
-    ids = torch.full((len(items), n), pad, dtype=torch.long); mask = torch.zeros_like(ids); types = torch.zeros_like(ids)
+    ids = torch.full((len(items), n), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    types = torch.zeros_like(ids)
     for i, it in enumerate(items):
-        ids[i, :len(it["ids"])] = torch.tensor(it["ids"]); mask[i, :len(it["ids"])] = 1
-        if "types" in it: types[i, :len(it["types"])] = torch.tensor(it["types"])
+        ids[i, : len(it["ids"])] = torch.tensor(it["ids"])
+        mask[i, : len(it["ids"])] = 1
+        if "types" in it:
+            types[i, : len(it["types"])] = torch.tensor(it["types"])
     kw = {"token_type_ids": types.to(self.device)} if any("types" in it for it in items) else {}
     t0 = time.perf_counter()
-    with torch.inference_mode(): logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kw).logits
+    with torch.inference_mode():
+        logits = model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kw).logits
     dt = (time.perf_counter() - t0) / len(items)
-    return [{"logit": float(v), "tokens_in": len(it["ids"]), "tokens_out": 0, "seconds": dt, "time": time.time()}
-            for it, v in zip(items, logits[:, 0].float().cpu().tolist())]
+    return [
+        {"logit": float(v), "tokens_in": len(it["ids"]), "tokens_out": 0, "seconds": dt, "time": time.time()}
+        for it, v in zip(items, logits[:, 0].float().cpu().tolist())
+    ]
 
 # %% ../nbs/11g_crossencoder.ipynb #c41ebc38
 @patch
@@ -261,14 +416,16 @@ def rank_pairs(self: CrossEncoderBackend, pairs, progress: bool = True) -> list[
     "The score of each (query, passage) pair: the model's logit, or its sigmoid (`activation`)."
     items = [self._render(p) for p in pairs]
     recs = self._serve("crossencode", {}, items, "_pair_batch", "raise", progress)
-    if self.activation == "raw": return [r["logit"] for r in recs]
+    if self.activation == "raw":
+        return [r["logit"] for r in recs]
     return [1.0 / (1.0 + math.exp(-max(-700.0, min(700.0, r["logit"])))) for r in recs]
 
 # %% ../nbs/11g_crossencoder.ipynb #8ce6ad2a
 @patch
 def count_tokens(self: CrossEncoderBackend, text: str) -> int:
     "Tokens of `text` (no special tokens)."
-    return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])   # counted to cut: no length reminder
+    # counted to cut: no length reminder
+    return len(self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
 # %% ../nbs/11g_crossencoder.ipynb #3ce67f70
 @patch
@@ -283,7 +440,8 @@ def describe_spec(cls: CrossEncoderBackend, spec: BackendSpec) -> str:
     card = cross_encoder_card(spec.model)
     rev = spec.revision or (card.revision if card else None)
     what = f"cross-encoder {spec.model}" + (f" at revision {rev}" if rev else "")
-    if card: return what + f" ({card.max_length} tokens, {card.activation} scores, as its model card)"
+    if card:
+        return what + f" ({card.max_length} tokens, {card.activation} scores, as its model card)"
     return what + ("" if rev or not is_hub_id(spec.model) else " (WARNING revision not pinned)")
 
 # %% ../nbs/11g_crossencoder.ipynb #a54c901c
@@ -293,27 +451,44 @@ def hub_models(cls: CrossEncoderBackend, spec: BackendSpec) -> list[str]:
     return [spec.model] if is_hub_id(spec.model) else []
 
 # %% ../nbs/11g_crossencoder.ipynb #b8be44af
-BACKENDS.register("ce:hf:", CrossEncoderBackend, example="ce:hf:<model id or folder>",
-                  summary="a cross-encoder (one forward pass per query-passage pair); model table: " + ", ".join(CROSS_ENCODERS));
+BACKENDS.register(
+    "ce:hf:",
+    CrossEncoderBackend,
+    example="ce:hf:<model id or folder>",
+    summary="a cross-encoder (one forward pass per query-passage pair); model table: " + ", ".join(CROSS_ENCODERS),
+);
 
 # %% ../nbs/11g_crossencoder.ipynb #6a25ad53
 class CrossEncoderRerankerOptions(RerankerOptions):
     "The options of cross-encoder reranking (`batch_size`: pairs per backend call; the backend's own batch size cuts them)."
-    passage_tokens: Optional[int] = opt(None, "passage cut in the model's tokens (none: only the pair length cuts)", gt=0)
+
+    passage_tokens: Optional[int] = opt(
+        None, "passage cut in the model's tokens (none: only the pair length cuts)", gt=0
+    )
 
 # %% ../nbs/11g_crossencoder.ipynb #1cb207a6
 class CrossEncoderReranker(Reranker):
     "Cross-encoder reranking: one score per query-passage pair from a `ce:hf:` backend, the top k sorted by it, scores kept."
+
     Options, family, prompt_kind = CrossEncoderRerankerOptions, "cross-encoder", None
     variants = {"cross-encoder": "ce"}
 
-    def __init__(self, options: CrossEncoderRerankerOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    def __init__(
+        self,
+        options: CrossEncoderRerankerOptions | None = None,
+        backend=None,
+        method: str | None = None,
+        progress: bool = True,
+    ):
         super().__init__(options, backend, method, progress)
-        if not getattr(backend, "scores_pairs", False):   # a capability of the backend's class, not its kind's name
-            raise ClirError(f"reranker 'cross-encoder' needs a cross-encoder backend (--llm ce:hf:<model>), got {backend.name!r}")
+        if not getattr(backend, "scores_pairs", False):  # a capability of the backend's class, not its kind's name
+            raise ClirError(
+                f"reranker 'cross-encoder' needs a cross-encoder backend (--llm ce:hf:<model>), got {backend.name!r}"
+            )
 
     @property
-    def name(self) -> str: return f"cross-encoder[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
+    def name(self) -> str:
+        return f"cross-encoder[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` by the cross-encoder's scores (kept in the run); the rest keep their order below."
@@ -335,8 +510,10 @@ def _pairs(self: CrossEncoderReranker, collection, run: Run, k: int) -> tuple[li
         for d in collection.get_docs(ids):
             text = squash(doc_text(d, self.options.doc_title))
             if cut is not None and (n := self.backend.count_tokens(text)) > cut:
-                self._truncated(q, _lang(d, collection), n - cut); text = self.backend.truncate(text, cut)
-            pairs.append((query, text)); where.append((q, d.docid))
+                self._truncated(q, _lang(d, collection), n - cut)
+                text = self.backend.truncate(text, cut)
+            pairs.append((query, text))
+            where.append((q, d.docid))
     return pairs, where
 
 # %% ../nbs/11g_crossencoder.ipynb #63d09d94
@@ -344,15 +521,22 @@ def _pairs(self: CrossEncoderReranker, collection, run: Run, k: int) -> tuple[li
 def _score(self: CrossEncoderReranker, pairs: list, where: list) -> list[float]:
     "The scores of `pairs`: all queries in one call (`batch_queries`) or one call per query; diagnostics counted."
     b, o = self.backend, self.options
-    groups = [list(range(len(pairs)))] if o.batch_queries else [
-        [i for i, w in enumerate(where) if w[0] == q] for q in self.diagnostics]
+    groups = (
+        [list(range(len(pairs)))]
+        if o.batch_queries
+        else [[i for i, w in enumerate(where) if w[0] == q] for q in self.diagnostics]
+    )
     scores = [0.0] * len(pairs)
     for idx in groups:
         for part in batches_of(idx, o.batch_size or max(len(idx), 1)):
-            for i, s in zip(part, b.rank_pairs([pairs[i] for i in part], **_quiet(b.rank_pairs))): scores[i] = s
-            for q in dict.fromkeys(where[i][0] for i in part): self.diagnostics[q]["calls"] += 1
+            for i, s in zip(part, b.rank_pairs([pairs[i] for i in part], **_quiet(b.rank_pairs))):
+                scores[i] = s
+            for q in dict.fromkeys(where[i][0] for i in part):
+                self.diagnostics[q]["calls"] += 1
     for (q, _), (query, passage) in zip(where, pairs):
-        d = self.diagnostics[q]; d["prompts"] += 1; d["tokens_in"] += b.count_tokens(query) + b.count_tokens(passage)
+        d = self.diagnostics[q]
+        d["prompts"] += 1
+        d["tokens_in"] += b.count_tokens(query) + b.count_tokens(passage)
     return scores
 
 # %% ../nbs/11g_crossencoder.ipynb #9d96978f
@@ -374,5 +558,8 @@ def estimate(cls: CrossEncoderReranker, options: CrossEncoderRerankerOptions, me
     return CallLoad(stats.docs, stats.query_tokens + passage + 4, 0.0, 0.0)
 
 # %% ../nbs/11g_crossencoder.ipynb #31f3eddb
-RERANKERS.register("cross-encoder", CrossEncoderReranker,
-                   summary="cross-encoder reranking: one forward pass per query-passage pair (the model: --llm ce:hf:<model>), scores kept in the run");
+RERANKERS.register(
+    "cross-encoder",
+    CrossEncoderReranker,
+    summary="cross-encoder reranking: one forward pass per query-passage pair (the model: --llm ce:hf:<model>), scores kept in the run",
+);

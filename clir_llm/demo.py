@@ -17,25 +17,66 @@ __all__ = ['TRANSLATION_PACKAGES', 'ENGLISH_PACKAGES', 'LANGS', 'GROFF', 'LICENS
 
 # %% ../nbs/04_demo.ipynb #51840d80
 TRANSLATION_PACKAGES = ["manpages-de", "manpages-fi", "manpages-it", "manpages-ru"]
-ENGLISH_PACKAGES = ["manpages", "manpages-dev", "bash", "bc", "binutils-common", "bsdextrautils", "bsdutils", "bzip2", "coreutils",
-    "diffutils", "e2fsprogs", "ed", "file", "findutils", "gettext", "gettext-base", "grep", "groff-base", "gzip", "hostname",
-    "init-system-helpers", "less", "libc-bin", "libnss-systemd", "libpam-systemd", "locales", "make", "mount", "ncurses-bin",
-    "openssh-client", "perl-base", "sed", "systemd", "systemd-sysv", "systemd-timesyncd", "tar", "time", "util-linux",
-    "util-linux-extra", "zstd"]
-LANGS = tuple(CLEF_LANGS)   # the CLEF 2003 languages, in CLEF order: query language before document language
+ENGLISH_PACKAGES = [
+    "manpages",
+    "manpages-dev",
+    "bash",
+    "bc",
+    "binutils-common",
+    "bsdextrautils",
+    "bsdutils",
+    "bzip2",
+    "coreutils",
+    "diffutils",
+    "e2fsprogs",
+    "ed",
+    "file",
+    "findutils",
+    "gettext",
+    "gettext-base",
+    "grep",
+    "groff-base",
+    "gzip",
+    "hostname",
+    "init-system-helpers",
+    "less",
+    "libc-bin",
+    "libnss-systemd",
+    "libpam-systemd",
+    "locales",
+    "make",
+    "mount",
+    "ncurses-bin",
+    "openssh-client",
+    "perl-base",
+    "sed",
+    "systemd",
+    "systemd-sysv",
+    "systemd-timesyncd",
+    "tar",
+    "time",
+    "util-linux",
+    "util-linux-extra",
+    "zstd",
+]
+LANGS = tuple(CLEF_LANGS)  # the CLEF 2003 languages, in CLEF order: query language before document language
 
 # %% ../nbs/04_demo.ipynb #70e78781
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    if shutil.which(cmd[0]) is None: raise ClirError(f"{cmd[0]} not found: building the demo needs Debian's apt-get, dpkg-deb and groff")
+    if shutil.which(cmd[0]) is None:
+        raise ClirError(f"{cmd[0]} not found: building the demo needs Debian's apt-get, dpkg-deb and groff")
     p = subprocess.run(cmd, capture_output=True, **kw)
     if p.returncode != 0:
-        raise ClirError(f"{' '.join(cmd[:3])} ... failed (exit {p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
+        raise ClirError(
+            f"{' '.join(cmd[:3])} ... failed (exit {p.returncode}): {p.stderr.decode(errors='replace')[-500:]}"
+        )
     return p
 
 # %% ../nbs/04_demo.ipynb #714c491d
 def download_debs(packages: list[str], dest) -> list[Path]:
     "Download the `.deb` files of `packages` into `dest` with `apt-get download`."
-    dest = Path(dest); dest.mkdir(parents=True, exist_ok=True)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
     _run(["apt-get", "download", *packages], cwd=dest)
     return sorted(dest.glob("*.deb"))
 
@@ -44,15 +85,21 @@ def deb_info(path) -> dict:
     "Package name, version, file name and sha256 of a `.deb`."
     f = _run(["dpkg-deb", "-f", str(path), "Package", "Version"]).stdout.decode()
     fields = dict(l.split(": ", 1) for l in f.strip().splitlines())
-    return {"package": fields["Package"], "version": fields["Version"], "file": Path(path).name,
-            "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    return {
+        "package": fields["Package"],
+        "version": fields["Version"],
+        "file": Path(path).name,
+        "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
+    }
 
 # %% ../nbs/04_demo.ipynb #2df34850
 _SO = re.compile(rb"^\s*\.so\s+\S+\s*$")
 
+
 def is_alias(path: Path, data: bytes) -> bool:
     "A symlink or a `.so` stub that only includes another page."
-    if path.is_symlink(): return True
+    if path.is_symlink():
+        return True
     lines = [l for l in data.splitlines() if l.strip() and not l.lstrip().startswith((b'.\\"', b"'\\\""))]
     return len(lines) == 1 and bool(_SO.match(lines[0]))
 
@@ -62,22 +109,29 @@ def collect_pages(unpacked: dict[str, Path], langs=LANGS) -> tuple[dict, list]:
     pages, dups = {l: {} for l in langs}, []
     for pkg in sorted(unpacked):
         man = unpacked[pkg] / "usr/share/man"
-        if not man.is_dir(): continue
+        if not man.is_dir():
+            continue
         for lang in langs:
             base = man if lang == "en" else man / lang
             for sec in sorted(base.glob("man[1-9]*")):
                 for f in sorted(sec.iterdir()):
-                    if not f.is_file() and not f.is_symlink(): continue
+                    if not f.is_file() and not f.is_symlink():
+                        continue
                     pid = f.name[:-3] if f.name.endswith(".gz") else f.name
-                    if f.is_symlink(): continue
+                    if f.is_symlink():
+                        continue
                     data = gzip.decompress(f.read_bytes()) if f.name.endswith(".gz") else f.read_bytes()
-                    if is_alias(f, data): continue
-                    if pid in pages[lang]: dups.append(f"{lang}/{pid}: {pages[lang][pid][0]} kept, {pkg} skipped"); continue
+                    if is_alias(f, data):
+                        continue
+                    if pid in pages[lang]:
+                        dups.append(f"{lang}/{pid}: {pages[lang][pid][0]} kept, {pkg} skipped")
+                        continue
                     pages[lang][pid] = (pkg, data)
     return pages, dups
 
 # %% ../nbs/04_demo.ipynb #8bad007d
 GROFF = ["groff", "-Kutf-8", "-t", "-Tutf8", "-mandoc", "-rLL=2000n", "-rHY=0", "-dAD=l", "-P-cbou"]
+
 
 def render(roff: bytes) -> str:
     "Render a man page to plain UTF-8 text with groff (warnings ignored)."
@@ -88,14 +142,20 @@ def page_text(rendered: str) -> tuple[str, str]:
     "`(NAME line, document text)` of a rendered page; the text starts with the NAME line."
     lines = rendered.splitlines()
     idx = [i for i, l in enumerate(lines) if l.strip()]
-    if len(idx) < 3: return "", ""
-    body = lines[idx[0] + 1: idx[-1]]                    # drop running header and footer
+    if len(idx) < 3:
+        return "", ""
+    body = lines[idx[0] + 1 : idx[-1]]  # drop running header and footer
     sections, cur = [], None
     for l in body:
-        if not l.strip(): continue
-        if not l[0].isspace(): cur = [l.strip(), []]; sections.append(cur)   # a heading starts in column 0
-        elif cur is not None: cur[1].append(" ".join(l.split()))
-    if not sections: return "", ""
+        if not l.strip():
+            continue
+        if not l[0].isspace():
+            cur = [l.strip(), []]
+            sections.append(cur)  # a heading starts in column 0
+        elif cur is not None:
+            cur[1].append(" ".join(l.split()))
+    if not sections:
+        return "", ""
     name = " ".join(sections[0][1])
     rest = [x for h, c in sections[1:] for x in (h, *c)]
     return name, "\n".join([name, *rest]).strip()
@@ -103,10 +163,11 @@ def page_text(rendered: str) -> tuple[str, str]:
 # %% ../nbs/04_demo.ipynb #e8352629
 _DASH = re.compile(r"\s+[-‐–—−]+\s+|\s+\\-\s*")
 
+
 def split_name(name: str) -> tuple[str, str]:
     "Split a NAME line `ls, dir - list directory contents` into `(names, description)`; no separator → description ''."
     m = _DASH.search(name)
-    return (name.strip(), "") if not m else (name[: m.start()].strip(), " ".join(name[m.end():].split()))
+    return (name.strip(), "") if not m else (name[: m.start()].strip(), " ".join(name[m.end() :].split()))
 
 # %% ../nbs/04_demo.ipynb #7f92b807
 def _gz(path: Path, text: str):
@@ -118,7 +179,9 @@ def _jsonl(rows) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
 
 # %% ../nbs/04_demo.ipynb #8b8b21fc
-def _norm(s: str) -> str: return " ".join(s.casefold().split())
+def _norm(s: str) -> str:
+    return " ".join(s.casefold().split())
+
 
 LICENSE_TEXT = """The demo collection in this folder is derived from Debian packages (versions in MANIFEST.json).
 
@@ -142,30 +205,44 @@ def _render_pages(packages: list[str], deb_dir, workers: int, progress: bool) ->
         tmp = Path(tmp)
         if deb_dir:
             debs = sorted(Path(deb_dir).glob("*.deb"))
-            if not debs: raise ClirError(f"{deb_dir}: no .deb files")
-        else: debs = download_debs(packages, tmp / "debs")
+            if not debs:
+                raise ClirError(f"{deb_dir}: no .deb files")
+        else:
+            debs = download_debs(packages, tmp / "debs")
         infos = {}
         for d in debs:
             i = deb_info(d)
             if i["package"] in packages:
-                if i["package"] in infos: raise ClirError(f"{deb_dir}: two .deb files for package {i['package']!r}")
+                if i["package"] in infos:
+                    raise ClirError(f"{deb_dir}: two .deb files for package {i['package']!r}")
                 infos[i["package"]] = (d, i)
         missing = sorted(set(packages) - set(infos))
-        if missing: raise ClirError(f"{deb_dir or 'apt-get download'}: no .deb for {', '.join(missing)}")
+        if missing:
+            raise ClirError(f"{deb_dir or 'apt-get download'}: no .deb for {', '.join(missing)}")
         unpacked = {}
         for p, (d, _) in sorted(infos.items()):
-            unpacked[p] = tmp / "x" / p; unpacked[p].mkdir(parents=True); _run(["dpkg-deb", "-x", str(d), str(unpacked[p])])
+            unpacked[p] = tmp / "x" / p
+            unpacked[p].mkdir(parents=True)
+            _run(["dpkg-deb", "-x", str(d), str(unpacked[p])])
         pages, dups = collect_pages(unpacked)
         other = [l for l in LANGS if l != "en"]
         todo = [(l, pid) for l in other for pid in sorted(pages[l])]
         todo += [("en", pid) for pid in sorted(pages["en"]) if any(pid in pages[l] for l in other)]
         with ThreadPoolExecutor(workers) as ex:
-            texts = list(tqdm(ex.map(lambda lp: page_text(render(pages[lp[0]][lp[1]][1])), todo), total=len(todo),
-                              desc="rendering man pages", disable=not progress, mininterval=2))
+            texts = list(
+                tqdm(
+                    ex.map(lambda lp: page_text(render(pages[lp[0]][lp[1]][1])), todo),
+                    total=len(todo),
+                    desc="rendering man pages",
+                    disable=not progress,
+                    mininterval=2,
+                )
+            )
         groff_version = _run(["groff", "--version"]).stdout.decode().splitlines()[0]
-    page = {l: {} for l in LANGS}          # lang -> pid -> (name line, text)
+    page = {l: {} for l in LANGS}  # lang -> pid -> (name line, text)
     for (l, pid), (name, text) in zip(todo, texts):
-        if text: page[l][pid] = (name, text)
+        if text:
+            page[l][pid] = (name, text)
     return infos, page, dups, groff_version
 
 # %% ../nbs/04_demo.ipynb #21966f01
@@ -174,54 +251,95 @@ def _demo_pairs(page: dict, min_pages: int) -> tuple[list, dict, dict, dict]:
     desc = {l: {pid: split_name(nt[0])[1] for pid, nt in page[l].items()} for l in LANGS}
     pairs, stats, qrels, used_q = [], {}, {}, {l: {} for l in LANGS}
     for qi, ql in enumerate(LANGS):
-        for dl in LANGS[qi + 1:]:
+        for dl in LANGS[qi + 1 :]:
             both = sorted(set(page[ql]) & set(page[dl]))
-            if len(both) < min_pages: continue      # at least `min_pages` pages in both languages
+            if len(both) < min_pages:
+                continue  # at least `min_pages` pages in both languages
             groups = {}
             for pid in both:
-                if desc[ql][pid]: groups.setdefault(_norm(desc[ql][pid]), []).append(pid)
+                if desc[ql][pid]:
+                    groups.setdefault(_norm(desc[ql][pid]), []).append(pid)
             qr, ident = {}, 0
             for key in sorted(groups, key=lambda k: groups[k][0]):
                 rel = [p for p in groups[key] if _norm(desc[dl][p]) != key]
                 ident += len(groups[key]) - len(rel)
-                if rel: qr[groups[key][0]] = rel; used_q[ql][groups[key][0]] = desc[ql][groups[key][0]]
-            pair = f"{ql}-{dl}"; pairs.append(pair); qrels[pair] = qr
-            stats[pair] = {"pages_in_both": len(both), "queries": len(qr), "relevant": sum(map(len, qr.values())),
-                           "docs": len(page[dl]), "no_description": sum(1 for p in both if not desc[ql][p]),
-                           "untranslated_description": ident,
-                           "merged_duplicate_descriptions": sum(len(g) - 1 for g in groups.values())}
+                if rel:
+                    qr[groups[key][0]] = rel
+                    used_q[ql][groups[key][0]] = desc[ql][groups[key][0]]
+            pair = f"{ql}-{dl}"
+            pairs.append(pair)
+            qrels[pair] = qr
+            stats[pair] = {
+                "pages_in_both": len(both),
+                "queries": len(qr),
+                "relevant": sum(map(len, qr.values())),
+                "docs": len(page[dl]),
+                "no_description": sum(1 for p in both if not desc[ql][p]),
+                "untranslated_description": ident,
+                "merged_duplicate_descriptions": sum(len(g) - 1 for g in groups.values()),
+            }
     return pairs, stats, qrels, used_q
 
 # %% ../nbs/04_demo.ipynb #7f3c7a9f
-def _write_demo(out_dir: Path, page: dict, pairs: list, stats: dict, qrels: dict, used_q: dict, infos: dict, dups: list,
-                groff_version: str) -> dict:
+def _write_demo(
+    out_dir: Path,
+    page: dict,
+    pairs: list,
+    stats: dict,
+    qrels: dict,
+    used_q: dict,
+    infos: dict,
+    dups: list,
+    groff_version: str,
+) -> dict:
     "Write the collection (documents, queries, qrels, licence, manifest) and return the manifest."
     doc_langs = sorted({p.split("-")[1] for p in pairs}, key=LANGS.index)
     tmp_out = out_dir.with_name(f".{out_dir.name}.building")
-    if tmp_out.exists(): shutil.rmtree(tmp_out)
+    if tmp_out.exists():
+        shutil.rmtree(tmp_out)
     tmp_out.mkdir(parents=True)
     for l in doc_langs:
-        _gz(tmp_out / f"docs.{l}.jsonl.gz", _jsonl({"docid": pid, "title": "", "text": page[l][pid][1]} for pid in sorted(page[l])))
+        _gz(
+            tmp_out / f"docs.{l}.jsonl.gz",
+            _jsonl({"docid": pid, "title": "", "text": page[l][pid][1]} for pid in sorted(page[l])),
+        )
     for l in LANGS:
-        if used_q[l]: _gz(tmp_out / f"queries.{l}.jsonl.gz", _jsonl({"qid": q, "text": t} for q, t in sorted(used_q[l].items())))
+        if used_q[l]:
+            _gz(tmp_out / f"queries.{l}.jsonl.gz", _jsonl({"qid": q, "text": t} for q, t in sorted(used_q[l].items())))
     for pair in pairs:
-        (tmp_out / f"qrels.{pair}.txt").write_text("".join(f"{q} 0 {d} 1\n" for q in sorted(qrels[pair]) for d in sorted(qrels[pair][q])))
+        (tmp_out / f"qrels.{pair}.txt").write_text(
+            "".join(f"{q} 0 {d} 1\n" for q in sorted(qrels[pair]) for d in sorted(qrels[pair][q]))
+        )
     (tmp_out / "LICENSE").write_text(LICENSE_TEXT)
-    manifest = {"name": "demo", "pairs": pairs, "pair_stats": stats,
-                "description": "Known-item CLIR on Debian manual pages: query = NAME description in the query language, "
-                               "relevant = the same page in the document language, documents = every page of that language",
-                "pages": {l: len(page[l]) for l in LANGS}, "duplicate_pages_skipped": dups,
-                "packages": [infos[p][1] for p in sorted(infos)], "renderer": {"version": groff_version, "command": GROFF},
-                "files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(tmp_out.iterdir())}}
+    manifest = {
+        "name": "demo",
+        "pairs": pairs,
+        "pair_stats": stats,
+        "description": "Known-item CLIR on Debian manual pages: query = NAME description in the query language, "
+        "relevant = the same page in the document language, documents = every page of that language",
+        "pages": {l: len(page[l]) for l in LANGS},
+        "duplicate_pages_skipped": dups,
+        "packages": [infos[p][1] for p in sorted(infos)],
+        "renderer": {"version": groff_version, "command": GROFF},
+        "files": {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(tmp_out.iterdir())},
+    }
     write_json(tmp_out / "MANIFEST.json", manifest)
-    for f in tmp_out.iterdir(): f.chmod(0o644)
-    if out_dir.exists(): shutil.rmtree(out_dir)
+    for f in tmp_out.iterdir():
+        f.chmod(0o644)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
     os.replace(tmp_out, out_dir)
     return manifest
 
 # %% ../nbs/04_demo.ipynb #7e0c8caa
-def build_demo(out_dir, packages: list[str] | None = None, deb_dir=None, min_pages: int = 50, workers: int = 2,
-               progress: bool = True) -> dict:
+def build_demo(
+    out_dir,
+    packages: list[str] | None = None,
+    deb_dir=None,
+    min_pages: int = 50,
+    workers: int = 2,
+    progress: bool = True,
+) -> dict:
     "Build the demo collection from Debian packages into `out_dir`; returns the manifest."
     packages = sorted(packages or TRANSLATION_PACKAGES + ENGLISH_PACKAGES)
     infos, page, dups, groff_version = _render_pages(packages, deb_dir, workers, progress)
@@ -232,9 +350,15 @@ def build_demo(out_dir, packages: list[str] | None = None, deb_dir=None, min_pag
 def compare_folders(a, b) -> list[str]:
     "Files that differ between folders `a` and `b` (missing on either side, or different bytes)."
     a, b = Path(a), Path(b)
-    names = sorted({f.name for f in a.iterdir()} | {f.name for f in b.iterdir()}) if a.exists() else sorted(f.name for f in b.iterdir())
+    names = (
+        sorted({f.name for f in a.iterdir()} | {f.name for f in b.iterdir()})
+        if a.exists()
+        else sorted(f.name for f in b.iterdir())
+    )
     out = []
     for n in names:
-        if not (a / n).exists() or not (b / n).exists(): out.append(f"{n}: only in {b if (b / n).exists() else a}")
-        elif (a / n).read_bytes() != (b / n).read_bytes(): out.append(f"{n}: differs")
+        if not (a / n).exists() or not (b / n).exists():
+            out.append(f"{n}: only in {b if (b / n).exists() else a}")
+        elif (a / n).read_bytes() != (b / n).read_bytes():
+            out.append(f"{n}: differs")
     return out

@@ -17,70 +17,106 @@ __all__ = ['HFEncoderOptions', 'HFEncoder', 'parse_hf_encoder', 'hf_encoder_spec
 # %% ../nbs/08c_dense_hf.ipynb #2f67a719
 class HFEncoderOptions(Options):
     "The options that decide a `dense:hf:` encoder's vectors (every one names the run)."
-    pooling: Literal["mean", "cls", "last"] = opt("mean", "pooling of the last hidden states: mean, cls, last (EOS appended)")
+
+    pooling: Literal["mean", "cls", "last"] = opt(
+        "mean", "pooling of the last hidden states: mean, cls, last (EOS appended)"
+    )
     query_prefix: str = opt("", "text put before every query (E5: 'query: ')")
     passage_prefix: str = opt("", "text put before every passage (E5: 'passage: ')")
     max_length: int = opt(512, "tokens kept of queries and passages", gt=0)
-    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(None, "model dtype (default: float16 on GPU, float32 on CPU)")
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = opt(
+        None, "model dtype (default: float16 on GPU, float32 on CPU)"
+    )
     title: bool = opt(True, "encode a passage's title before its text")
     revision: Optional[str] = opt(None, "Hub commit of the model (default: not pinned)")
-
-
 
 # %% ../nbs/08c_dense_hf.ipynb #114ca986
 class HFEncoder(HFEncoderOptions):
     "A Hugging Face bi-encoder named by id or folder, and the options that decide its vectors."
+
     model: str = opt(..., "Hugging Face id or local folder")
     OPTIONS: ClassVar[tuple] = tuple(HFEncoderOptions.model_fields)
 
     def key(self) -> str:
         "`hf:<model>[option=value,...]` with the options that differ from their defaults."
-        opts = [f"{k}={_value(getattr(self, k))}" for k in self.OPTIONS
-                if getattr(self, k) != type(self).model_fields[k].default]
+        opts = [
+            f"{k}={_value(getattr(self, k))}"
+            for k in self.OPTIONS
+            if getattr(self, k) != type(self).model_fields[k].default
+        ]
         return f"hf:{self.model}" + (f"[{','.join(opts)}]" if opts else "")
 
     def describe(self) -> str:
-        return (f"{self.model} ({self.pooling} pooling, query prefix {self.query_prefix!r}, passage prefix {self.passage_prefix!r}, "
-                f"{'title + text' if self.title else 'text only'}, max {self.max_length} tokens"
-                + (f", {self.dtype}" if self.dtype else "") + ")")
+        return (
+            f"{self.model} ({self.pooling} pooling, query prefix {self.query_prefix!r}, passage prefix {self.passage_prefix!r}, "
+            f"{'title + text' if self.title else 'text only'}, max {self.max_length} tokens"
+            + (f", {self.dtype}" if self.dtype else "")
+            + ")"
+        )
 
 # %% ../nbs/08c_dense_hf.ipynb #6d262006
 def _value(v) -> str:
     "An option value as written in the canonical string: plain words bare, other strings JSON-quoted, booleans lower case."
-    if isinstance(v, bool): return str(v).lower()
-    if isinstance(v, str) and not re.fullmatch(r"[\w.\-/@]+", v): return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, str) and not re.fullmatch(r"[\w.\-/@]+", v):
+        return json.dumps(v, ensure_ascii=False)
     return str(v)
 
 # %% ../nbs/08c_dense_hf.ipynb #0a19695b
 def _decoded(v: str, where: str):
     "A bracket value: JSON-quoted -> its string; bare -> as written (the option's type reads it)."
-    if not v.startswith('"'): return v
-    try: return json.loads(v)
-    except json.JSONDecodeError: raise ClirError(f"{where}: cannot read option value {v} (write key=value, strings in double quotes)") from None
+    if not v.startswith('"'):
+        return v
+    try:
+        return json.loads(v)
+    except json.JSONDecodeError:
+        raise ClirError(f"{where}: cannot read option value {v} (write key=value, strings in double quotes)") from None
 
 # %% ../nbs/08c_dense_hf.ipynb #12f3c13f
 def parse_hf_encoder(s: str, **options) -> HFEncoder:
     "The `HFEncoder` of `hf:<model>[options]` (the `hf:` may be left out), with `options` merged over the string's."
-    if isinstance(s, HFEncoder): return validated(HFEncoder, {**s.model_dump(), **options}, where=s.key()) if options else s
+    if isinstance(s, HFEncoder):
+        return validated(HFEncoder, {**s.model_dump(), **options}, where=s.key()) if options else s
     body = str(s).strip()
     body = body[3:] if body.lower().startswith("hf:") else body
     where = f"dense:hf:{body}"
     body, raw = split_options(body, where)
     opts = {k: _decoded(v, where) for k, v in raw.items()}
-    if not body.strip(): raise ClirError("dense:hf: needs a model id or folder, e.g. dense:hf:intfloat/multilingual-e5-base")
+    if not body.strip():
+        raise ClirError("dense:hf: needs a model id or folder, e.g. dense:hf:intfloat/multilingual-e5-base")
     if bad := sorted((set(opts) | set(options)) - set(HFEncoder.OPTIONS)):
-        raise ClirError(f"dense:hf:{body}: unknown option(s) {', '.join(bad)} (options: {', '.join(HFEncoder.OPTIONS)})")
-    return validated(HFEncoder, {"model": body.strip(), **opts, **{k: v for k, v in options.items() if v is not None}},
-                     where=f"dense:hf:{body.strip()}")
+        raise ClirError(
+            f"dense:hf:{body}: unknown option(s) {', '.join(bad)} (options: {', '.join(HFEncoder.OPTIONS)})"
+        )
+    return validated(
+        HFEncoder,
+        {"model": body.strip(), **opts, **{k: v for k, v in options.items() if v is not None}},
+        where=f"dense:hf:{body.strip()}",
+    )
 
 # %% ../nbs/08c_dense_hf.ipynb #d4c09a3a
 def hf_encoder_spec(s, **options) -> EncoderSpec:
     "The `EncoderSpec` of `hf:<model>[options]` (see `parse_hf_encoder`)."
     h = parse_hf_encoder(s, **options)
-    return EncoderSpec(h.key(), h.model, Path(h.model.rstrip("/")).name or h.model, h.pooling, h.query_prefix, h.passage_prefix,
-                       title=h.title, max_length=h.max_length, doc_max_length=h.max_length, revision=h.revision,
-                       dtype=h.dtype)
+    return EncoderSpec(
+        h.key(),
+        h.model,
+        Path(h.model.rstrip("/")).name or h.model,
+        h.pooling,
+        h.query_prefix,
+        h.passage_prefix,
+        title=h.title,
+        max_length=h.max_length,
+        doc_max_length=h.max_length,
+        revision=h.revision,
+        dtype=h.dtype,
+    )
 
 # %% ../nbs/08c_dense_hf.ipynb #b0da1d95
-ENCODER_FAMILIES.register("hf:", hf_encoder_spec, summary="any Hugging Face bi-encoder by id or folder, options in brackets",
-                          example="hf:<model id or folder>[options]")
+ENCODER_FAMILIES.register(
+    "hf:",
+    hf_encoder_spec,
+    summary="any Hugging Face bi-encoder by id or folder, options in brackets",
+    example="hf:<model id or folder>[options]",
+)

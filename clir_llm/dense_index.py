@@ -16,11 +16,13 @@ __all__ = ['VECTOR_DTYPES', 'INDEX_FORMAT', 'shard_range', 'parse_shard', 'Dense
 
 # %% ../nbs/08d_dense_index.ipynb #aac8e727
 VECTOR_DTYPES = ("float32", "float16")
-INDEX_FORMAT = 1   # bump when the files of an index change
+INDEX_FORMAT = 1  # bump when the files of an index change
+
 
 def shard_range(num_docs: int, chunk_size: int, i: int, n: int) -> tuple[int, int]:
     "The document positions `[start, stop)` of shard `i` of `n`: whole chunks of `chunk_size`, shared out evenly."
-    if n < 1 or not 0 <= i < n: raise ClirError(f"shard {i}/{n}: the shard number must be 0..{n - 1} (of n >= 1 shards)")
+    if n < 1 or not 0 <= i < n:
+        raise ClirError(f"shard {i}/{n}: the shard number must be 0..{n - 1} (of n >= 1 shards)")
     chunks = -(-num_docs // chunk_size)
     lo, hi = i * chunks // n, (i + 1) * chunks // n
     return min(lo * chunk_size, num_docs), min(hi * chunk_size, num_docs)
@@ -29,63 +31,102 @@ def shard_range(num_docs: int, chunk_size: int, i: int, n: int) -> tuple[int, in
 def parse_shard(s: str) -> tuple[int, int]:
     "`i/n` (shard i of n, from 0) as a pair of ints."
     m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(s))
-    if not m: raise ClirError(f"--shard takes i/n (shard i of n, counted from 0), got {s!r}")
+    if not m:
+        raise ClirError(f"--shard takes i/n (shard i of n, counted from 0), got {s!r}")
     i, n = int(m.group(1)), int(m.group(2))
-    shard_range(0, 1, i, n)   # checks the range
+    shard_range(0, 1, i, n)  # checks the range
     return i, n
 
 # %% ../nbs/08d_dense_index.ipynb #91c7abf2
 class DenseIndex:
     "The persisted index of `dense` (a `clir_llm.dense.Dense`) over `collection`, as shards and merged."
+
     def __init__(self, dense, collection, vectors: str = "float32"):
-        if vectors not in VECTOR_DTYPES: raise ClirError(f"vectors must be one of {', '.join(VECTOR_DTYPES)}, got {vectors!r}")
+        if vectors not in VECTOR_DTYPES:
+            raise ClirError(f"vectors must be one of {', '.join(VECTOR_DTYPES)}, got {vectors!r}")
         self.dense, self.collection, self.vectors = dense, collection, vectors
         enc, s = dense.encoder, dense.encoder.spec
-        self.key = stable_hash(INDEX_FORMAT, enc.namespace("doc").identity, s.doc_prefix, s.title, s.title_sep,
-                               collection.key, dense.chunk_size, vectors, n=24)
+        self.key = stable_hash(
+            INDEX_FORMAT,
+            enc.namespace("doc").identity,
+            s.doc_prefix,
+            s.title,
+            s.title_sep,
+            collection.key,
+            dense.chunk_size,
+            vectors,
+            n=24,
+        )
         self.folder = Path(enc.cache.root) / "dense-index" / self.key
 
     @property
-    def usage(self): return self.dense.usage
+    def usage(self):
+        return self.dense.usage
+
     @property
-    def persisted(self) -> bool: "Whether the cache is written (mode readwrite)." ; return self.dense.encoder.cache.mode == "readwrite"
+    def persisted(self) -> bool:
+        "Whether the cache is written (mode readwrite)."
+        return self.dense.encoder.cache.mode == "readwrite"
+
     @property
-    def merged(self) -> bool: return (self.folder / "index.faiss").exists() and (self.folder / "docids.txt").exists()
-    def shard_path(self, i: int, n: int) -> Path: return self.folder / f"shard-{i:05d}-of-{n:05d}.npy"
+    def merged(self) -> bool:
+        return (self.folder / "index.faiss").exists() and (self.folder / "docids.txt").exists()
+
+    def shard_path(self, i: int, n: int) -> Path:
+        return self.folder / f"shard-{i:05d}-of-{n:05d}.npy"
+
     def num_docs(self) -> int:
         n = getattr(self.collection, "num_docs", None)
         return n if n is not None else sum(1 for _ in self.collection.iter_docs())
 
-    def __repr__(self): return f"DenseIndex({self.dense.name!r}, {self.collection.name!r}, {self.vectors}, {self.folder})"
+    def __repr__(self):
+        return f"DenseIndex({self.dense.name!r}, {self.collection.name!r}, {self.vectors}, {self.folder})"
 
 # %% ../nbs/08d_dense_index.ipynb #cecbfa41
-def _atomic_replace(tmp: Path, final: Path): os.replace(tmp, final)
+def _atomic_replace(tmp: Path, final: Path):
+    os.replace(tmp, final)
 
 # %% ../nbs/08d_dense_index.ipynb #44e65acd
 @patch
 def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
     "Encode shard `i` of `n` into `shard-<i>-of-<n>.npy` (+ `.docids`); returns its path (a finished shard is kept)."
     path = self.shard_path(i, n)
-    if path.exists(): self.usage.count("shards_reused"); return path
+    if path.exists():
+        self.usage.count("shards_reused")
+        return path
     start, stop = shard_range(self.num_docs(), self.dense.chunk_size, i, n)
     self.folder.mkdir(parents=True, exist_ok=True)
     docs = islice(iter(self.collection.iter_docs()), start, stop)
     tmp, ids_tmp = path.with_suffix(f".{os.getpid()}.tmp.npy"), path.with_suffix(f".{os.getpid()}.tmp.docids")
-    row, header = 0, lambda dim: {"descr": np.lib.format.dtype_to_descr(np.dtype(self.vectors)), "fortran_order": False,
-                                  "shape": (stop - start, dim)}
+    row, header = (
+        0,
+        lambda dim: {
+            "descr": np.lib.format.dtype_to_descr(np.dtype(self.vectors)),
+            "fortran_order": False,
+            "shape": (stop - start, dim),
+        },
+    )
     desc = f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}" + (f" shard {i}/{n}" if n > 1 else "")
     # vectors and docids written out chunk by chunk with plain writes: never all held, and never mapped (a memory map's
     # written pages count in the process's resident memory, up to the whole shard, until it is unmapped)
     with open(tmp, "wb") as out, open(ids_tmp, "w", encoding="utf-8", newline="\n") as ids:
         for chunk, v in self.dense.encoded_chunks(docs, stop - start, desc):
-            if row == 0: np.lib.format.write_array_header_1_0(out, header(v.shape[1]))   # an .npy file, as np.save writes
-            out.write(np.ascontiguousarray(v, dtype=self.vectors).tobytes()); row += len(v)
+            # an .npy file, as np.save writes
+            if row == 0:
+                np.lib.format.write_array_header_1_0(out, header(v.shape[1]))
+            out.write(np.ascontiguousarray(v, dtype=self.vectors).tobytes())
+            row += len(v)
             ids.writelines(d.docid + "\n" for d in chunk)
-            del chunk, v   # let go before the next chunk is drawn: one chunk alive at a time
-        if row == 0: np.lib.format.write_array_header_1_0(out, {**header(0), "shape": (0, 0)})
-        out.flush(); os.fsync(out.fileno())
-    if row != stop - start: raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
-    _atomic_replace(ids_tmp, path.with_suffix(".docids")); _atomic_replace(tmp, path)   # the .npy last: it marks the shard done
+            del chunk, v  # let go before the next chunk is drawn: one chunk alive at a time
+        if row == 0:
+            np.lib.format.write_array_header_1_0(out, {**header(0), "shape": (0, 0)})
+        out.flush()
+        os.fsync(out.fileno())
+    if row != stop - start:
+        raise ClirError(f"{self.collection.name}: the collection gave {start + row} documents, expected {stop}")
+    # the .npy last: it marks the shard done
+    _atomic_replace(ids_tmp, path.with_suffix(".docids"))
+    _atomic_replace(tmp, path)
     self.usage.count("shards_encoded")
     return path
 
@@ -94,9 +135,11 @@ def encode_shard(self: DenseIndex, i: int, n: int) -> Path:
 def complete_shards(self: DenseIndex) -> int | None:
     "The number of shards of a complete set on disk (made by earlier jobs), else None."
     for p in sorted(self.folder.glob("shard-*-of-*.npy")):
-        if not (m := re.fullmatch(r"shard-\d+-of-(\d+)\.npy", p.name)): continue   # a killed job's temporary file
+        if not (m := re.fullmatch(r"shard-\d+-of-(\d+)\.npy", p.name)):
+            continue  # a killed job's temporary file
         n = int(m.group(1))
-        if all(self.shard_path(i, n).exists() for i in range(n)): return n
+        if all(self.shard_path(i, n).exists() for i in range(n)):
+            return n
     return None
 
 # %% ../nbs/08d_dense_index.ipynb #8ce7c101
@@ -104,51 +147,78 @@ def _new_index(dim: int, vectors: str, reserve: int = 0):
     """An empty exact FAISS index (inner product) of `dim`-dimensional `vectors` ('float32' | 'float16'), with room made
     at once for `reserve` vectors: adding them block by block then never moves its storage. (Without it the storage
     grows by doubling, and each move holds the old and the new buffer at once: up to twice the index at the peak.)"""
-    import faiss   # heavy: loaded when an index is built
-    if vectors == "float16": index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-    else: index = faiss.IndexFlatIP(dim)
-    if reserve > 0:   # a std::vector keeps its capacity when resized down: `add` then appends in place
-        index.codes.resize(reserve * index.code_size); index.codes.resize(0)
+    import faiss  # heavy: loaded when an index is built
+
+    if vectors == "float16":
+        index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
+    else:
+        index = faiss.IndexFlatIP(dim)
+    if reserve > 0:  # a std::vector keeps its capacity when resized down: `add` then appends in place
+        index.codes.resize(reserve * index.code_size)
+        index.codes.resize(0)
     return index
 
 # %% ../nbs/08d_dense_index.ipynb #76b7a0ef
 def _shard_header(f) -> tuple[int, int, np.dtype]:
     "(rows, dimension, dtype) from the header of the .npy file open in `f`, which is left at the first row."
     version = np.lib.format.read_magic(f)
-    shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)(f)
-    if fortran or len(shape) != 2: raise ClirError(f"{getattr(f, 'name', f)}: not a shard of row vectors (shape {shape})")
+    shape, fortran, dtype = (
+        np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    )(f)
+    if fortran or len(shape) != 2:
+        raise ClirError(f"{getattr(f, 'name', f)}: not a shard of row vectors (shape {shape})")
     return shape[0], shape[1], dtype
 
 # %% ../nbs/08d_dense_index.ipynb #08f360e4
 @patch
 def merge(self: DenseIndex, n: int):
     "Merge the `n` shards into one FAISS index saved as `index.faiss` + `docids.txt`; returns (index, docids)."
-    import faiss   # heavy: loaded when an index is used
+    import faiss  # heavy: loaded when an index is used
+
     paths = [self.shard_path(i, n) for i in range(n)]
     for i, path in enumerate(paths):
-        if not path.exists(): raise ClirError(f"shard {i}/{n} of {self.dense.name} on {self.collection.name} is missing ({path}); run it first")
+        if not path.exists():
+            raise ClirError(
+                f"shard {i}/{n} of {self.dense.name} on {self.collection.name} is missing ({path}); run it first"
+            )
     index, step = None, self.dense.chunk_size
+
     def rows(p):
-        with open(p, "rb") as f: return _shard_header(f)[0]
-    docids, at = [None] * sum(map(rows, paths)), 0   # sized once: no growing copies
+        with open(p, "rb") as f:
+            return _shard_header(f)[0]
+
+    docids, at = [None] * sum(map(rows, paths)), 0  # sized once: no growing copies
     for path in paths:
         with open(path.with_suffix(".docids"), encoding="utf-8", newline="\n") as f:
-            for line in f: docids[at] = line[:-1]; at += 1
-        with open(path, "rb") as f:   # plain reads, a chunk at a time: no memory map (its pages would count as resident)
+            for line in f:
+                docids[at] = line[:-1]
+                at += 1
+        # plain reads, a chunk at a time: no memory map (its pages would count as resident)
+        with open(path, "rb") as f:
             m, dim, dtype = _shard_header(f)
             for r in range(0, m, step):
-                block = np.fromfile(f, dtype=dtype, count=min(step, m - r) * dim).reshape(-1, dim).astype(np.float32, copy=False)
-                if index is None: index = _new_index(dim, self.vectors, reserve=len(docids))
-                if index.is_trained is False: index.train(block)
+                block = (
+                    np.fromfile(f, dtype=dtype, count=min(step, m - r) * dim)
+                    .reshape(-1, dim)
+                    .astype(np.float32, copy=False)
+                )
+                if index is None:
+                    index = _new_index(dim, self.vectors, reserve=len(docids))
+                if index.is_trained is False:
+                    index.train(block)
                 index.add(block)
-    if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
+    if index is None:
+        raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     tmp = self.folder / f"index.{os.getpid()}.tmp"
     faiss.write_index(index, str(tmp))
-    if at != len(docids): raise ClirError(f"{self.folder}: the shards hold {len(docids)} vectors for {at} docids; delete the folder")
-    with open(self.folder / f"docids.{os.getpid()}.tmp", "w", encoding="utf-8", newline="\n") as f: f.writelines(d + "\n" for d in docids)
+    if at != len(docids):
+        raise ClirError(f"{self.folder}: the shards hold {len(docids)} vectors for {at} docids; delete the folder")
+    with open(self.folder / f"docids.{os.getpid()}.tmp", "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(d + "\n" for d in docids)
     _atomic_replace(self.folder / f"docids.{os.getpid()}.tmp", self.folder / "docids.txt")
     _atomic_replace(tmp, self.folder / "index.faiss")
-    for p in self.folder.glob("shard-*"): p.unlink(missing_ok=True)
+    for p in self.folder.glob("shard-*"):
+        p.unlink(missing_ok=True)
     self.usage.count("index_builds")
     return index, docids
 
@@ -156,10 +226,14 @@ def merge(self: DenseIndex, n: int):
 @patch
 def load(self: DenseIndex):
     "The merged index and its docids, read back."
-    import faiss   # heavy: loaded when an index is used
+    import faiss  # heavy: loaded when an index is used
+
     index = faiss.read_index(str(self.folder / "index.faiss"))
     docids = (self.folder / "docids.txt").read_text(encoding="utf-8").splitlines()
-    if index.ntotal != len(docids): raise ClirError(f"{self.folder}: the index holds {index.ntotal} vectors for {len(docids)} docids; delete the folder")
+    if index.ntotal != len(docids):
+        raise ClirError(
+            f"{self.folder}: the index holds {index.ntotal} vectors for {len(docids)} docids; delete the folder"
+        )
     self.usage.count("index_loads")
     return index, docids
 
@@ -168,21 +242,29 @@ def load(self: DenseIndex):
 def in_memory(self: DenseIndex):
     "Encode the collection's documents chunk by chunk into an exact FAISS index in memory; returns (index, docids)."
     index, docids = None, []
-    for chunk, vecs in self.dense.encoded_chunks(iter(self.collection.iter_docs()), getattr(self.collection, "num_docs", None),
-                                                 f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}"):
-        if index is None: index = _new_index(vecs.shape[1], self.vectors, reserve=getattr(self.collection, "num_docs", None) or 0)
+    for chunk, vecs in self.dense.encoded_chunks(
+        iter(self.collection.iter_docs()),
+        getattr(self.collection, "num_docs", None),
+        f"{self.dense.name} {self.collection.name} {self.collection.doc_lang}",
+    ):
+        if index is None:
+            index = _new_index(vecs.shape[1], self.vectors, reserve=getattr(self.collection, "num_docs", None) or 0)
         index.add(vecs)
         docids.extend(d.docid for d in chunk)
-        del chunk, vecs   # let go before the next chunk is drawn: one chunk alive at a time
-    if index is None: raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
+        del chunk, vecs  # let go before the next chunk is drawn: one chunk alive at a time
+    if index is None:
+        raise ClirError(f"collection {self.collection.name} ({self.collection.pair}) has no documents to encode")
     return index, docids
 
 # %% ../nbs/08d_dense_index.ipynb #dfc3de8e
 @patch
 def build(self: DenseIndex, shards: int = 1):
     "The index and docids: loaded, else made from shards (writable cache), else built in memory."
-    if self.dense.encoder.cache.mode != "off" and self.merged: return self.load()
-    if not self.persisted: return self.in_memory()
+    if self.dense.encoder.cache.mode != "off" and self.merged:
+        return self.load()
+    if not self.persisted:
+        return self.in_memory()
     n = self.complete_shards() or shards
-    for i in range(n): self.encode_shard(i, n)
+    for i in range(n):
+        self.encode_shard(i, n)
     return self.merge(n)

@@ -12,7 +12,7 @@ from .core import ClirError, Usage
 from .executor import LOCAL, Executor
 from .specs import Spec, validated
 
-_log = logging.getLogger("clir_llm.engine")   # warnings go through logging: the command line prints them
+_log = logging.getLogger("clir_llm.engine")  # warnings go through logging: the command line prints them
 
 # %% auto #0
 __all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 'start_local_ray', 'RayExecutor', 'reachable',
@@ -21,29 +21,48 @@ __all__ = ['EXECUTION_ENV', 'GROUP', 'ExecutionSpec', 'execution_of', 'Worker', 
 # %% ../nbs/13g_engine.ipynb #59f91baa
 class ExecutionSpec(Spec):
     "Where the heavy work runs; never part of what is computed (not in run names or cache keys)."
+
     engine: Literal["local", "ray"] = Field("local", description="local: this process; ray: Ray actors, one model each")
-    address: Optional[str] = Field(None, description="Ray cluster: none starts one on this machine; 'auto' joins "
-                                   "`ray start` on the head node; 'ray://HOST:10001' a remote head",
-                                   json_schema_extra={"flag": "--ray-address"})
+    address: Optional[str] = Field(
+        None,
+        description="Ray cluster: none starts one on this machine; 'auto' joins "
+        "`ray start` on the head node; 'ray://HOST:10001' a remote head",
+        json_schema_extra={"flag": "--ray-address"},
+    )
     workers: int = Field(2, gt=0, le=1024, description="Ray actors (each loads its own copy of the model)")
     gpus_per_worker: float = Field(0, ge=0, le=64, description="GPUs per actor (0: CPU)")
-    threads_per_worker: Optional[int] = Field(None, gt=0, le=1024, description="torch threads per actor (each reserves as many "
-                                              "Ray CPUs); none: as many as this process uses, which byte-identical CPU "
-                                              "vectors need (1 Ray CPU reserved)")
-    timeout: float = Field(10.0, gt=0, le=3600,
-                           description="seconds to wait for a Ray address to answer before giving up")
+    threads_per_worker: Optional[int] = Field(
+        None,
+        gt=0,
+        le=1024,
+        description="torch threads per actor (each reserves as many "
+        "Ray CPUs); none: as many as this process uses, which byte-identical CPU "
+        "vectors need (1 Ray CPU reserved)",
+    )
+    timeout: float = Field(
+        10.0, gt=0, le=3600, description="seconds to wait for a Ray address to answer before giving up"
+    )
 
-    def key(self) -> str: return "local" if self.engine == "local" else f"ray(workers={self.workers})"
-    def cpus(self) -> int: "Ray CPUs one actor reserves." ; return self.threads_per_worker or 1
+    def key(self) -> str:
+        return "local" if self.engine == "local" else f"ray(workers={self.workers})"
+
+    def cpus(self) -> int:
+        "Ray CPUs one actor reserves."
+        return self.threads_per_worker or 1
+
     def describe(self) -> str:
-        if self.engine == "local": return "execution: local (this process)"
+        if self.engine == "local":
+            return "execution: local (this process)"
         where = self.address or "a Ray cluster started on this machine"
         threads = f"{self.threads_per_worker} threads" if self.threads_per_worker else "the driver's torch threads"
-        return (f"execution: Ray on {where}, {self.workers} workers x {threads}"
-                + (f", {self.gpus_per_worker:g} GPU each" if self.gpus_per_worker else "") + " (outputs as local)")
+        return (
+            f"execution: Ray on {where}, {self.workers} workers x {threads}"
+            + (f", {self.gpus_per_worker:g} GPU each" if self.gpus_per_worker else "")
+            + " (outputs as local)"
+        )
 
 # %% ../nbs/13g_engine.ipynb #58820931
-EXECUTION_ENV = "CLIR_LLM_EXECUTION"   # JSON of ExecutionSpec fields set by `reproduce --engine ...` for its notebooks
+EXECUTION_ENV = "CLIR_LLM_EXECUTION"  # JSON of ExecutionSpec fields set by `reproduce --engine ...` for its notebooks
 
 # %% ../nbs/13g_engine.ipynb #1cdadc1a
 def execution_of(cfg=None, **override) -> ExecutionSpec:
@@ -51,7 +70,8 @@ def execution_of(cfg=None, **override) -> ExecutionSpec:
     (the values that are not None) laid over it."""
     base = dict(getattr(cfg, "execution", None) or ExecutionSpec()) if cfg is not None else {}
     if env := os.environ.get(EXECUTION_ENV):
-        try: base.update(json.loads(env))
+        try:
+            base.update(json.loads(env))
         except (ValueError, TypeError):
             raise ClirError(f"${EXECUTION_ENV} is not a JSON mapping: {env[:80]!r}") from None
     base.update({k: v for k, v in override.items() if v is not None})
@@ -61,52 +81,66 @@ def execution_of(cfg=None, **override) -> ExecutionSpec:
 class Worker:
     """One owner rebuilt in one process (a Ray actor) from its recipe; `call(method, args)` runs one batch there,
     nothing cached."""
+
     def __init__(self, factory, args: tuple, threads: int = 1, delay: float = 0.0):
-        import torch   # heavy: loaded in the worker process only
+        import torch  # heavy: loaded in the worker process only
+
         torch.set_num_threads(threads)
         self.obj, self.delay, self.sizes = factory(*args), delay, []
 
-    def pid(self) -> int: return os.getpid()
-    def batches(self) -> list[int]: "The sizes of the batches this process computed (tests)." ; return self.sizes
+    def pid(self) -> int:
+        return os.getpid()
+
+    def batches(self) -> list[int]:
+        "The sizes of the batches this process computed (tests)."
+        return self.sizes
 
     def call(self, method: str, args: tuple) -> tuple:
         "(`obj.method(*args)`, the `Usage` the call added to `obj.usage`)."
-        if self.delay: time.sleep(self.delay)
+        if self.delay:
+            time.sleep(self.delay)
         before = copy.deepcopy(self.obj.usage)
         out = getattr(self.obj, method)(*args)
         self.sizes.append(len(args[0]) if args and hasattr(args[0], "__len__") else 1)
         used = self.obj.usage.minus(before)
         # with the counters the call created at 0: a local owner has them too
-        used.counters = {k: v - before.counters.get(k, 0) for k, v in self.obj.usage.counters.items()
-                         if v != before.counters.get(k)}
+        used.counters = {
+            k: v - before.counters.get(k, 0) for k, v in self.obj.usage.counters.items() if v != before.counters.get(k)
+        }
         return out, used
 
 # %% ../nbs/13g_engine.ipynb #2dbbc792
 def _free_port() -> int:
     "A TCP port nothing listens on now."
-    with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 # %% ../nbs/13g_engine.ipynb #c878a353
 def start_local_ray(num_cpus: int | None = None, attempts: int = 3):
     """Start a Ray cluster on this machine (never joins another) with `num_cpus` CPUs (None: all), through `ray.init`;
     a start that timed out (a busy machine) is shut down and made again, at most `attempts` starts. Returns `ray`."""
-    import ray   # optional: the ray extra
+    import ray  # optional: the ray extra
+
     for i in range(1, attempts + 1):
         try:
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
             return ray
-        except Exception as e:   # Ray raises a bare Exception when its node does not come up in time
-            ray.shutdown()   # whatever this start left (Ray fate-shares the processes of a node that never came up with this process)
-            if i == attempts or "timed out" not in str(e): raise
+        except Exception as e:  # Ray raises a bare Exception when its node does not come up in time
+            # whatever this start left (Ray fate-shares the processes of a node that never came up with this process)
+            ray.shutdown()
+            if i == attempts or "timed out" not in str(e):
+                raise
             _log.warning("Ray's local node timed out while starting (start %d of %d); starting it again", i, attempts)
 
 # %% ../nbs/13g_engine.ipynb #a5c50678
-GROUP = 8   # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare
-            # (4 gave 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
+GROUP = 8  # batches per worker in one group: enough to even out batches of unequal length and to keep barriers rare
+# (4 gave 1.57x for 2 workers where 8 gave 1.83x and 1.95x, benchmarks/scale.py), few enough to commit often
 
 # %% ../nbs/13g_engine.ipynb #75f8394a
 class RayExecutor(Executor):
     "Batches on Ray actors; the driver (this process) keeps the cache, the run files and the order of results."
+
     per_worker = GROUP
 
     def __init__(self, spec: ExecutionSpec | None = None, delay: float = 0.0, max_restarts: int = 3):
@@ -115,26 +149,30 @@ class RayExecutor(Executor):
         self.delay, self.max_restarts = delay, max_restarts
         self._key, self._actors = None, []
 
-    def describe(self) -> str: return self.spec.describe()
+    def describe(self) -> str:
+        return self.spec.describe()
 
     def map(self, owner, method: str, calls) -> list:
         """`owner.method(*args)` for each `args` of `calls`, computed by the actors of `owner`'s recipe, each call
         sent to the next idle actor; results in the order of `calls`; what each call cost is added to `owner.usage`."""
-        import ray   # optional: the ray extra, imported when a Ray executor is used
-        from ray.util import ActorPool   # optional: the ray extra
+        import ray  # optional: the ray extra, imported when a Ray executor is used
+        from ray.util import ActorPool  # optional: the ray extra
+
         actors = self.pool(owner)
-        try: done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
+        try:
+            done = list(ActorPool(actors).map(lambda a, args: a.call.remote(method, args), list(calls)))
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None) or e
-            last = (str(cause).strip().splitlines() or [""])[-1].strip()   # MemoryError(), a bare assert: no message
+            last = (str(cause).strip().splitlines() or [""])[-1].strip()  # MemoryError(), a bare assert: no message
             raise ClirError(f"a Ray worker failed: {type(cause).__name__}" + (f": {last}" if last else "")) from None
         except ray.exceptions.RayActorError as e:
-            if getattr(e, "actor_init_failed", False):   # its constructor raised (no model there, no extra)
+            if getattr(e, "actor_init_failed", False):  # its constructor raised (no model there, no extra)
                 lines = [l.strip() for l in str(getattr(e, "error_msg", None) or e).splitlines() if l.strip()]
                 raise ClirError(f"a Ray worker could not start: {lines[-1] if lines else type(e).__name__}") from None
             first = str(e).strip().splitlines()[0]
             raise ClirError(f"a Ray worker died {self.max_restarts + 1} times: {first}") from None
-        for _, used in done: owner.usage.add(used)
+        for _, used in done:
+            owner.usage.add(used)
         return [out for out, _ in done]
 
 # %% ../nbs/13g_engine.ipynb #f4614749
@@ -146,7 +184,8 @@ def reachable(address: str, timeout: float = 10.0) -> str:
     if not host or not port.isdigit():
         raise ClirError(f"Ray address {address!r} is not host:port (or ray://host:port, or auto)")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout): return address
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return address
     except OSError as e:
         why = e.strerror or e
         raise ClirError(f"cannot reach the Ray cluster at {address!r} within {timeout:g} s: {why}") from None
@@ -155,23 +194,29 @@ def reachable(address: str, timeout: float = 10.0) -> str:
 @patch
 def start(self: RayExecutor):
     "Join the cluster at `address` (or start one here); check it has the CPUs and GPUs the workers ask for."
-    try: import ray   # optional: the ray extra
-    except ImportError: raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
+    try:
+        import ray  # optional: the ray extra
+    except ImportError:
+        raise ClirError("engine: ray needs Ray: pip install 'clir-llm[ray]'") from None
     address = self.spec.address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
-        if address and address != "auto": reachable(address, self.spec.timeout)
+        if address and address != "auto":
+            reachable(address, self.spec.timeout)
         try:
             if address:
                 ray.init(address=address, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
-            else: start_local_ray()
-        except Exception as e:   # Ray raises ConnectionError, RuntimeError, ValueError and bare Exception here
+            else:
+                start_local_ray()
+        except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError and bare Exception here
             what = f"reach the Ray cluster at {address!r}" if address else "start a local Ray cluster"
             raise ClirError(f"cannot {what}: {str(e).strip().splitlines()[0]}") from None
     have, s = ray.cluster_resources(), self.spec
     if have.get("CPU", 0) < s.workers * s.cpus() or have.get("GPU", 0) < s.workers * s.gpus_per_worker:
-        raise ClirError(f"the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; "
-                        f"{s.workers} workers need {s.workers * s.cpus()} CPUs and "
-                        f"{s.workers * s.gpus_per_worker:g} GPUs (lower execution.workers or threads_per_worker)")
+        raise ClirError(
+            f"the Ray cluster has {have.get('CPU', 0):g} CPUs and {have.get('GPU', 0):g} GPUs; "
+            f"{s.workers} workers need {s.workers * s.cpus()} CPUs and "
+            f"{s.workers * s.gpus_per_worker:g} GPUs (lower execution.workers or threads_per_worker)"
+        )
     return ray
 
 # %% ../nbs/13g_engine.ipynb #0731a40c
@@ -179,14 +224,17 @@ def start(self: RayExecutor):
 def close(self: RayExecutor):
     "Release the actors of the current pool (the cluster stays up)."
     if self._actors:
-        import ray   # optional: the ray extra
-        for a in self._actors: ray.kill(a, no_restart=True)
+        import ray  # optional: the ray extra
+
+        for a in self._actors:
+            ray.kill(a, no_restart=True)
     self._key, self._actors = None, []
 
 # %% ../nbs/13g_engine.ipynb #527dd1ab
 def _driver_threads() -> int:
     "This process's torch threads (CPU kernels such as attention sum in another order with other thread counts)."
-    import torch   # heavy: torch is loaded only when a Ray executor needs the driver's threads
+    import torch  # heavy: torch is loaded only when a Ray executor needs the driver's threads
+
     return torch.get_num_threads()
 
 # %% ../nbs/13g_engine.ipynb #8074fd2f
@@ -196,12 +244,17 @@ def pool(self: RayExecutor, owner) -> list:
     released first."""
     factory, args = owner.worker()
     key = (getattr(factory, "__qualname__", repr(factory)), repr(args))
-    if key == self._key: return self._actors
+    if key == self._key:
+        return self._actors
     ray = self.start()
     self.close()
     s = self.spec
-    actor = ray.remote(Worker).options(num_cpus=s.cpus(), num_gpus=s.gpus_per_worker,
-                                       max_restarts=self.max_restarts, max_task_retries=self.max_restarts)
+    actor = ray.remote(Worker).options(
+        num_cpus=s.cpus(),
+        num_gpus=s.gpus_per_worker,
+        max_restarts=self.max_restarts,
+        max_task_retries=self.max_restarts,
+    )
     threads = s.threads_per_worker or _driver_threads()
     self._actors, self._key = [actor.remote(factory, args, threads, self.delay) for _ in range(s.workers)], key
     return self._actors
@@ -211,28 +264,34 @@ def pool(self: RayExecutor, owner) -> list:
 def warm(self: RayExecutor, owner) -> list[int]:
     """Start the actors of `owner`'s recipe and wait until each has rebuilt the owner; their process ids (a lazily
     loading owner loads its model on its first batch)."""
-    import ray   # optional: the ray extra
+    import ray  # optional: the ray extra
+
     return ray.get([a.pid.remote() for a in self.pool(owner)])
 
 # %% ../nbs/13g_engine.ipynb #ebef9178
 @patch
 def pids(self: RayExecutor) -> list[int]:
     "The process ids of the current pool's actors (tests kill one); none before the first batch."
-    import ray   # optional: the ray extra
+    import ray  # optional: the ray extra
+
     return ray.get([a.pid.remote() for a in self._actors])
 
 # %% ../nbs/13g_engine.ipynb #fac2a101
 @patch
 def batch_sizes(self: RayExecutor) -> list[int]:
     "The sizes of the batches the current pool's actors computed (tests; a restarted actor forgets its own)."
-    import ray   # optional: the ray extra
+    import ray  # optional: the ray extra
+
     return [n for sizes in ray.get([a.batches.remote() for a in self._actors]) for n in sizes]
 
 # %% ../nbs/13g_engine.ipynb #30435506
 def make_executor(spec: ExecutionSpec | None, installed: bool = False, **kw) -> Executor:
     """The executor of `spec`: `LOCAL` for local, a `RayExecutor` for ray (`installed`: Ray must be importable here now,
     as a command checks before it loads a model; a plan or a run's names need no Ray)."""
-    if spec is None or spec.engine != "ray": return LOCAL
+    if spec is None or spec.engine != "ray":
+        return LOCAL
     if installed and "ray" not in sys.modules and importlib.util.find_spec("ray") is None:
-        raise ClirError("engine: ray needs Ray, which is not installed here: pip install 'clir-llm[ray]' (or use engine: local)")
+        raise ClirError(
+            "engine: ray needs Ray, which is not installed here: pip install 'clir-llm[ray]' (or use engine: local)"
+        )
     return RayExecutor(spec, **kw)

@@ -15,7 +15,8 @@ from scipy import stats
 from fastcore.basics import patch
 from .core import ClirError
 
-_log = logging.getLogger("clir_llm.evaluate")   # warnings go through logging: the command line prints them, a library user decides
+# warnings go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.evaluate")
 
 # %% auto #0
 __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'split_measures', 'parse_measures', 'measure_name',
@@ -25,12 +26,16 @@ __all__ = ['ALIASES', 'DEFAULT_MEASURES', 'MIN_TEST_QUERIES', 'AVG_RULES', 'spli
 ALIASES = {"MAP": "AP", "map": "AP", "MRR": "RR", "mrr": "RR"}
 DEFAULT_MEASURES = ("MAP", "nDCG@20", "R@100", "MRR@10", "Judged@20")
 
+
 def _cutoff_error(m) -> str | None:
     "Why the cutoff of measure `m` is invalid (a rank cutoff must be an integer >= 1; IPrec's is a recall in [0, 1]), or None."
     c = getattr(m, "params", {}).get("cutoff")
-    if c is None: return None
-    if str(m).startswith("IPrec"): return None if 0 <= c <= 1 else "its recall level must be between 0 and 1"
+    if c is None:
+        return None
+    if str(m).startswith("IPrec"):
+        return None if 0 <= c <= 1 else "its recall level must be between 0 and 1"
     return None if isinstance(c, int) and not isinstance(c, bool) and c >= 1 else "its cutoff must be an integer >= 1"
+
 
 _PROBED: dict[str, str | None] = {}
 
@@ -46,9 +51,11 @@ def _probe(m) -> str | None:
     "None if ir-measures computes `m` on a tiny run, else the first line of its error (memoised per measure)."
     key = str(m)
     if key not in _PROBED:
-        qrels, run = {"1": {"d1": 1, "d2": 0}}, {"1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}}  # numeric qid: what gdeval reads
+        # numeric qid: what gdeval reads
+        qrels, run = {"1": {"d1": 1, "d2": 0}}, {"1": {"d1": 2.0, "d2": 1.0, "d3": 0.5}}
         try:
-            with _quiet_stderr(): list(ir_measures.iter_calc([m], qrels, run))
+            with _quiet_stderr():
+                list(ir_measures.iter_calc([m], qrels, run))
             _PROBED[key] = None
         except Exception as e:  # noqa: BLE001 - any failure of a provider means the measure cannot be used
             _PROBED[key] = _first_line(e)
@@ -61,51 +68,77 @@ def _quiet_stderr():
     sys.stderr.flush()
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
-    try: yield
-    finally: os.dup2(saved, 2); os.close(saved); os.close(devnull)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 # %% ../nbs/12_evaluate.ipynb #5bb4fc11
 def split_measures(s: str) -> list[str]:
     "Split a measure list on commas and whitespace outside parentheses and quotes (`nDCG(dcg='exp-log2')@10` stays one)."
     out, cur, depth, quote = [], "", 0, None
     for ch in s:
-        if quote: quote = None if ch == quote else quote
-        elif ch in "'\"": quote = ch
-        elif ch in "()": depth = max(0, depth + (1 if ch == "(" else -1))
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "()":
+            depth = max(0, depth + (1 if ch == "(" else -1))
         elif depth == 0 and (ch == "," or ch.isspace()):
-            if cur: out.append(cur); cur = ""
+            if cur:
+                out.append(cur)
+                cur = ""
             continue
         cur += ch
-    if quote or depth: raise ClirError(f"measures {s!r}: unbalanced quotes or parentheses")
+    if quote or depth:
+        raise ClirError(f"measures {s!r}: unbalanced quotes or parentheses")
     return out + ([cur] if cur else [])
 
 # %% ../nbs/12_evaluate.ipynb #f6a802da
 def _parse_one(given: str):
     "One measure string: an ir-measures name (with `MAP`/`MRR` aliases) or a trec_eval name naming one measure (`ndcg_cut_20`)."
     base, _, cut = given.partition("@")
-    try: return ir_measures.parse_measure(ALIASES.get(base, base) + (f"@{cut}" if cut else ""))
-    except Exception: pass  # noqa: BLE001 - not ir-measures syntax: try trec_eval's names
-    try: found = ir_measures.parse_trec_measure(given)
-    except Exception: found = []  # noqa: BLE001
-    if len(found) == 1: return found[0]
-    if len(found) > 1: raise ClirError(f"measure {given!r} names {len(found)} measures in trec_eval; give one cutoff (e.g. {given}_20)")
-    raise ClirError(f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20, ndcg_cut_20, nDCG(dcg='exp-log2')@10)")
+    try:
+        return ir_measures.parse_measure(ALIASES.get(base, base) + (f"@{cut}" if cut else ""))
+    except Exception:
+        pass  # noqa: BLE001 - not ir-measures syntax: try trec_eval's names
+    try:
+        found = ir_measures.parse_trec_measure(given)
+    except Exception:
+        found = []  # noqa: BLE001
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise ClirError(
+            f"measure {given!r} names {len(found)} measures in trec_eval; give one cutoff (e.g. {given}_20)"
+        )
+    raise ClirError(
+        f"unknown measure {given!r} (examples: MAP, nDCG@20, R@100, MRR@10, Judged@20, ndcg_cut_20, nDCG(dcg='exp-log2')@10)"
+    )
 
 # %% ../nbs/12_evaluate.ipynb #97e10545
 def parse_measures(measures: str | Iterable) -> list:
     """Parse `'MAP nDCG@20'` (commas or spaces between measures; ir-measures syntax including parameters, or trec_eval
     names such as `ndcg_cut_20`) or a list of names/measure objects into ir-measures measures (in the given order), and
     check each completely: known, valid cutoff, and computable by the installed ir-measures providers."""
-    if isinstance(measures, str): measures = split_measures(measures)
+    if isinstance(measures, str):
+        measures = split_measures(measures)
     out = []
     for m in measures:
         given = m if isinstance(m, str) else str(m)
-        if isinstance(m, str): m = _parse_one(m.strip())
-        if (why := _cutoff_error(m)): raise ClirError(f"measure {given!r}: {why}")
-        if (why := _probe(m)): raise ClirError(f"measure {given!r} cannot be computed by ir-measures here: {why}")
-        if m in out: raise ClirError(f"measure {given!r} is given twice (as {measure_name(m)})")
+        if isinstance(m, str):
+            m = _parse_one(m.strip())
+        if why := _cutoff_error(m):
+            raise ClirError(f"measure {given!r}: {why}")
+        if why := _probe(m):
+            raise ClirError(f"measure {given!r} cannot be computed by ir-measures here: {why}")
+        if m in out:
+            raise ClirError(f"measure {given!r} is given twice (as {measure_name(m)})")
         out.append(m)
-    if not out: raise ClirError("no measures given")
+    if not out:
+        raise ClirError("no measures given")
     return out
 
 # %% ../nbs/12_evaluate.ipynb #87e46856
@@ -117,16 +150,20 @@ def measure_name(m) -> str:
 # %% ../nbs/12_evaluate.ipynb #a642641b
 def per_query(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str = "zero") -> pd.DataFrame:
     "Per-query scores: a DataFrame indexed by qid (all judged topics), one column per measure (display names)."
-    if missing not in ("zero", "skip"): raise ClirError(f"missing must be 'zero' or 'skip', got {missing!r}")
+    if missing not in ("zero", "skip"):
+        raise ClirError(f"missing must be 'zero' or 'skip', got {missing!r}")
     ms = parse_measures(measures)
     names = [measure_name(m) for m in ms]
     judged_run = {q: docs for q, docs in run.items() if q in qrels and docs}
     rows = {q: {} for q in qrels} if missing == "zero" else {q: {} for q in judged_run}
     if judged_run:
         # providers see numbered topics (gdeval, for nDCG(dcg='exp-log2') and ERR, reads only numeric ids); scores map back
-        num = {q: str(i) for i, q in enumerate(qrels, 1)}; back = {v: q for q, v in num.items()}
+        num = {q: str(i) for i, q in enumerate(qrels, 1)}
+        back = {v: q for q, v in num.items()}
         try:
-            for r in ir_measures.iter_calc(ms, {num[q]: v for q, v in qrels.items()}, {num[q]: v for q, v in judged_run.items()}):
+            for r in ir_measures.iter_calc(
+                ms, {num[q]: v for q, v in qrels.items()}, {num[q]: v for q, v in judged_run.items()}
+            ):
                 q = back[r.query_id]
                 if q in rows:  # ir-measures may also report judged topics absent from the run; `rows` decides
                     rows[q][measure_name(r.measure)] = float(r.value)
@@ -146,6 +183,7 @@ def evaluate(run: Mapping, qrels: Mapping, measures="MAP nDCG@20", missing: str 
 # %% ../nbs/12_evaluate.ipynb #12baf7a1
 MIN_TEST_QUERIES = 3  # fewer common queries: no test (p = NaN), the cell stays unmarked
 
+
 def paired_ttest(scores, baseline) -> tuple[float, float]:
     """Two-sided paired t-test over the common queries: returns `(mean difference, p-value)`. p = 1 when every difference
     is 0; p = NaN (untested, never marked) on fewer than `MIN_TEST_QUERIES` queries or a constant non-zero difference
@@ -154,102 +192,164 @@ def paired_ttest(scores, baseline) -> tuple[float, float]:
     common = a.index.intersection(b.index)
     d = (a[common] - b[common]).to_numpy(float)
     delta = float(d.mean()) if len(d) else 0.0
-    if len(d) < MIN_TEST_QUERIES: return delta, float("nan")
-    if np.allclose(d, 0): return 0.0, 1.0
-    if np.allclose(d, d[0]): return delta, float("nan")
+    if len(d) < MIN_TEST_QUERIES:
+        return delta, float("nan")
+    if np.allclose(d, 0):
+        return 0.0, 1.0
+    if np.allclose(d, d[0]):
+        return delta, float("nan")
     return delta, float(stats.ttest_rel(a[common], b[common]).pvalue)
 
 # %% ../nbs/12_evaluate.ipynb #f069d79d
 def holm(pvalues: Sequence[float]) -> list[float]:
     "Holm-adjusted p-values (step-down, monotone, capped at 1), in input order; NaN (untested) stays NaN and is not counted."
-    p = np.asarray(pvalues, float); adj = np.full(len(p), np.nan)
-    tested = np.flatnonzero(~np.isnan(p)); m = len(tested)
+    p = np.asarray(pvalues, float)
+    adj = np.full(len(p), np.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    m = len(tested)
     running = 0.0
     for i, j in enumerate(tested[np.argsort(p[tested], kind="stable")]):
-        running = max(running, (m - i) * p[j]); adj[j] = min(1.0, running)
+        running = max(running, (m - i) * p[j])
+        adj[j] = min(1.0, running)
     return adj.tolist()
 
 # %% ../nbs/12_evaluate.ipynb #92af23f2
 @dataclass
 class Cell:
     "One table cell: per-query scores of `row` on `col`, tested against the cell of row `baseline` if given."
+
     row: str
     col: str
     scores: pd.Series
     baseline: str | None = None
 
+
 AVG_RULES = ("unrounded", "rounded")
+
+# %% ../nbs/12_evaluate.ipynb #eacb8947
+def _tests_frame(cells: list, alpha: float) -> pd.DataFrame:
+    "One row per cell that has a baseline: its paired t-test, Holm's correction over all of them, and the marks' flags."
+    by, tests = {(c.row, c.col): c for c in cells}, []
+    for c in cells:
+        if c.baseline is None:
+            continue
+        b = by.get((c.baseline, c.col))
+        if b is None:
+            raise ClirError(f"cell {c.row}/{c.col}: baseline row {c.baseline!r} has no cell in column {c.col!r}")
+        d, p = paired_ttest(c.scores, b.scores)
+        tests.append(((c.row, c.col), d, p, len(c.scores.index.intersection(b.scores.index))))
+    adj = holm([t[2] for t in tests])
+    rows = [
+        dict(
+            row=k[0],
+            col=k[1],
+            n=n,
+            delta=d,
+            p=p,
+            p_holm=a,
+            sig=bool(d > 0 and p < alpha),
+            sig_holm=bool(d > 0 and a < alpha),
+            worse=bool(d < 0 and p < alpha),
+            worse_holm=bool(d < 0 and a < alpha),
+        )
+        for (k, d, p, n), a in zip(tests, adj)
+    ]
+    return pd.DataFrame(
+        rows, columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm", "worse", "worse_holm"]
+    )
 
 # %% ../nbs/12_evaluate.ipynb #8535a88d
 class ResultTable:
     """Cells → mean table with AVG, significance (uncorrected and Holm) and Markdown/LaTeX rendering.
     `avg_rule`: "unrounded" (AVG = mean of the per-pair means) or "rounded" (the paper's rule: mean of the per-pair
     means rounded to `digits` decimals)."""
-    def __init__(self, cells: Iterable[Cell], measure: str = "", alpha: float = 0.05, digits: int = 3, avg: bool = True,
-                 avg_rule: str = "unrounded"):
-        if avg_rule not in AVG_RULES: raise ClirError(f"avg_rule must be one of {', '.join(AVG_RULES)}, got {avg_rule!r}")
+
+    def __init__(
+        self,
+        cells: Iterable[Cell],
+        measure: str = "",
+        alpha: float = 0.05,
+        digits: int = 3,
+        avg: bool = True,
+        avg_rule: str = "unrounded",
+    ):
+        if avg_rule not in AVG_RULES:
+            raise ClirError(f"avg_rule must be one of {', '.join(AVG_RULES)}, got {avg_rule!r}")
         self.cells, self.measure, self.alpha, self.digits, self.avg = list(cells), measure, alpha, digits, avg
         self.avg_rule = avg_rule
         self.rows = list(dict.fromkeys(c.row for c in self.cells))
         self.cols = list(dict.fromkeys(c.col for c in self.cells))
-        by = {(c.row, c.col): c for c in self.cells}
-        tests = []
-        for c in self.cells:
-            if c.baseline is None: continue
-            b = by.get((c.baseline, c.col))
-            if b is None: raise ClirError(f"cell {c.row}/{c.col}: baseline row {c.baseline!r} has no cell in column {c.col!r}")
-            d, p = paired_ttest(c.scores, b.scores)
-            tests.append(((c.row, c.col), d, p, len(c.scores.index.intersection(b.scores.index))))
-        adj = holm([t[2] for t in tests])
-        self.tests = pd.DataFrame([{"row": k[0], "col": k[1], "n": n, "delta": d, "p": p, "p_holm": a,
-                                    "sig": bool(d > 0 and p < alpha), "sig_holm": bool(d > 0 and a < alpha),
-                                    "worse": bool(d < 0 and p < alpha), "worse_holm": bool(d < 0 and a < alpha)}
-                                   for (k, d, p, n), a in zip(tests, adj)],
-                                  columns=["row", "col", "n", "delta", "p", "p_holm", "sig", "sig_holm", "worse", "worse_holm"])
+        self.tests = _tests_frame(self.cells, alpha)
 
     @property
     def means(self) -> pd.DataFrame:
         "Mean score per row and column, plus AVG (mean over columns) when `avg`."
         df = pd.DataFrame(index=self.rows, columns=self.cols, dtype=float)
-        for c in self.cells: df.loc[c.row, c.col] = float(c.scores.mean()) if len(c.scores) else float("nan")
+        for c in self.cells:
+            df.loc[c.row, c.col] = float(c.scores.mean()) if len(c.scores) else float("nan")
         per_pair = df[self.cols].round(self.digits) if self.avg_rule == "rounded" else df[self.cols]
-        if self.avg: df["AVG"] = per_pair.mean(axis=1, skipna=False)  # a row missing a pair gets no average: it would not compare
+        # a row missing a pair gets no average: it would not compare
+        if self.avg:
+            df["AVG"] = per_pair.mean(axis=1, skipna=False)
         return df
 
     def marks(self) -> pd.DataFrame:
         "`†`/`‡` per cell significantly better than its baseline, `↓`/`⇓` significantly worse ('' when neither)."
         m = pd.DataFrame("", index=self.rows, columns=list(self.means.columns))
         for t in self.tests.itertuples():
-            m.loc[t.row, t.col] = ("‡" if t.sig_holm else "†") if t.sig else ("⇓" if t.worse_holm else "↓") if t.worse else ""
+            m.loc[t.row, t.col] = (
+                ("‡" if t.sig_holm else "†") if t.sig else ("⇓" if t.worse_holm else "↓") if t.worse else ""
+            )
         return m
 
     def formatted(self) -> pd.DataFrame:
         "Means as strings with significance marks."
         means, marks = self.means, self.marks()
-        return pd.DataFrame({c: [("—" if pd.isna(v) else f"{v:.{self.digits}f}") + marks.loc[r, c] for r, v in means[c].items()]
-                             for c in means.columns}, index=means.index)
+        return pd.DataFrame(
+            {
+                c: [("—" if pd.isna(v) else f"{v:.{self.digits}f}") + marks.loc[r, c] for r, v in means[c].items()]
+                for c in means.columns
+            },
+            index=means.index,
+        )
 
-    def _repr_markdown_(self): return self.to_markdown()
+    def _repr_markdown_(self):
+        return self.to_markdown()
 
 # %% ../nbs/12_evaluate.ipynb #57fdb852
 @patch
 def to_markdown(self: ResultTable) -> str:
     "A Markdown table (with a legend line)."
-    df = self.formatted(); head = [self.measure or ""] + list(df.columns)
+    df = self.formatted()
+    head = [self.measure or ""] + list(df.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
     lines += ["| " + " | ".join([r] + list(df.loc[r])) + " |" for r in df.index]
-    legend = (f"† better than the first stage, p < {self.alpha} (paired t-test, uncorrected); ‡ also after Holm correction across "
-              f"the table; ↓ worse, p < {self.alpha} (uncorrected); ⇓ worse also after Holm correction.")
+    legend = (
+        f"† better than the first stage, p < {self.alpha} (paired t-test, uncorrected); ‡ also after Holm correction across "
+        f"the table; ↓ worse, p < {self.alpha} (uncorrected); ⇓ worse also after Holm correction."
+    )
     return "\n".join(lines) + "\n\n" + " ".join([legend] + self.notes()) + "\n"
 
 # %% ../nbs/12_evaluate.ipynb #ecf83279
 @patch
 def to_latex(self: ResultTable) -> str:
     "A LaTeX tabular (booktabs) with `\\dagger`/`\\ddagger` marks."
-    df = self.formatted().apply(lambda col: col.str.replace("‡", r"$^\ddagger$").str.replace("†", r"$^\dagger$").str.replace("⇓", r"$^\Downarrow$").str.replace("↓", r"$^\downarrow$").str.replace("—", "--"))
+    df = self.formatted().apply(
+        lambda col: (
+            col.str.replace("‡", r"$^\ddagger$")
+            .str.replace("†", r"$^\dagger$")
+            .str.replace("⇓", r"$^\Downarrow$")
+            .str.replace("↓", r"$^\downarrow$")
+            .str.replace("—", "--")
+        )
+    )
     esc = lambda s: str(s).replace("_", r"\_").replace("&", r"\&").replace("%", r"\%")
-    out = [r"\begin{tabular}{l" + "r" * len(df.columns) + "}", r"\toprule",
-           " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\", r"\midrule"]
+    out = [
+        r"\begin{tabular}{l" + "r" * len(df.columns) + "}",
+        r"\toprule",
+        " & ".join([esc(self.measure)] + [esc(c) for c in df.columns]) + r" \\",
+        r"\midrule",
+    ]
     out += [" & ".join([esc(r)] + list(df.loc[r])) + r" \\" for r in df.index]
     return "\n".join(out + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
@@ -258,9 +358,14 @@ def to_latex(self: ResultTable) -> str:
 def notes(self: ResultTable) -> list[str]:
     "Lines that explain unmarked cells that were not tested, and a non-default AVG rule."
     out, t = [], self.tests
-    if (few := int((t["n"] < MIN_TEST_QUERIES).sum())):
-        out.append(f"{few} cell(s) compared with their baseline on fewer than {MIN_TEST_QUERIES} queries: not tested (p undefined), no mark.")
-    if (const := int((t["p"].isna() & (t["n"] >= MIN_TEST_QUERIES)).sum())):
-        out.append(f"{const} cell(s) differ from their baseline by the same amount on every query: t-test undefined (no variance), no mark.")
-    if self.avg and self.avg_rule == "rounded": out.append(f"AVG: mean of the per-pair values rounded to {self.digits} decimals (the paper's rule).")
+    if few := int((t["n"] < MIN_TEST_QUERIES).sum()):
+        out.append(
+            f"{few} cell(s) compared with their baseline on fewer than {MIN_TEST_QUERIES} queries: not tested (p undefined), no mark."
+        )
+    if const := int((t["p"].isna() & (t["n"] >= MIN_TEST_QUERIES)).sum()):
+        out.append(
+            f"{const} cell(s) differ from their baseline by the same amount on every query: t-test undefined (no variance), no mark."
+        )
+    if self.avg and self.avg_rule == "rounded":
+        out.append(f"AVG: mean of the per-pair values rounded to {self.digits} decimals (the paper's rule).")
     return out

@@ -14,9 +14,10 @@ __all__ = ['LOCAL', 'Executor', 'LocalExecutor', 'batches_of', 'run_groups']
 # %% ../nbs/00c_executor.ipynb #103e8013
 class Executor(ABC):
     "Computes batches of an owner's model work: `map(owner, method, calls)`; `groups` says how many batches go out together."
-    workers: int = 1          # processes computing batches at once
-    per_worker: int = 1       # batches handed to each worker in one group
-    device: str | None = None # where the batches run ("cpu", "cuda"); None: the owner decides
+
+    workers: int = 1  # processes computing batches at once
+    per_worker: int = 1  # batches handed to each worker in one group
+    device: str | None = None  # where the batches run ("cpu", "cuda"); None: the owner decides
 
     @abstractmethod
     def map(self, owner, method: str, calls: Sequence[tuple]) -> list:
@@ -27,28 +28,38 @@ class Executor(ABC):
         group, size = [], max(1, self.workers * self.per_worker)
         for b in batches:
             group.append(list(b))
-            if len(group) == size: yield group; group = []
-        if group: yield group
+            if len(group) == size:
+                yield group
+                group = []
+        if group:
+            yield group
 
-    def describe(self) -> str: return f"{type(self).__name__}()"
-    def __repr__(self): return self.describe()
+    def describe(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __repr__(self):
+        return self.describe()
 
 # %% ../nbs/00c_executor.ipynb #ee7251c2
 class LocalExecutor(Executor):
     "Every batch in this process, one after the other (the default of every model-backed part)."
+
     def map(self, owner, method: str, calls: Sequence[tuple]) -> list:
         fn = getattr(owner, method)
         return [fn(*args) for args in calls]
 
-    def describe(self) -> str: return "local (this process)"
+    def describe(self) -> str:
+        return "local (this process)"
+
 
 LOCAL = LocalExecutor()
 
 # %% ../nbs/00c_executor.ipynb #e0286221
 def batches_of(items: Sequence, size: int) -> list[list]:
     "`items` in consecutive batches of `size` (the last may be shorter)."
-    if size < 1: raise ClirError(f"batch size must be at least 1, got {size}")
-    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+    if size < 1:
+        raise ClirError(f"batch size must be at least 1, got {size}")
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 # %% ../nbs/00c_executor.ipynb #800a39d0
 def run_groups(executor: Executor, owner, method: str, batches: Iterable[list], *args) -> Iterator[tuple[list, list]]:
@@ -56,5 +67,6 @@ def run_groups(executor: Executor, owner, method: str, batches: Iterable[list], 
     for group in executor.groups(batches):
         out = executor.map(owner, method, [(b, *args) for b in group])
         items, values = [x for b in group for x in b], [v for vs in out for v in vs]
-        if len(items) != len(values): raise ClirError(f"{method}: {len(values)} values for {len(items)} inputs")
+        if len(items) != len(values):
+            raise ClirError(f"{method}: {len(values)} values for {len(items)} inputs")
         yield items, values

@@ -18,62 +18,105 @@ __all__ = ['PUBLISHED_DOC_LENGTH', 'FIGURE_STYLE', 'doc_length_figure', 'cost_fi
 # paper's series "BM25-OG/DT" and "NV-Embed-v2-OG/DT" are its first stages (BM25-DT in configs/paper-clef.yaml, and
 # NV-Embed-v2) reranked on the original or the translated documents; keys are the rows of `doc_length_table`.
 PUBLISHED_DOC_LENGTH = {
-    "RankZephyr": {"BM25-DT · OG docs": (.323, .346, .254), "BM25-DT · DT docs": (.333, .361, .284),
-                   "NV-Embed-v2 · OG docs": (.334, .353, .305), "NV-Embed-v2 · DT docs": (.334, .375, .328)},
-    "Llama-3.1-8B": {"BM25-DT · OG docs": (.328, .349, .348), "BM25-DT · DT docs": (.340, .360, .362),
-                     "NV-Embed-v2 · OG docs": (.339, .363, .366), "NV-Embed-v2 · DT docs": (.359, .367, .383)},
+    "RankZephyr": {
+        "BM25-DT · OG docs": (0.323, 0.346, 0.254),
+        "BM25-DT · DT docs": (0.333, 0.361, 0.284),
+        "NV-Embed-v2 · OG docs": (0.334, 0.353, 0.305),
+        "NV-Embed-v2 · DT docs": (0.334, 0.375, 0.328),
+    },
+    "Llama-3.1-8B": {
+        "BM25-DT · OG docs": (0.328, 0.349, 0.348),
+        "BM25-DT · DT docs": (0.340, 0.360, 0.362),
+        "NV-Embed-v2 · OG docs": (0.339, 0.363, 0.366),
+        "NV-Embed-v2 · DT docs": (0.359, 0.367, 0.383),
+    },
 }
-FIGURE_STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": 8.5, "ytick.labelsize": 8.5,
-                "legend.fontsize": 8.5, "figure.titlesize": 10}  # every text >= 8 pt at the saved size
+FIGURE_STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8.5,
+    "ytick.labelsize": 8.5,
+    "legend.fontsize": 8.5,
+    "figure.titlesize": 10,
+}  # every text >= 8 pt at the saved size
+
 
 def _docs_marker(series: str) -> dict:
     "OG docs: filled circle; DT docs: larger open square, so two series on the same values both stay visible."
-    if series.rstrip().endswith("DT docs") or series.endswith("DT"): return dict(marker="s", markersize=9, markerfacecolor="none", markeredgewidth=1.6)
+    if series.rstrip().endswith("DT docs") or series.endswith("DT"):
+        return dict(marker="s", markersize=9, markerfacecolor="none", markeredgewidth=1.6)
     return dict(marker="o", markersize=5.5)
 
 # %% ../nbs/13d_figures.ipynb #d76e6e62
 def _freeze(fig):
     "Lay out once and keep it (constrained layout can move by a pixel on a second draw; saved files must not change)."
-    fig.draw_without_rendering(); fig.set_layout_engine("none")
+    fig.draw_without_rendering()
+    fig.set_layout_engine("none")
     return fig
 
 # %% ../nbs/13d_figures.ipynb #d84a5aba
 def _ylim(ax, values):
     "A y range of at least 0.1 around the values (a flat series is not drawn on a 0.48-0.52 axis), inside [0, 1] for scores."
     v = np.asarray([x for x in values if x == x], float)
-    if not len(v): return
-    lo, hi = v.min(), v.max(); mid, span = (lo + hi) / 2, max(hi - lo, 0.1) * 1.2
+    if not len(v):
+        return
+    lo, hi = v.min(), v.max()
+    mid, span = (lo + hi) / 2, max(hi - lo, 0.1) * 1.2
     bottom, top = mid - span / 2, mid + span / 2
-    if lo >= 0 and hi <= 1: bottom, top = max(-.05, bottom), min(1.05, top)
+    if lo >= 0 and hi <= 1:
+        bottom, top = max(-0.05, bottom), min(1.05, top)
     ax.set_ylim(bottom, top)
 
 # %% ../nbs/13d_figures.ipynb #d0ff0f2d
 def doc_length_figure(table, published: dict | None = None, title: str = "", ylabel: str = "average score"):
     """Panels stacked vertically, one per reranker, sharing x (passage tokens): one line per first stage × OG/DT
     documents (markers: OG filled circles, DT open squares); DT lines dashed; the published values dotted with crosses."""
-    import matplotlib.pyplot as plt   # heavy: only when a figure is drawn
+    import matplotlib.pyplot as plt  # heavy: only when a figure is drawn
+
     rerankers = list(dict.fromkeys(r.split(" / ")[0] for r in table.index))
     xs = [int(c) for c in table.columns]
     with plt.rc_context(FIGURE_STYLE):
-        fig, axes = plt.subplots(len(rerankers), 1, figsize=(8.6 if published else 7.4, 2.6 * len(rerankers) + 1.1), sharex=True,
-                                 squeeze=False, layout="constrained")
+        fig, axes = plt.subplots(
+            len(rerankers),
+            1,
+            figsize=(8.6 if published else 7.4, 2.6 * len(rerankers) + 1.1),
+            sharex=True,
+            squeeze=False,
+            layout="constrained",
+        )
         for ax, rname in zip(axes[:, 0], rerankers):
             values = []
             for i, row in enumerate(r for r in table.index if r.split(" / ")[0] == rname):
                 series, ys = row.split(" / ", 1)[1], table.loc[row].to_numpy(float)
-                dashed = _docs_marker(series)["marker"] == "s"   # DT dashed: a solid OG line under it shows through
-                ax.plot(xs, ys, "--" if dashed else "-", color=f"C{i}", label=series, **_docs_marker(series)); values += list(ys)
+                dashed = _docs_marker(series)["marker"] == "s"  # DT dashed: a solid OG line under it shows through
+                ax.plot(xs, ys, "--" if dashed else "-", color=f"C{i}", label=series, **_docs_marker(series))
+                values += list(ys)
                 if published and series in published.get(rname, {}):
-                    ax.plot(xs, published[rname][series], ":x", color=f"C{i}", alpha=.7, markersize=6, label=f"{series} (paper)")
+                    ax.plot(
+                        xs,
+                        published[rname][series],
+                        ":x",
+                        color=f"C{i}",
+                        alpha=0.7,
+                        markersize=6,
+                        label=f"{series} (paper)",
+                    )
                     values += list(published[rname][series])
             _ylim(ax, values)
-            ax.set_title(rname, loc="left"); ax.set_ylabel(ylabel); ax.grid(alpha=.3)
-        handles = {l: h for ax in axes[:, 0] for h, l in zip(*ax.get_legend_handles_labels())}   # one legend, beside the panels
+            ax.set_title(rname, loc="left")
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+        # one legend, beside the panels
+        handles = {l: h for ax in axes[:, 0] for h, l in zip(*ax.get_legend_handles_labels())}
         fig.legend(handles.values(), handles.keys(), loc="outside right center", frameon=False)
-        if min(xs) > 0 and max(xs) / min(xs) >= 4: axes[-1, 0].set_xscale("log", base=2)   # 64/128/256 evenly spaced
-        axes[-1, 0].set_xticks(xs, [str(x) for x in xs]); axes[-1, 0].minorticks_off()
+        if min(xs) > 0 and max(xs) / min(xs) >= 4:
+            axes[-1, 0].set_xscale("log", base=2)  # 64/128/256 evenly spaced
+        axes[-1, 0].set_xticks(xs, [str(x) for x in xs])
+        axes[-1, 0].minorticks_off()
         axes[-1, 0].set_xlabel("passage length (tokens shown to the reranker)")
-        if title: fig.suptitle(title)
+        if title:
+            fig.suptitle(title)
         return _freeze(fig)
 
 # %% ../nbs/13d_figures.ipynb #a6eb2482
@@ -83,40 +126,59 @@ def _row_style(row: str, bases: list, stages: list) -> dict:
     base = rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest
     shape = "osD^vP*X"[stages.index(fs) % 8]
     style = dict(marker=shape, color=f"C{bases.index((fs, base)) % 10}", linestyle="none")
-    return style | (dict(markersize=10, markerfacecolor="none", markeredgewidth=1.6) if rest.endswith(" DT") else dict(markersize=6))
+    return style | (
+        dict(markersize=10, markerfacecolor="none", markeredgewidth=1.6) if rest.endswith(" DT") else dict(markersize=6)
+    )
 
 # %% ../nbs/13d_figures.ipynb #ba0b8028
 def cost_figure(cost, measure: str, title: str = ""):
     """Effectiveness against cost per query (prompts, input and output tokens): one marker per reranked row, named in
     one legend, with each first stage's score (dashed) and the oracle reordering of its top k (dotted) on the same
     queries and pairs as horizontal reference lines when the cost rows hold them (`rerank_table`'s do)."""
-    import matplotlib.pyplot as plt   # heavy: only when a figure is drawn
+    import matplotlib.pyplot as plt  # heavy: only when a figure is drawn
+
     s = cost_summary(cost)
     y = measure if measure in s.columns else "score"
     topk = cost.groupby("row", sort=False)["top_k"].first() if "top_k" in cost.columns else {}
     parts = [(r.partition(" » ")[0], r.partition(" » ")[2]) for r in s.index]
     stages = list(dict.fromkeys(fs for fs, _ in parts))
-    refs = {}   # (label, value) -> line style: one line per distinct first stage / oracle value, a grey per first stage
+    refs = {}  # (label, value) -> line style: one line per distinct first stage / oracle value, a grey per first stage
     for row, (fs, _) in zip(s.index, parts):
-        shade = str(.15 + .25 * (stages.index(fs) % 3))
-        if f"{y} first stage" in s.columns: refs.setdefault((f"{fs} (first stage)", round(s.loc[row, f"{y} first stage"], 6)), dict(ls="--", color=shade))
+        shade = str(0.15 + 0.25 * (stages.index(fs) % 3))
+        if f"{y} first stage" in s.columns:
+            refs.setdefault(
+                (f"{fs} (first stage)", round(s.loc[row, f"{y} first stage"], 6)), dict(ls="--", color=shade)
+            )
         if f"{y} oracle" in s.columns:
             k = f" top-{topk[row]}" if row in topk else ""
-            refs.setdefault((f"{fs} oracle{k} (ceiling)", round(s.loc[row, f"{y} oracle"], 6)), dict(ls=":", color=shade))
-    bases = list(dict.fromkeys((fs, rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest) for fs, rest in parts))
+            refs.setdefault(
+                (f"{fs} oracle{k} (ceiling)", round(s.loc[row, f"{y} oracle"], 6)), dict(ls=":", color=shade)
+            )
+    bases = list(
+        dict.fromkeys((fs, rest.rsplit(" ", 1)[0] if rest.endswith((" OG", " DT")) else rest) for fs, rest in parts)
+    )
     with plt.rc_context(FIGURE_STYLE):
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3.2 + 0.22 * ((len(s) + 1) // 2)), sharey=True, layout="constrained")
-        for ax, col, lab in zip(axes, ["prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"],
-                                ["LLM prompts / query", "input tokens / query", "output tokens / query"]):
+        fig, axes = plt.subplots(
+            1, 3, figsize=(11, 3.2 + 0.22 * ((len(s) + 1) // 2)), sharey=True, layout="constrained"
+        )
+        for ax, col, lab in zip(
+            axes,
+            ["prompts_per_query", "tokens_in_per_query", "tokens_out_per_query"],
+            ["LLM prompts / query", "input tokens / query", "output tokens / query"],
+        ):
             for row, r in s.iterrows():
                 ax.plot([r[col]], [r[y]], label=row, **_row_style(row, bases, stages))
-            for (label, v), style in refs.items(): ax.axhline(v, label=label, lw=1, **style)
-            ax.set_xlabel(lab); ax.grid(alpha=.3)
-            if s[col].min() > 0 and s[col].max() / max(s[col].min(), 1e-9) > 20: ax.set_xscale("log")
+            for (label, v), style in refs.items():
+                ax.axhline(v, label=label, lw=1, **style)
+            ax.set_xlabel(lab)
+            ax.grid(alpha=0.3)
+            if s[col].min() > 0 and s[col].max() / max(s[col].min(), 1e-9) > 20:
+                ax.set_xscale("log")
         _ylim(axes[0], s[y].tolist() + [v for _, v in refs])
         axes[0].set_ylabel(f"{measure} (average over pairs)")
         fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2, frameon=False)
-        if title: fig.suptitle(title)
+        if title:
+            fig.suptitle(title)
         return _freeze(fig)
 
 # %% ../nbs/13d_figures.ipynb #8fb10d56

@@ -10,8 +10,16 @@ from typing import Optional
 from urllib.parse import parse_qsl
 from .core import ClirError, FormatError, Query, Document, Qrels, check_id, stable_hash
 from .languages import parse_pair
-from .collections import (AnyPair, ShippedOptions, StreamedCollection, register_collection, read_text_lines, _TOP, _clean,
-                                  _qrels_line)
+from clir_llm.collections import (
+    AnyPair,
+    ShippedOptions,
+    StreamedCollection,
+    register_collection,
+    read_text_lines,
+    _TOP,
+    _clean,
+    _qrels_line,
+)
 from .specs import opt
 
 # %% auto #0
@@ -23,45 +31,65 @@ def read_topics(path, lang: str) -> dict[str, Query]:
     path = Path(path)
     lines = list(read_text_lines(path, "utf-8"))
     first = next((l.strip() for _, l in lines if l.strip()), "")
-    if first.startswith("<"): return _trec_topics(path, lines, lang)
+    if first.startswith("<"):
+        return _trec_topics(path, lines, lang)
     out, jsonl = {}, first.startswith("{")
     for i, line in lines:
-        if not line.strip(): continue
+        if not line.strip():
+            continue
         if jsonl:
-            try: r = json.loads(line)
-            except json.JSONDecodeError as e: raise FormatError(path, i, f"invalid JSON: {e.msg} at column {e.colno}") from None
-            qid = next((r[k] for k in ("qid", "query_id", "_id", "id") if k in r), None) if isinstance(r, dict) else None
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FormatError(path, i, f"invalid JSON: {e.msg} at column {e.colno}") from None
+            qid = (
+                next((r[k] for k in ("qid", "query_id", "_id", "id") if k in r), None) if isinstance(r, dict) else None
+            )
             text = (r.get("text") or r.get("title") or "") if isinstance(r, dict) else ""
-            if qid is None: raise FormatError(path, i, f"a topic needs an id (qid, query_id, _id or id): {line.strip()[:80]!r}")
+            if qid is None:
+                raise FormatError(path, i, f"a topic needs an id (qid, query_id, _id or id): {line.strip()[:80]!r}")
         else:
             parts = line.rstrip("\r\n").split("\t")
-            if len(parts) != 2: raise FormatError(path, i, f"expected 'qid<TAB>text', got {len(parts)} column(s): {line.strip()[:80]!r}")
+            if len(parts) != 2:
+                raise FormatError(
+                    path, i, f"expected 'qid<TAB>text', got {len(parts)} column(s): {line.strip()[:80]!r}"
+                )
             qid, text = parts
         qid, text = check_id(str(qid), "query id", path, i), " ".join(str(text).split())
-        if not text: raise FormatError(path, i, f"query {qid!r} has an empty text")
-        if qid in out: raise FormatError(path, i, f"query {qid!r} appears twice")
+        if not text:
+            raise FormatError(path, i, f"query {qid!r} has an empty text")
+        if qid in out:
+            raise FormatError(path, i, f"query {qid!r} appears twice")
         out[qid] = Query(qid, text, lang)
-    if not out: raise FormatError(path, None, "no topics in file")
+    if not out:
+        raise FormatError(path, None, "no topics in file")
     return out
 
 # %% ../nbs/03a_files.ipynb #03866283
 def _trec_topics(path, lines, lang) -> dict[str, Query]:
     text = "".join(l for _, l in lines)
     starts = [0]
-    for _, l in lines: starts.append(starts[-1] + len(l))
+    for _, l in lines:
+        starts.append(starts[-1] + len(l))
     out = {}
     for m in _TOP.finditer(text):
         line, body = bisect.bisect_right(starts, m.start()), m.group(2)
         num = re.search(r"<num>\s*(?:Number:)?\s*([^<\s]+)", body, re.I)
-        if not num: raise FormatError(path, line, "topic without <num>")
-        def field(name):   # up to the next tag (TREC topic files leave fields unclosed)
+        if not num:
+            raise FormatError(path, line, "topic without <num>")
+
+        def field(name):  # up to the next tag (TREC topic files leave fields unclosed)
             f = re.search(rf"<{name}>\s*(?:Description:|Narrative:)?(.*?)(?=<|$)", body, re.I | re.S)
             return _clean(f.group(1)) if f else ""
+
         qid, title = num.group(1), field("title")
-        if not title: raise FormatError(path, line, f"topic {qid} has no <title>")
-        if qid in out: raise FormatError(path, line, f"topic {qid} appears twice")
+        if not title:
+            raise FormatError(path, line, f"topic {qid} has no <title>")
+        if qid in out:
+            raise FormatError(path, line, f"topic {qid} appears twice")
         out[qid] = Query(qid, " ".join(f"{title} {field('desc')}".split()), lang)
-    if not out: raise FormatError(path, None, "no <top> topics in file")
+    if not out:
+        raise FormatError(path, None, "no <top> topics in file")
     return out
 
 # %% ../nbs/03a_files.ipynb #f082c9ce
@@ -70,61 +98,95 @@ def iter_corpus(path, lang: str):
     path = Path(path)
     jsonl = None
     for i, line in read_text_lines(path, "utf-8"):
-        if not line.strip(): continue
-        if jsonl is None: jsonl = line.lstrip().startswith("{")
+        if not line.strip():
+            continue
+        if jsonl is None:
+            jsonl = line.lstrip().startswith("{")
         if jsonl:
-            try: r = json.loads(line)
+            try:
+                r = json.loads(line)
             except json.JSONDecodeError as e:
                 hint = " (the file looks truncated)" if not line.endswith("\n") else ""
                 raise FormatError(path, i, f"invalid JSON{hint}: {e.msg} at column {e.colno}") from None
-            docid = next((r[k] for k in ("docid", "_id", "id", "doc_id") if k in r), None) if isinstance(r, dict) else None
+            docid = (
+                next((r[k] for k in ("docid", "_id", "id", "doc_id") if k in r), None) if isinstance(r, dict) else None
+            )
             if docid is None or "text" not in r:
-                raise FormatError(path, i, f"a document needs an id (docid, _id or id) and a text: keys are {sorted(r) if isinstance(r, dict) else type(r).__name__}")
-            yield Document(check_id(str(docid), "document id", path, i), str(r["text"] or ""), str(r.get("title") or ""), lang)
+                raise FormatError(
+                    path,
+                    i,
+                    f"a document needs an id (docid, _id or id) and a text: keys are {sorted(r) if isinstance(r, dict) else type(r).__name__}",
+                )
+            yield Document(
+                check_id(str(docid), "document id", path, i), str(r["text"] or ""), str(r.get("title") or ""), lang
+            )
         else:
             parts = line.rstrip("\r\n").split("\t")
-            if len(parts) not in (2, 3): raise FormatError(path, i, f"expected 'docid<TAB>text' or 'docid<TAB>title<TAB>text', got {len(parts)} column(s)")
-            yield Document(check_id(parts[0], "document id", path, i), parts[-1], parts[1] if len(parts) == 3 else "", lang)
+            if len(parts) not in (2, 3):
+                raise FormatError(
+                    path, i, f"expected 'docid<TAB>text' or 'docid<TAB>title<TAB>text', got {len(parts)} column(s)"
+                )
+            yield Document(
+                check_id(parts[0], "document id", path, i), parts[-1], parts[1] if len(parts) == 3 else "", lang
+            )
 
 # %% ../nbs/03a_files.ipynb #6a528166
 _EXTS = ("", ".jsonl.gz", ".jsonl", ".tsv.gz", ".tsv", ".txt.gz", ".txt", ".xml", ".trec", ".json")
+
 
 def parse_files_spec(arg: str, root=None) -> tuple[Path, dict[str, str]]:
     "The folder and the options (`topics`, `qrels`, `corpus`, `translations`, `pair`) of a `files:` argument."
     folder, _, query = str(arg or "").partition("?")
     opts = dict(parse_qsl(query, keep_blank_values=True))
     if bad := sorted(set(opts) - {"topics", "qrels", "corpus", "translations", "pair", "name"}):
-        raise ClirError(f"files:{arg}: unknown option(s) {', '.join(bad)} (topics, qrels, corpus, translations, pair, name)")
+        raise ClirError(
+            f"files:{arg}: unknown option(s) {', '.join(bad)} (topics, qrels, corpus, translations, pair, name)"
+        )
     base = Path(folder or root or ".").expanduser()
-    if not base.is_dir(): raise ClirError(f"files:{arg}: {base} is not a folder (files:<folder>, or files: with --root / root:)")
+    if not base.is_dir():
+        raise ClirError(f"files:{arg}: {base} is not a folder (files:<folder>, or files: with --root / root:)")
     return base, opts
 
 # %% ../nbs/03a_files.ipynb #e0eb51f8
 def _pick(folder: Path, opts: dict, key: str, stems: list[str], optional: bool = False) -> Path | None:
     if key in opts:
-        p = Path(opts[key]).expanduser(); p = p if p.is_absolute() else folder / p
-        if not p.is_file(): raise ClirError(f"{p}: no such file ({key}= of files:{folder})")
+        p = Path(opts[key]).expanduser()
+        p = p if p.is_absolute() else folder / p
+        if not p.is_file():
+            raise ClirError(f"{p}: no such file ({key}= of files:{folder})")
         return p
     for stem in stems:
         for ext in _EXTS:
-            if (folder / (stem + ext)).is_file(): return folder / (stem + ext)
-    if optional: return None
-    raise ClirError(f"{folder}: no {key} file (looked for {' or '.join(s + '.*' for s in stems)}; "
-                    f"files there: {', '.join(sorted(p.name for p in folder.iterdir())[:20]) or 'none'})")
+            if (folder / (stem + ext)).is_file():
+                return folder / (stem + ext)
+    if optional:
+        return None
+    raise ClirError(
+        f"{folder}: no {key} file (looked for {' or '.join(s + '.*' for s in stems)}; "
+        f"files there: {', '.join(sorted(p.name for p in folder.iterdir())[:20]) or 'none'})"
+    )
 
 # %% ../nbs/03a_files.ipynb #b58b2e87
 def files_pairs(arg: str = "") -> list[str] | AnyPair:
     "The pairs of `files:<arg>`: the `pair=` it names, else any pair."
-    p = parse_files_spec(arg)[1].get("pair")   # a folder named that is not one: said here (`datasets files:/nonexistent` listed it)
+    # a folder named that is not one: said here (`datasets files:/nonexistent` listed it)
+    p = parse_files_spec(arg)[1].get("pair")
     return [p] if p else AnyPair()
 
 # %% ../nbs/03a_files.ipynb #02f1f9cc
 class FilesOptions(ShippedOptions):
     "The options of a `files:` collection (also given in the argument's query string, which wins)."
-    topics: Optional[str] = opt(None, "topics file (default: topics.<query lang>.*, topics.*, queries.*)", identity=False)
+
+    topics: Optional[str] = opt(
+        None, "topics file (default: topics.<query lang>.*, topics.*, queries.*)", identity=False
+    )
     qrels: Optional[str] = opt(None, "TREC qrels file (default: qrels.<pair>.*, qrels.*)", identity=False)
-    corpus: Optional[str] = opt(None, "corpus file (default: corpus.<doc lang>.*, corpus.*, docs.*, collection.*)", identity=False)
-    translations: Optional[str] = opt(None, "English translations of the corpus (default: corpus.<doc lang>.en.*)", identity=False)
+    corpus: Optional[str] = opt(
+        None, "corpus file (default: corpus.<doc lang>.*, corpus.*, docs.*, collection.*)", identity=False
+    )
+    translations: Optional[str] = opt(
+        None, "English translations of the corpus (default: corpus.<doc lang>.en.*)", identity=False
+    )
     pair: Optional[str] = opt(None, "the one query-document pair of the files", identity=False)
     name: Optional[str] = opt(None, "the collection's name in tables (default: files:<folder>)", identity=False)
 
@@ -132,7 +194,11 @@ class FilesOptions(ShippedOptions):
 def _files_options(arg: str, options: FilesOptions) -> tuple[Path, dict]:
     "The folder and the options of `files:<arg>` (the argument's query string over the keyword options)."
     folder, query = parse_files_spec(arg, options.root)
-    given = {k: v for k in ("topics", "qrels", "corpus", "translations", "pair", "name") if (v := getattr(options, k)) is not None}
+    given = {
+        k: v
+        for k in ("topics", "qrels", "corpus", "translations", "pair", "name")
+        if (v := getattr(options, k)) is not None
+    }
     return folder, {**given, **query}
 
 # %% ../nbs/03a_files.ipynb #2e7ded5b
@@ -146,24 +212,46 @@ def files_translations(pair: str, arg: str = "", root=None) -> bool:
 def load_files(pair: str, options: FilesOptions = FilesOptions(), arg: str = "", cache_root=None) -> StreamedCollection:
     "The collection of your own files (`files:<arg>`, see above) for `pair` (query-document)."
     folder, opts = _files_options(arg, options)
-    ql, dl = parse_pair(opts.get("pair") or pair); pair = f"{ql.code}-{dl.code}"
+    ql, dl = parse_pair(opts.get("pair") or pair)
+    pair = f"{ql.code}-{dl.code}"
     tpath = _pick(folder, opts, "topics", [f"topics.{ql.code}", "topics", "queries"])
     qpath = _pick(folder, opts, "qrels", [f"qrels.{pair}", "qrels"])
     cpath = _pick(folder, opts, "corpus", [f"corpus.{dl.code}", "corpus", "docs", "collection"])
     trpath = _pick(folder, opts, "translations", [f"corpus.{dl.code}.en"], optional=True)
     topics, qrels = read_topics(tpath, ql.code), Qrels.read(qpath)
     if missing := sorted(set(qrels) - set(topics)):
-        raise FormatError(qpath, _qrels_line(qpath, missing[0], next(iter(qrels[missing[0]]))), f"query {missing[0]!r} is judged but not in {tpath}")
+        raise FormatError(
+            qpath,
+            _qrels_line(qpath, missing[0], next(iter(qrels[missing[0]]))),
+            f"query {missing[0]!r} is judged but not in {tpath}",
+        )
     queries = {q: topics[q] for q in sorted(qrels)}
     files = [p for p in (tpath, qpath, cpath, trpath) if p]
     key = stable_hash("files", pair, [(str(p.resolve()), p.stat().st_size, int(p.stat().st_mtime)) for p in files])
     name = opts.get("name") or f"files:{folder}"
-    coll = StreamedCollection(name, pair, queries, qrels, lambda: iter_corpus(cpath, dl.code), key=key, qrels_path=qpath,
-                              translations=(lambda: iter_corpus(trpath, "en")) if trpath else None, store="sqlite", cache_root=cache_root,
-                              corpus_path=cpath)
+    coll = StreamedCollection(
+        name,
+        pair,
+        queries,
+        qrels,
+        lambda: iter_corpus(cpath, dl.code),
+        key=key,
+        qrels_path=qpath,
+        translations=(lambda: iter_corpus(trpath, "en")) if trpath else None,
+        store="sqlite",
+        cache_root=cache_root,
+        corpus_path=cpath,
+    )
     return coll.check_qrels() if options.check else coll
 
 # %% ../nbs/03a_files.ipynb #d4375a61
-register_collection("files:", load_files, files_pairs, "your own files: topics (TREC/TSV/JSONL), TREC qrels and a JSONL/TSV corpus "
-                    "in <folder> (topics.*, qrels.*, corpus.*; see clir_llm.files)", example="files:<folder>",
-                    options=FilesOptions, translations=files_translations)
+register_collection(
+    "files:",
+    load_files,
+    files_pairs,
+    "your own files: topics (TREC/TSV/JSONL), TREC qrels and a JSONL/TSV corpus "
+    "in <folder> (topics.*, qrels.*, corpus.*; see clir_llm.files)",
+    example="files:<folder>",
+    options=FilesOptions,
+    translations=files_translations,
+)

@@ -19,20 +19,29 @@ __all__ = ['CLIR_FAMILIES', 'parse_irds_spec', 'irds_dataset', 'irds_languages',
 # %% ../nbs/03b_irds.ipynb #b60d031b
 _OPTS = {"pair", "fields", "dt", "check"}
 
+
 def parse_irds_spec(arg: str) -> tuple[str, dict[str, str]]:
     "The ir_datasets id and the options (`pair`, `fields`, `dt`, `check`) of an `irds:` argument."
     did, _, query = str(arg or "").strip().partition("?")
-    opts = dict(parse_qsl(query.replace("+", "%2B"), keep_blank_values=True))   # a '+' joins fields (title+description), not a space
-    if bad := sorted(set(opts) - _OPTS): raise ClirError(f"irds:{arg}: unknown option(s) {', '.join(bad)} ({', '.join(sorted(_OPTS))})")
-    if not did: raise ClirError("irds: needs an ir_datasets id, e.g. irds:neuclir/1/zh/trec-2022 (clir-llm datasets irds: lists them)")
+    # a '+' joins fields (title+description), not a space
+    opts = dict(parse_qsl(query.replace("+", "%2B"), keep_blank_values=True))
+    if bad := sorted(set(opts) - _OPTS):
+        raise ClirError(f"irds:{arg}: unknown option(s) {', '.join(bad)} ({', '.join(sorted(_OPTS))})")
+    if not did:
+        raise ClirError(
+            "irds: needs an ir_datasets id, e.g. irds:neuclir/1/zh/trec-2022 (clir-llm datasets irds: lists them)"
+        )
     return did, opts
 
 # %% ../nbs/03b_irds.ipynb #cdf4f9c9
 def irds_dataset(did: str):
     "The ir_datasets dataset `did`; an unknown id is a ClirError naming the closest registered ids."
-    try: import ir_datasets   # optional: only irds: collections need it
-    except ImportError: raise ClirError("irds: collections need the ir-datasets package: pip install ir-datasets") from None
-    try: return ir_datasets.load(did)
+    try:
+        import ir_datasets  # optional: only irds: collections need it
+    except ImportError:
+        raise ClirError("irds: collections need the ir-datasets package: pip install ir-datasets") from None
+    try:
+        return ir_datasets.load(did)
     except KeyError:
         close = difflib.get_close_matches(did, list(ir_datasets.registry._registered), n=5, cutoff=0.5)
         raise ClirError(f"unknown ir_datasets id {did!r}" + (f"; close: {', '.join(close)}" if close else "")) from None
@@ -43,15 +52,19 @@ def irds_languages(ds, did: str, stated: str | None = None) -> str:
     ql = ds.queries_lang() if ds.has_queries() else None
     dl = ds.docs_lang() if ds.has_docs() else None
     qcls = ds.queries_cls() if ds.has_queries() else None
-    if ql is None and qcls is not None and "translation_lang" in getattr(qcls, "_fields", ()): ql = "en"
+    if ql is None and qcls is not None and "translation_lang" in getattr(qcls, "_fields", ()):
+        ql = "en"
     if stated:
         sq, sd = (l.code for l in parse_pair(stated))
         for have, want, what in ((ql, sq, "queries"), (dl, sd, "documents")):
             if have and language(have).code != want:
                 raise ClirError(f"irds:{did}: the dataset's {what} are in {have}, not {want} (pair {stated!r})")
         return f"{sq}-{sd}"
-    if not (ql and dl): raise ClirError(f"irds:{did}: the dataset does not say the language of its "
-                                        f"{'queries' if not ql else 'documents'}; give it: irds:{did}?pair=<query>-<document>")
+    if not (ql and dl):
+        raise ClirError(
+            f"irds:{did}: the dataset does not say the language of its "
+            f"{'queries' if not ql else 'documents'}; give it: irds:{did}?pair=<query>-<document>"
+        )
     return f"{language(ql).code}-{language(dl).code}"
 
 # %% ../nbs/03b_irds.ipynb #684fb211
@@ -62,7 +75,8 @@ def irds_pairs(arg: str = "") -> list[str]:
 
 # %% ../nbs/03b_irds.ipynb #52d51b9c
 def _query_text(q, fields: list[str], prefix: str = "") -> str:
-    if not prefix and "text" in q._fields: return " ".join(str(q.text).split())
+    if not prefix and "text" in q._fields:
+        return " ".join(str(q.text).split())
     return " ".join(" ".join(str(getattr(q, prefix + f, "") or "") for f in fields).split())
 
 # %% ../nbs/03b_irds.ipynb #6cb87ff9
@@ -74,14 +88,18 @@ def _doc(d, lang: str, field: str | None = None) -> Document:
 # %% ../nbs/03b_irds.ipynb #d219a7b0
 _END = object()
 
+
 @contextlib.contextmanager
 def _quiet_downloads():
     """INFO and WARNING records (ir_datasets' download attempts and failures) dropped in the block, unless the command
     line asked for -v: a failed download is the one line `_read` raises."""
     prev = logging.root.manager.disable
-    if logging.getLogger("clir_llm").getEffectiveLevel() > logging.DEBUG: logging.disable(logging.WARNING)
-    try: yield
-    finally: logging.disable(prev)
+    if logging.getLogger("clir_llm").getEffectiveLevel() > logging.DEBUG:
+        logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(prev)
 
 # %% ../nbs/03b_irds.ipynb #a6ad6e7d
 def _read(did: str, what: str, items):
@@ -89,28 +107,41 @@ def _read(did: str, what: str, items):
     the id. ir_datasets downloads on the first item: its INFO lines (attempts, retries) only with -v."""
     try:
         with _quiet_downloads():
-            it = iter(items()); first = next(it, _END)
-        if first is not _END: yield first; yield from it
-    except ClirError: raise
-    except Exception as e:   # ir_datasets' download and format errors ('All download sources failed', IOError, ...)
-        raise ClirError(f"irds:{did}: cannot read its {what} ({type(e).__name__}: {' '.join(str(e).split())[:160]}...); ir_datasets "
-                        "downloads them on first use: check the network, or the copy under $IR_DATASETS_HOME") from None
+            it = iter(items())
+            first = next(it, _END)
+        if first is not _END:
+            yield first
+            yield from it
+    except ClirError:
+        raise
+    except Exception as e:  # ir_datasets' download and format errors ('All download sources failed', IOError, ...)
+        raise ClirError(
+            f"irds:{did}: cannot read its {what} ({type(e).__name__}: {' '.join(str(e).split())[:160]}...); ir_datasets "
+            "downloads them on first use: check the network, or the copy under $IR_DATASETS_HOME"
+        ) from None
 
 # %% ../nbs/03b_irds.ipynb #b5c7bb07
 _DT_FIELDS = ("translated_text", "mt_text")
 
+
 def _dt_source(did: str, opts: dict, ds):
     "(dataset, field) of the English documents that translate `ds`'s documents, or None (the rule above)."
-    if field := next((f for f in _DT_FIELDS if f in ds.docs_cls()._fields), None): return ds, field
+    if field := next((f for f in _DT_FIELDS if f in ds.docs_cls()._fields), None):
+        return ds, field
     other = opts.get("dt") or ("msmarco-passage" if did.startswith("neumarco/") else None)
     return (irds_dataset(other), None) if other else None
 
 # %% ../nbs/03b_irds.ipynb #dc2520da
 class IrdsOptions(CountedOptions):
     "The options of an `irds:` collection (also given in the argument's query string, which wins)."
+
     pair: Optional[str] = opt(None, "query-document pair, when the dataset's metadata does not say it", identity=False)
-    fields: Optional[str] = opt(None, "query fields joined by + (default: title+description; a query text field wins)", identity=False)
-    dt: Optional[str] = opt(None, "the ir_datasets id whose documents translate this one's (the DT documents)", identity=False)
+    fields: Optional[str] = opt(
+        None, "query fields joined by + (default: title+description; a query text field wins)", identity=False
+    )
+    dt: Optional[str] = opt(
+        None, "the ir_datasets id whose documents translate this one's (the DT documents)", identity=False
+    )
 
 # %% ../nbs/03b_irds.ipynb #5102e920
 def _irds_options(arg: str, options: IrdsOptions) -> tuple[str, dict]:
@@ -121,10 +152,14 @@ def _irds_options(arg: str, options: IrdsOptions) -> tuple[str, dict]:
 # %% ../nbs/03b_irds.ipynb #ed49ae97
 def irds_translations(pair: str, arg: str = "", root=None) -> bool:
     "Whether `irds:<arg>` has English translations of its documents (the dataset's metadata; no data read)."
-    try: did, opts = _irds_options(arg, IrdsOptions())
-    except ClirError: return False
-    try: return _dt_source(did, opts, irds_dataset(did)) is not None
-    except ClirError: return False
+    try:
+        did, opts = _irds_options(arg, IrdsOptions())
+    except ClirError:
+        return False
+    try:
+        return _dt_source(did, opts, irds_dataset(did)) is not None
+    except ClirError:
+        return False
 
 # %% ../nbs/03b_irds.ipynb #c2e620b1
 def irds_parts(pair: str, options: IrdsOptions, arg: str = "", cache_root=None) -> dict:
@@ -132,25 +167,46 @@ def irds_parts(pair: str, options: IrdsOptions, arg: str = "", cache_root=None) 
     did, opts = _irds_options(arg, options)
     ds = irds_dataset(did)
     if lacks := [w for w in ("queries", "docs", "qrels") if not getattr(ds, f"has_{w}")()]:
-        raise ClirError(f"irds:{did}: the dataset has no {' and no '.join(lacks)} (a CLIR evaluation needs queries, docs and qrels)")
+        raise ClirError(
+            f"irds:{did}: the dataset has no {' and no '.join(lacks)} (a CLIR evaluation needs queries, docs and qrels)"
+        )
     pair = irds_languages(ds, did, opts.get("pair") or pair)
     ql, dl = pair.split("-")
     fields = (opts.get("fields") or "title,description").replace("+", ",").split(",")
     raw = {str(q.query_id): q for q in _read(did, "queries", ds.queries_iter)}
     qrels = Qrels()
-    for r in _read(did, "qrels", ds.qrels_iter): qrels.setdefault(str(r.query_id), {})[str(r.doc_id)] = int(r.relevance)
-    if not qrels: raise ClirError(f"irds:{did}: no judgements in the dataset's qrels")
-    if missing := sorted(set(qrels) - set(raw)): raise ClirError(f"irds:{did}: query {missing[0]!r} is judged but not among the dataset's queries")
+    for r in _read(did, "qrels", ds.qrels_iter):
+        qrels.setdefault(str(r.query_id), {})[str(r.doc_id)] = int(r.relevance)
+    if not qrels:
+        raise ClirError(f"irds:{did}: no judgements in the dataset's qrels")
+    if missing := sorted(set(qrels) - set(raw)):
+        raise ClirError(f"irds:{did}: query {missing[0]!r} is judged but not among the dataset's queries")
     queries = {q: Query(check_id(q, f"irds:{did}: query id"), _query_text(raw[q], fields), ql) for q in sorted(qrels)}
-    if empty := [q for q, v in queries.items() if not v.text]: raise ClirError(f"irds:{did}: query {empty[0]!r} has an empty text (fields {'+'.join(fields)})")
+    if empty := [q for q, v in queries.items() if not v.text]:
+        raise ClirError(f"irds:{did}: query {empty[0]!r} has an empty text (fields {'+'.join(fields)})")
     dt = _dt_source(did, opts, ds)
-    qt = {q: Query(q, _query_text(raw[q], fields, "mt_"), dl) for q in queries} if "mt_title" in raw[next(iter(qrels))]._fields else None
-    return dict(name=f"irds:{did}", pair=pair, queries=queries, qrels=qrels,
-                docs=lambda: (_doc(d, dl) for d in _read(did, "documents", ds.docs_iter)),
-                key=stable_hash("irds", did, pair, "+".join(fields), opts.get("dt")),
-                translations=(lambda: (_doc(d, "en", dt[1]) for d in _read(did, "translated documents", dt[0].docs_iter))) if dt else None, store="sqlite",
-                cache_root=cache_root, num_docs=None, query_translations=qt, corpus_path=f"irds:{did}",
-                expected_num_docs=ds.docs_count() if options.check_counts and opts.get("check", "1") != "0" else None)
+    qt = (
+        {q: Query(q, _query_text(raw[q], fields, "mt_"), dl) for q in queries}
+        if "mt_title" in raw[next(iter(qrels))]._fields
+        else None
+    )
+    return dict(
+        name=f"irds:{did}",
+        pair=pair,
+        queries=queries,
+        qrels=qrels,
+        docs=lambda: (_doc(d, dl) for d in _read(did, "documents", ds.docs_iter)),
+        key=stable_hash("irds", did, pair, "+".join(fields), opts.get("dt")),
+        translations=(lambda: (_doc(d, "en", dt[1]) for d in _read(did, "translated documents", dt[0].docs_iter)))
+        if dt
+        else None,
+        store="sqlite",
+        cache_root=cache_root,
+        num_docs=None,
+        query_translations=qt,
+        corpus_path=f"irds:{did}",
+        expected_num_docs=ds.docs_count() if options.check_counts and opts.get("check", "1") != "0" else None,
+    )
 
 # %% ../nbs/03b_irds.ipynb #988479f1
 def load_irds(pair: str, options: IrdsOptions = IrdsOptions(), arg: str = "", cache_root=None) -> StreamedCollection:
@@ -158,28 +214,59 @@ def load_irds(pair: str, options: IrdsOptions = IrdsOptions(), arg: str = "", ca
     return StreamedCollection(**irds_parts(pair, options, arg, cache_root))
 
 # %% ../nbs/03b_irds.ipynb #4b1646af
-CLIR_FAMILIES = ("neuclir/", "hc4/", "clirmatrix/", "mmarco/", "neumarco/", "miracl/", "mr-tydi/", "wikiclir/", "ciral/", "clir-llm-")
+CLIR_FAMILIES = (
+    "neuclir/",
+    "hc4/",
+    "clirmatrix/",
+    "mmarco/",
+    "neumarco/",
+    "miracl/",
+    "mr-tydi/",
+    "wikiclir/",
+    "ciral/",
+    "clir-llm-",
+)
+
 
 def irds_ids() -> list[str]:
     "Registered ir_datasets ids of the CLIR families (and locally registered `clir-llm-*` ones) that have queries, docs and qrels."
-    try: import ir_datasets   # optional: only irds: collections need it
-    except ImportError: return []
+    try:
+        import ir_datasets  # optional: only irds: collections need it
+    except ImportError:
+        return []
     out = []
     for did in sorted(ir_datasets.registry._registered):
-        if not did.startswith(CLIR_FAMILIES): continue
-        try: ds = ir_datasets.load(did)
-        except Exception: continue
-        if ds.has_queries() and ds.has_docs() and ds.has_qrels(): out.append(did)
+        if not did.startswith(CLIR_FAMILIES):
+            continue
+        try:
+            ds = ir_datasets.load(did)
+        except Exception:
+            continue
+        if ds.has_queries() and ds.has_docs() and ds.has_qrels():
+            out.append(did)
     return out
 
 # %% ../nbs/03b_irds.ipynb #02540269
 def _listing(full: bool = False) -> list[str]:
     "What `clir-llm datasets` prints under `irds:`: the number of CLIR ids (`clir-llm datasets irds:`: every id)."
     ids = irds_ids()
-    if full: return [f"irds:{i}" for i in ids]
-    return [f"{len(ids)} ir_datasets ids of the CLIR families ({', '.join(f.rstrip('/-') for f in CLIR_FAMILIES)}); "
-            f"`clir-llm datasets irds:` lists them"]
+    if full:
+        return [f"irds:{i}" for i in ids]
+    return [
+        f"{len(ids)} ir_datasets ids of the CLIR families ({', '.join(f.rstrip('/-') for f in CLIR_FAMILIES)}); "
+        f"`clir-llm datasets irds:` lists them"
+    ]
 
-register_collection("irds:", load_irds, irds_pairs, "an ir_datasets id: queries, docs, qrels, languages from its metadata "
-                    "(or ?pair=en-zh), its own translations as QT/DT (see clir_llm.irds)", example="irds:<id>",
-                    options=IrdsOptions, translations=irds_translations, remote="ir_datasets", listing=_listing)
+
+register_collection(
+    "irds:",
+    load_irds,
+    irds_pairs,
+    "an ir_datasets id: queries, docs, qrels, languages from its metadata "
+    "(or ?pair=en-zh), its own translations as QT/DT (see clir_llm.irds)",
+    example="irds:<id>",
+    options=IrdsOptions,
+    translations=irds_translations,
+    remote="ir_datasets",
+    listing=_listing,
+)

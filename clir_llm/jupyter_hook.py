@@ -8,8 +8,10 @@ __all__ = ['pre_save']
 # %% ../nbs/16c_jupyter_hook.ipynb #609e51ad
 def pre_save(model: dict, path: str, **kwargs):
     "The Jupyter server's pre-save hook: nbdev's clean of a notebook of an nbdev project (a no-op without nbdev installed)."
-    try: from nbdev.clean import clean_jupyter   # a development dependency: the hook must not stop a server without it
-    except ImportError: return
+    try:
+        from nbdev.clean import clean_jupyter  # a development dependency: the hook must not stop a server without it
+    except ImportError:
+        return
     clean_jupyter(path=path, model=model, **kwargs)
 
 # %% ../nbs/16c_jupyter_hook.ipynb #9e973e7e

@@ -17,39 +17,46 @@ __all__ = ['LANGUAGES', 'ALIASES', 'Language', 'UnknownLanguageError', 'language
 @dataclass(frozen=True)
 class Language:
     "Everything the pipeline needs to know about one language."
-    code: str              # ISO 639-1 (else ISO 639-3; a second script of one language: the NLLB code in lower case)
-    iso3: str              # ISO 639-3
-    name: str              # display name
-    nllb: str              # NLLB-200 / FLORES-200 code
-    lucene: str | None     # pyserini/Anserini analyzer language, None = whitespace
-    snowball: str | None   # Snowball stemmer name
-    punkt: str | None      # NLTK punkt model name
+
+    code: str  # ISO 639-1 (else ISO 639-3; a second script of one language: the NLLB code in lower case)
+    iso3: str  # ISO 639-3
+    name: str  # display name
+    nllb: str  # NLLB-200 / FLORES-200 code
+    lucene: str | None  # pyserini/Anserini analyzer language, None = whitespace
+    snowball: str | None  # Snowball stemmer name
+    punkt: str | None  # NLTK punkt model name
 
     @property
     def file_name(self) -> str:
         "The display name in lower case, as data distributions name files and folders (`german_data`, `ciral-hausa`)."
         return self.name.lower()
 
-LANGUAGES: dict[str, Language] = {l.code: l for l in [
-    Language("en", "eng", "English", "eng_Latn", "en", "english", "english"),
-    Language("de", "deu", "German",  "deu_Latn", "de", "german",  "german"),
-    Language("fi", "fin", "Finnish", "fin_Latn", "fi", "finnish", "finnish"),
-    Language("it", "ita", "Italian", "ita_Latn", "it", "italian", "italian"),
-    Language("ru", "rus", "Russian", "rus_Cyrl", "ru", "russian", "russian"),
-    Language("ha", "hau", "Hausa",   "hau_Latn", None, None, None),
-    Language("so", "som", "Somali",  "som_Latn", None, None, None),
-    Language("sw", "swh", "Swahili", "swh_Latn", None, None, None),
-    Language("yo", "yor", "Yoruba",  "yor_Latn", None, None, None),
-]}
+
+LANGUAGES: dict[str, Language] = {
+    l.code: l
+    for l in [
+        Language("en", "eng", "English", "eng_Latn", "en", "english", "english"),
+        Language("de", "deu", "German", "deu_Latn", "de", "german", "german"),
+        Language("fi", "fin", "Finnish", "fin_Latn", "fi", "finnish", "finnish"),
+        Language("it", "ita", "Italian", "ita_Latn", "it", "italian", "italian"),
+        Language("ru", "rus", "Russian", "rus_Cyrl", "ru", "russian", "russian"),
+        Language("ha", "hau", "Hausa", "hau_Latn", None, None, None),
+        Language("so", "som", "Somali", "som_Latn", None, None, None),
+        Language("sw", "swh", "Swahili", "swh_Latn", None, None, None),
+        Language("yo", "yor", "Yoruba", "yor_Latn", None, None, None),
+    ]
+}
 
 # %% ../nbs/01_languages.ipynb #a2344b60
 def _table_rows(path) -> list[Language]:
     "The rows of a language TSV (`code iso3 nllb lucene snowball punkt name`, `#` comments; empty cells = None)."
     out = []
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"): continue
+        if not line.strip() or line.startswith("#"):
+            continue
         c = line.split("\t")
-        if len(c) != 7: raise ClirError(f"{path}:{i}: expected 7 tab-separated columns, got {len(c)}")
+        if len(c) != 7:
+            raise ClirError(f"{path}:{i}: expected 7 tab-separated columns, got {len(c)}")
         out.append(Language(c[0], c[1], c[6], c[2], c[3] or None, c[4] or None, c[5] or None))
     return out
 
@@ -57,17 +64,43 @@ def _table_rows(path) -> list[Language]:
 def _nllb_table() -> list[Language]:
     return _table_rows(Path(str(resources.files("clir_llm"))) / "data" / "languages.tsv")
 
+
 LANGUAGES.update({l.code: l for l in _nllb_table() if l.code not in LANGUAGES})
-_MACRO = {"ara": "ar", "fas": "fa", "per": "fa", "no": "nb", "nor": "nb", "msa": "ms", "may": "ms", "swa": "sw", "lav": "lv",
-          "aze": "az", "kur": "ku", "mon": "mn", "nep": "ne", "uzb": "uz", "sqi": "sq", "alb": "sq", "pus": "ps", "yid": "yi",
-          "chi": "zh", "ger": "de", "fre": "fr"}
-ALIASES: dict[str, str] = {**{l.iso3: l.code for l in reversed(LANGUAGES.values()) if "_" not in l.code},
-                           **{l.nllb.lower(): l.code for l in LANGUAGES.values()}, **_MACRO}
+_MACRO = {
+    "ara": "ar",
+    "fas": "fa",
+    "per": "fa",
+    "no": "nb",
+    "nor": "nb",
+    "msa": "ms",
+    "may": "ms",
+    "swa": "sw",
+    "lav": "lv",
+    "aze": "az",
+    "kur": "ku",
+    "mon": "mn",
+    "nep": "ne",
+    "uzb": "uz",
+    "sqi": "sq",
+    "alb": "sq",
+    "pus": "ps",
+    "yid": "yi",
+    "chi": "zh",
+    "ger": "de",
+    "fre": "fr",
+}
+ALIASES: dict[str, str] = {
+    **{l.iso3: l.code for l in reversed(LANGUAGES.values()) if "_" not in l.code},
+    **{l.nllb.lower(): l.code for l in LANGUAGES.values()},
+    **_MACRO,
+}
 
 # %% ../nbs/01_languages.ipynb #d5cb66e1
 class UnknownLanguageError(ClirError, KeyError):
     "A language code that is not in the table."
-    def __str__(self): return self.args[0]
+
+    def __str__(self):
+        return self.args[0]
 
 # %% ../nbs/01_languages.ipynb #6e76087f
 def language(code: str) -> Language:
@@ -76,9 +109,12 @@ def language(code: str) -> Language:
     key = key if key in LANGUAGES else ALIASES.get(key, key)
     if key not in LANGUAGES:
         by_name = [l.code for l in LANGUAGES.values() if l.name.lower() == key or l.name.lower().startswith(key + " ")]
-        base = key.replace("-", "_").split("_")[0]   # a region or script tag: en-US, pt_BR
-        close = by_name or ([base] if base != key and (base in LANGUAGES or base in ALIASES) else []) or \
-                difflib.get_close_matches(key, list(LANGUAGES) + list(ALIASES), n=3, cutoff=0.75)
+        base = key.replace("-", "_").split("_")[0]  # a region or script tag: en-US, pt_BR
+        close = (
+            by_name
+            or ([base] if base != key and (base in LANGUAGES or base in ALIASES) else [])
+            or difflib.get_close_matches(key, list(LANGUAGES) + list(ALIASES), n=3, cutoff=0.75)
+        )
         hint = f" (did you mean {' or '.join(repr(ALIASES.get(c, c)) for c in dict.fromkeys(close))}?)" if close else ""
         raise UnknownLanguageError(f"unknown language code {code!r}{hint}; known codes: {', '.join(LANGUAGES)}")
     return LANGUAGES[key]
@@ -88,5 +124,6 @@ def parse_pair(pair: str) -> tuple[Language, Language]:
     "Parse a `query-document` pair such as `en-de` (or `en→de`) into two languages."
     parts = str(pair).replace("→", "-").replace(">", "-").split("-")
     parts = [p for p in parts if p]
-    if len(parts) != 2: raise ClirError(f"a language pair looks like 'en-de' (query-document), got {pair!r}")
+    if len(parts) != 2:
+        raise ClirError(f"a language pair looks like 'en-de' (query-document), got {pair!r}")
     return language(parts[0]), language(parts[1])

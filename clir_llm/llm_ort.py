@@ -15,23 +15,36 @@ from .cache import Cache
 from .executor import LOCAL, Executor
 from .specs import opt
 from .assets import MODEL_EXPORTS, build_folder, dist_version, models_dir, offline_model
-from .llm import (BACKENDS, BackendOptions, BackendSpec, CachedBackend, LLMError, given_names, local_revision,
-                          rebuild_backend)
+from clir_llm.llm import (
+    BACKENDS,
+    BackendOptions,
+    BackendSpec,
+    CachedBackend,
+    LLMError,
+    given_names,
+    local_revision,
+    rebuild_backend,
+)
 from .llm_hf import HFRenderMixin, load_tokenizer
 
-_log = logging.getLogger("clir_llm.llm_ort")   # messages go through logging: the command line prints them, a library user decides
+# messages go through logging: the command line prints them, a library user decides
+_log = logging.getLogger("clir_llm.llm_ort")
 
 # %% auto #0
 __all__ = ['ort_export_dir', 'export_ort', 'ort_exports', 'ort_export_listing', 'ORTOptions', 'ORTBackend']
 
 # %% ../nbs/10e_llm_ort.ipynb #05963c03
-_ORT_FORMAT = 1     # bump when the export's options or layout change
+_ORT_FORMAT = 1  # bump when the export's options or layout change
+
 
 def _genai():
     "The `onnxruntime_genai` module, or one line saying what to install."
-    try: import onnxruntime_genai as og   # optional: the [ort] extra
+    try:
+        import onnxruntime_genai as og  # optional: the [ort] extra
     except ImportError:
-        raise LLMError("ort: needs onnxruntime-genai (and onnx, onnx-ir for the export); run: pip install 'clir-llm[ort]'") from None
+        raise LLMError(
+            "ort: needs onnxruntime-genai (and onnx, onnx-ir for the export); run: pip install 'clir-llm[ort]'"
+        ) from None
     return og
 
 # %% ../nbs/10e_llm_ort.ipynb #863310a0
@@ -49,8 +62,23 @@ def ort_export_dir(source, revision: str, precision: str = "int4", block_size: i
 def _builder_cmd(source, out, precision: str, block_size: int) -> list[str]:
     "The model builder's command line (CPU; last-position logits only; int4/int8 in blocks of `block_size`)."
     opts = ["prune_lm_head=true"] + ([f"block_size={block_size}"] if precision != "fp32" else [])
-    return [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source), "-o", str(out), "-p", precision,
-            "-e", "cpu", "-c", str(Path(out) / ".builder-cache"), "--extra_options", *opts]
+    return [
+        sys.executable,
+        "-m",
+        "onnxruntime_genai.models.builder",
+        "-i",
+        str(source),
+        "-o",
+        str(out),
+        "-p",
+        precision,
+        "-e",
+        "cpu",
+        "-c",
+        str(Path(out) / ".builder-cache"),
+        "--extra_options",
+        *opts,
+    ]
 
 # %% ../nbs/10e_llm_ort.ipynb #62a21346
 def export_ort(source, dest, precision: str = "int4", block_size: int = 32, progress: bool = True) -> Path:
@@ -58,23 +86,39 @@ def export_ort(source, dest, precision: str = "int4", block_size: int = 32, prog
     lock; a killed export leaves nothing half-built). Runs the engine's model builder in a subprocess."""
     _genai()
     source, dest = Path(source), Path(dest)
+
     def write(tmp: Path):
-        if progress: _log.info(f"clir-llm: exporting {source.name} to ONNX ({precision}) with onnxruntime-genai's model builder, "
-                               f"once (a few minutes for a 0.5B model on 2 cores) -> {dest}")
+        if progress:
+            _log.info(
+                f"clir-llm: exporting {source.name} to ONNX ({precision}) with onnxruntime-genai's model builder, "
+                f"once (a few minutes for a 0.5B model on 2 cores) -> {dest}"
+            )
         t0 = time.time()
         r = subprocess.run(_builder_cmd(source, tmp, precision, block_size), capture_output=True, text=True)
         if r.returncode != 0:
             last = next((l for l in reversed((r.stderr or r.stdout).splitlines()) if l.strip()), "no message")
             raise LLMError(f"ort: exporting {source} failed ({last.strip()[:200]})")
         shutil.rmtree(tmp / ".builder-cache", ignore_errors=True)
-        write_json(tmp / "clir_llm_source.json", {"source": str(source), "precision": precision, "block_size": block_size,
-                   "engine": _engine(), "built_by": "clir_llm.llm_ort.export_ort", "format": _ORT_FORMAT,
-                   "seconds": round(time.time() - t0, 1)})
-        if progress: _log.info(f"clir-llm: exported in {time.time() - t0:.0f} s")
+        write_json(
+            tmp / "clir_llm_source.json",
+            {
+                "source": str(source),
+                "precision": precision,
+                "block_size": block_size,
+                "engine": _engine(),
+                "built_by": "clir_llm.llm_ort.export_ort",
+                "format": _ORT_FORMAT,
+                "seconds": round(time.time() - t0, 1),
+            },
+        )
+        if progress:
+            _log.info(f"clir-llm: exported in {time.time() - t0:.0f} s")
+
     return build_folder(dest, write, done="genai_config.json")
 
 # %% ../nbs/10e_llm_ort.ipynb #45659942
-def _is_genai_folder(p: Path) -> bool: return (p / "genai_config.json").is_file()
+def _is_genai_folder(p: Path) -> bool:
+    return (p / "genai_config.json").is_file()
 
 # %% ../nbs/10e_llm_ort.ipynb #f2fc4023
 def _eos_from(folder: Path) -> set[int]:
@@ -82,9 +126,11 @@ def _eos_from(folder: Path) -> set[int]:
     ids = set()
     for name, path in (("generation_config.json", ()), ("config.json", ()), ("genai_config.json", ("model",))):
         f = folder / name
-        if not f.is_file(): continue
+        if not f.is_file():
+            continue
         d = json.loads(f.read_text())
-        for k in path: d = d.get(k, {})
+        for k in path:
+            d = d.get(k, {})
         e = d.get("eos_token_id")
         ids.update(e if isinstance(e, list) else [e] if e is not None else [])
     return ids
@@ -95,14 +141,16 @@ def ort_exports(source, root=None) -> list[tuple[str, Path]]:
     found = []
     for p in sorted(models_dir(root).glob(f"ort-{Path(source).name}-*")):
         m = re.fullmatch(rf"ort-{re.escape(Path(source).name)}-(\w+)-[0-9a-f]{{12}}", p.name)
-        if m and p.is_dir() and _is_genai_folder(p): found.append((m.group(1), p))
+        if m and p.is_dir() and _is_genai_folder(p):
+            found.append((m.group(1), p))
     return found
 
 # %% ../nbs/10e_llm_ort.ipynb #3b43a8b8
 @MODEL_EXPORTS.register("ort", summary="ONNX Runtime GenAI exports of an offline model (ort:)")
 def ort_export_listing(name: str, path, root=None) -> list[tuple[str, Path]]:
     "(what, folder) of each ONNX Runtime GenAI export built from the offline model `name` prepared at `path` (`clir-llm models list`)."
-    if not name.startswith("hf:"): return []
+    if not name.startswith("hf:"):
+        return []
     return [(f"ort export ({prec}, {name.replace('hf:', 'ort:', 1)})", p) for prec, p in ort_exports(path, root)]
 
 # %% ../nbs/10e_llm_ort.ipynb #24624771
@@ -114,12 +162,15 @@ def _log_softmax(x) -> np.ndarray:
 # %% ../nbs/10e_llm_ort.ipynb #1e010b56
 class _ORTGenerateMixin:
     "Greedy generation through the GenAI engine, one prompt at a time (`supports_batching` is False)."
+
     def _generate_batch(self, items: list[dict], params: dict) -> list[dict]:
         "Greedy answers, one prompt at a time: stop at an end-of-answer id (counted, not shown) or after `max_new_tokens`."
         if extra := set(params) - {"max_new_tokens", "min_new_tokens", "temperature"}:
             raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
-        if params.get("temperature", 0) > 0: raise ClirError(f"{self.name}: greedy decoding only (temperature 0)")
-        if "max_new_tokens" not in params: raise ClirError(f"{self.name}: generation needs max_new_tokens")
+        if params.get("temperature", 0) > 0:
+            raise ClirError(f"{self.name}: greedy decoding only (temperature 0)")
+        if "max_new_tokens" not in params:
+            raise ClirError(f"{self.name}: generation needs max_new_tokens")
         n, least, recs = params["max_new_tokens"], params.get("min_new_tokens") or 0, []
         for it in items:
             t0 = time.perf_counter()
@@ -127,17 +178,29 @@ class _ORTGenerateMixin:
             lp = g.get_logits()
             while len(out) < n:
                 logits = np.asarray(lp, dtype=np.float32).ravel().copy()
-                if len(out) < least: logits[list(self._eos)] = -np.inf
-                t = int(logits.argmax()); out.append(t)
-                if t in self._eos or len(out) == n: break
-                g.append_tokens(np.asarray([[t]], dtype=np.int32)); lp = g.get_logits()
-            recs.append({"text": self.tokenizer.decode(out, skip_special_tokens=True), "tokens_in": len(it["ids"]),
-                         "tokens_out": len(out), "seconds": time.perf_counter() - t0, "time": time.time()})
+                if len(out) < least:
+                    logits[list(self._eos)] = -np.inf
+                t = int(logits.argmax())
+                out.append(t)
+                if t in self._eos or len(out) == n:
+                    break
+                g.append_tokens(np.asarray([[t]], dtype=np.int32))
+                lp = g.get_logits()
+            recs.append(
+                {
+                    "text": self.tokenizer.decode(out, skip_special_tokens=True),
+                    "tokens_in": len(it["ids"]),
+                    "tokens_out": len(out),
+                    "seconds": time.perf_counter() - t0,
+                    "time": time.time(),
+                }
+            )
         return recs
 
 # %% ../nbs/10e_llm_ort.ipynb #0853e707
 class _ORTScoreMixin:
     "Exact continuation log-likelihoods from the engine's last-position logits."
+
     def _score_batch(self, items: list[dict], params: dict) -> list[dict]:
         "Sum of log-probabilities of each candidate after its prompt (one prefill per prompt; later tokens on the KV cache)."
         recs = []
@@ -150,81 +213,125 @@ class _ORTScoreMixin:
                 for j in range(1, len(c)):
                     g.append_tokens(np.asarray([[c[j - 1]]], dtype=np.int32))
                     s += float(_log_softmax(g.get_logits())[c[j]])
-                if len(c) > 1: g.rewind_to(len(ids))
+                if len(c) > 1:
+                    g.rewind_to(len(ids))
                 scores.append(s)
-            recs.append({"scores": scores, "tokens_in": len(ids) + sum(map(len, cands)), "tokens_out": 0,
-                         "seconds": time.perf_counter() - t0, "time": time.time()})
+            recs.append(
+                {
+                    "scores": scores,
+                    "tokens_in": len(ids) + sum(map(len, cands)),
+                    "tokens_out": 0,
+                    "seconds": time.perf_counter() - t0,
+                    "time": time.time(),
+                }
+            )
         return recs
 
 # %% ../nbs/10e_llm_ort.ipynb #0354fa8e
 class ORTOptions(BackendOptions):
     "The options of `ort:` (ONNX Runtime GenAI on the CPU)."
+
     precision: Literal["int4", "int8", "fp32"] = opt(
-        "int4", "weights of the ONNX export (int4/int8: MatMulNBits with int8 activations on a CPU; each precision its own "
-                "export and cache entries)")
+        "int4",
+        "weights of the ONNX export (int4/int8: MatMulNBits with int8 activations on a CPU; each precision its own "
+        "export and cache entries)",
+    )
     block_size: Literal[16, 32, 64, 128, 256] = opt(32, "weights per quantisation block of int4/int8")
     max_model_len: Optional[int] = opt(None, "longest prompt plus answer in tokens (longer prompts are an error)", gt=0)
     batch_size: int = opt(8, "prompts per batch handed to the executor (computed one at a time)", identity=False, gt=0)
 
     @field_validator("block_size", mode="before")
     @classmethod
-    def _int(cls, v): return int(v) if isinstance(v, str) and v.strip().isdigit() else v   # `[block_size=64]`, a config's '64'
+    # `[block_size=64]`, a config's '64'
+    def _int(cls, v):
+        return int(v) if isinstance(v, str) and v.strip().isdigit() else v
+
+# %% ../nbs/10e_llm_ort.ipynb #03d87c1b
+def _ort_source(model: str, o: ORTOptions, revision: str | None):
+    "The offline stand-in `ort:<model>` names (or None), the folder it reads, and whether that folder is exported already."
+    om = offline_model(f"hf:{model}")
+    om = om if om is not None and revision in (None, om.revision) else None
+    # a stand-in: its transformers folder, prepared as for hf:
+    path = (om.prepare() if om else Path(model)).expanduser()
+    if not path.is_dir() or not ((path / "config.json").is_file() or _is_genai_folder(path)):
+        raise LLMError(
+            f"ort:{model}: not a model folder (a transformers folder with config.json, an ONNX Runtime GenAI "
+            "folder with genai_config.json, or an offline stand-in such as ort:qwen2.5-coder-0.5b-offline)"
+        )
+    prebuilt = _is_genai_folder(path)
+    changed = {k for k in ("precision", "block_size") if getattr(o, k) != ORTOptions.model_fields[k].default}
+    given = set(given_names(o)) | changed
+    if prebuilt and given & {"precision", "block_size"}:
+        raise LLMError(f"ort:{model} is exported already: precision and block_size do not apply")
+    return om, path, prebuilt
 
 # %% ../nbs/10e_llm_ort.ipynb #1888db73
 @BACKENDS.register("ort:", example="ort:<model>")
 class ORTBackend(HFRenderMixin, _ORTGenerateMixin, _ORTScoreMixin, CachedBackend):
     """A decoder-only model run by ONNX Runtime GenAI on the CPU: a transformers folder exported once (int4 by default),
     a ready GenAI folder, or an offline stand-in (`ort:qwen2.5-coder-0.5b-offline`). Greedy generation, exact scoring."""
+
     kind, Options = "ort", ORTOptions
     supports_logprobs = scores_sequences = supports_prefill = True
-    supports_batching = False             # padded batches change the logits in GenAI 0.18 (see above): one prompt at a time
+    supports_batching = False  # padded batches change the logits in GenAI 0.18 (see above): one at a time
     is_encoder_decoder, local_model, builds_once = False, True, True
 
-    def __init__(self, model: str, options: ORTOptions | None = None, *, cache: Cache | None = None, executor: Executor = LOCAL,
-                 revision: str | None = None, label: str | None = None, hf_tokenizer=None, progress: bool = True, models_root=None):
+    def __init__(
+        self,
+        model: str,
+        options: ORTOptions | None = None,
+        *,
+        cache: Cache | None = None,
+        executor: Executor = LOCAL,
+        revision: str | None = None,
+        label: str | None = None,
+        hf_tokenizer=None,
+        progress: bool = True,
+        models_root=None,
+    ):
         o = options if options is not None else ORTOptions()
-        om = offline_model(f"hf:{model}")
-        om = om if om is not None and revision in (None, om.revision) else None
-        path = (om.prepare() if om else Path(model)).expanduser()     # a stand-in: its transformers folder, prepared as for hf:
-        if not path.is_dir() or not ((path / "config.json").is_file() or _is_genai_folder(path)):
-            raise LLMError(f"ort:{model}: not a model folder (a transformers folder with config.json, an ONNX Runtime GenAI "
-                           "folder with genai_config.json, or an offline stand-in such as ort:qwen2.5-coder-0.5b-offline)")
-        self.prebuilt = _is_genai_folder(path)
-        given = set(given_names(o)) | {k for k in ("precision", "block_size") if getattr(o, k) != ORTOptions.model_fields[k].default}
-        if self.prebuilt and given & {"precision", "block_size"}: raise LLMError(f"ort:{model} is exported already: precision and block_size do not apply")
-        super().__init__(model if om else str(path.resolve()), o, cache=cache, executor=executor,
-                         revision=om.revision if om else revision or local_revision(path), label=label)
+        om, path, self.prebuilt = _ort_source(model, o, revision)
+        rev = om.revision if om else revision or local_revision(path)
+        super().__init__(
+            model if om else str(path.resolve()), o, cache=cache, executor=executor, revision=rev, label=label
+        )
         self._source, self._tok, self._og = str(path.resolve()), hf_tokenizer, None
         self.precision = None if self.prebuilt else o.precision
         self.block_size = None if self.prebuilt or self.precision == "fp32" else o.block_size
-        if om and not label: self._label = f"{om.label}, ONNX Runtime {self.precision}"
+        if om and not label:
+            self._label = f"{om.label}, ONNX Runtime {self.precision}"
         self.max_model_len, self.progress, self._root = o.max_model_len, progress, models_root
         self.is_chat = self.tokenizer.chat_template is not None
-        self._eos = _eos_from(path) | ({self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set())
+        eos = self.tokenizer.eos_token_id
+        self._eos = _eos_from(path) | ({eos} if eos is not None else set())
 
     @property
     def tokenizer(self):
         "The Hugging Face tokenizer of the source folder (the very ids `hf:` gives the same prompt)."
-        if self._tok is None: self._tok = load_tokenizer(self._source)
+        if self._tok is None:
+            self._tok = load_tokenizer(self._source)
         return self._tok
 
     def identity(self) -> dict:
         "Kind, model, revision, the output options given; the export's precision and block size; the engine's version."
         d = super().identity()
-        if not self.prebuilt: d.update(precision=self.precision, block_size=self.block_size)
+        if not self.prebuilt:
+            d.update(precision=self.precision, block_size=self.block_size)
         return {**d, "engine": _engine()}
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, cache: Cache | None = None, **kw) -> "ORTBackend":
         "`ort:<folder>` or `ort:<offline stand-in>`; a Hub revision does not apply (a local folder)."
-        if spec.revision is not None: raise ClirError(f"{spec.base}: ort: takes a local folder, not a Hub revision")
+        if spec.revision is not None:
+            raise ClirError(f"{spec.base}: ort: takes a local folder, not a Hub revision")
         return super().from_spec(spec, cache, **kw)
 
 # %% ../nbs/10e_llm_ort.ipynb #e78c1205
 @patch(as_prop=True)
 def onnx_dir(self: ORTBackend) -> Path:
     "The GenAI folder the engine loads: the model itself, or its export (built on first use, then reused)."
-    if self.prebuilt: return Path(self._source)
+    if self.prebuilt:
+        return Path(self._source)
     dest = ort_export_dir(self._source, self.revision, self.precision, self.block_size or 32, self._root)
     return export_ort(self._source, dest, self.precision, self.block_size or 32, self.progress)
 
@@ -234,8 +341,10 @@ def og_model(self: ORTBackend):
     "The `onnxruntime_genai.Model` (exported and loaded on first use)."
     if self._og is None:
         og = _genai()
-        try: self._og = og.Model(str(self.onnx_dir))
-        except RuntimeError as e: raise LLMError(f"ort: cannot load {self.onnx_dir}: {str(e).splitlines()[0][:200]}") from None
+        try:
+            self._og = og.Model(str(self.onnx_dir))
+        except RuntimeError as e:
+            raise LLMError(f"ort: cannot load {self.onnx_dir}: {str(e).splitlines()[0][:200]}") from None
     return self._og
 
 # %% ../nbs/10e_llm_ort.ipynb #6a8c0e8c
@@ -253,8 +362,15 @@ def _generator(self: ORTBackend, ids: list[int], max_length: int):
 @patch
 def worker(self: ORTBackend) -> tuple:
     "A picklable recipe that builds this backend again in another process (its exports found under the same models root)."
-    return rebuild_backend, (self.kind, self.model, self.options, self.revision, self._label, str(self.cache.root),
-                             {"models_root": self._root, "progress": False})
+    return rebuild_backend, (
+        self.kind,
+        self.model,
+        self.options,
+        self.revision,
+        self._label,
+        str(self.cache.root),
+        {"models_root": self._root, "progress": False},
+    )
 
 # %% ../nbs/10e_llm_ort.ipynb #d18f3ce6
 @patch(cls_method=True)
@@ -267,7 +383,8 @@ def describe_spec(cls: ORTBackend, spec: BackendSpec) -> str:
 @patch(cls_method=True)
 def missing(cls: ORTBackend, spec: BackendSpec) -> list[str]:
     "A model folder that does not exist (the offline stand-ins are prepared by `clir-llm prepare`)."
-    if offline_model(f"hf:{spec.model}") is not None or Path(spec.model).expanduser().is_dir(): return []
+    if offline_model(f"hf:{spec.model}") is not None or Path(spec.model).expanduser().is_dir():
+        return []
     return [f"files: no such model folder {spec.model!r}"]
 
 # %% ../nbs/10e_llm_ort.ipynb #7e92961f

@@ -15,15 +15,19 @@ __all__ = ['documents_from', 'queries_from', 'qrels_from', 'InMemoryCollection',
 # %% ../nbs/03d_memory.ipynb #b0e06386
 def _records(data) -> list[dict] | None:
     "The rows of a DataFrame as dicts (None when `data` is not a DataFrame)."
-    if hasattr(data, "columns") and hasattr(data, "to_dict"): return data.to_dict("records")
+    if hasattr(data, "columns") and hasattr(data, "to_dict"):
+        return data.to_dict("records")
     return None
 
 # %% ../nbs/03d_memory.ipynb #15f816ea
 def _first(rec: dict, names: tuple, what: str, row: int):
     "The value of the first of `names` that `rec` has; a ClirError naming the row and the keys it has."
     for n in names:
-        if n in rec and rec[n] is not None: return rec[n]
-    raise ClirError(f"{what} {row}: needs {' or '.join(map(repr, names))}; it has {', '.join(map(str, rec)) or 'nothing'}")
+        if n in rec and rec[n] is not None:
+            return rec[n]
+    raise ClirError(
+        f"{what} {row}: needs {' or '.join(map(repr, names))}; it has {', '.join(map(str, rec)) or 'nothing'}"
+    )
 
 # %% ../nbs/03d_memory.ipynb #48ad2801
 def documents_from(data, lang: str) -> dict[str, Document]:
@@ -32,17 +36,27 @@ def documents_from(data, lang: str) -> dict[str, Document]:
     out: dict[str, Document] = {}
     if (recs := _records(data)) is not None:
         items = [(_first(r, ("docno", "doc_id", "docid"), "document row", i), r) for i, r in enumerate(recs)]
-    elif isinstance(data, dict): items = list(data.items())
-    else: items = [(d.docid, d) if isinstance(d, Document) else (None, d) for d in data]
+    elif isinstance(data, dict):
+        items = list(data.items())
+    else:
+        items = [(d.docid, d) if isinstance(d, Document) else (None, d) for d in data]
     for i, (docid, v) in enumerate(items):
-        if isinstance(v, Document): title, text = v.title, v.text
-        elif isinstance(v, str): title, text = "", v
-        elif isinstance(v, dict):   # a DataFrame's missing title is NaN: no title
-            title, text = v.get("title") if isinstance(v.get("title"), str) else "", _first(v, ("text", "body", "contents"), "document", docid)
-        else: raise ClirError(f"document {i}: expected a Document, a text or a dict with 'text', got {type(v).__name__}")
+        if isinstance(v, Document):
+            title, text = v.title, v.text
+        elif isinstance(v, str):
+            title, text = "", v
+        elif isinstance(v, dict):  # a DataFrame's missing title is NaN: no title
+            title, text = (
+                v.get("title") if isinstance(v.get("title"), str) else "",
+                _first(v, ("text", "body", "contents"), "document", docid),
+            )
+        else:
+            raise ClirError(f"document {i}: expected a Document, a text or a dict with 'text', got {type(v).__name__}")
         docid = check_id(str(docid) if docid is not None else "", f"document {i}: id")
-        if docid in out: raise ClirError(f"document {docid!r} appears twice")
-        if not isinstance(text, str) or not isinstance(title, str): raise ClirError(f"document {docid!r}: text and title must be strings")
+        if docid in out:
+            raise ClirError(f"document {docid!r} appears twice")
+        if not isinstance(text, str) or not isinstance(title, str):
+            raise ClirError(f"document {docid!r}: text and title must be strings")
         out[docid] = Document(docid, text, title, lang)
     return out
 
@@ -50,29 +64,41 @@ def documents_from(data, lang: str) -> dict[str, Document]:
 def queries_from(data, lang: str) -> dict[str, Query]:
     "Queries by id from a DataFrame (`qid` or `query_id`, `query` or `text`), a dict `{qid: text or Query}` or a list of `Query`s."
     if (recs := _records(data)) is not None:
-        items = [(_first(r, ("qid", "query_id"), "query row", i), _first(r, ("query", "text"), "query row", i)) for i, r in enumerate(recs)]
-    elif isinstance(data, dict): items = list(data.items())
-    else: items = [(q.qid, q) if isinstance(q, Query) else (None, q) for q in data]
+        items = [
+            (_first(r, ("qid", "query_id"), "query row", i), _first(r, ("query", "text"), "query row", i))
+            for i, r in enumerate(recs)
+        ]
+    elif isinstance(data, dict):
+        items = list(data.items())
+    else:
+        items = [(q.qid, q) if isinstance(q, Query) else (None, q) for q in data]
     out: dict[str, Query] = {}
     for i, (qid, v) in enumerate(items):
         text = v.text if isinstance(v, Query) else v
         qid = check_id(str(qid) if qid is not None else "", f"query {i}: id")
-        if not isinstance(text, str) or not text.strip(): raise ClirError(f"query {qid!r}: the text must be a non-empty string, got {text!r}")
-        if qid in out and out[qid].text != text: raise ClirError(f"query {qid!r} appears twice with different texts")
+        if not isinstance(text, str) or not text.strip():
+            raise ClirError(f"query {qid!r}: the text must be a non-empty string, got {text!r}")
+        if qid in out and out[qid].text != text:
+            raise ClirError(f"query {qid!r} appears twice with different texts")
         out[qid] = Query(qid, text, lang)
     return out
 
 # %% ../nbs/03d_memory.ipynb #d5ce61c1
 def qrels_from(data) -> Qrels:
     "Judgements from a DataFrame (`qid, docno, label`), a dict `{qid: {docid: grade}}`, a `Qrels`, or None (no judgements)."
-    if data is None: return Qrels()
-    if _records(data) is not None: return Qrels.from_df(data)
-    if not isinstance(data, dict): raise ClirError(f"qrels: expected a DataFrame or a dict of dicts, got {type(data).__name__}")
+    if data is None:
+        return Qrels()
+    if _records(data) is not None:
+        return Qrels.from_df(data)
+    if not isinstance(data, dict):
+        raise ClirError(f"qrels: expected a DataFrame or a dict of dicts, got {type(data).__name__}")
     out = Qrels()
     for qid, judged in data.items():
-        if not isinstance(judged, dict): raise ClirError(f"qrels: query {qid!r}: expected {{docid: grade}}, got {type(judged).__name__}")
+        if not isinstance(judged, dict):
+            raise ClirError(f"qrels: query {qid!r}: expected {{docid: grade}}, got {type(judged).__name__}")
         for docid, g in judged.items():
-            if isinstance(g, bool) or not isinstance(g, int): raise ClirError(f"qrels: query {qid!r}: document {docid!r} has grade {g!r} (an integer is needed)")
+            if isinstance(g, bool) or not isinstance(g, int):
+                raise ClirError(f"qrels: query {qid!r}: document {docid!r} has grade {g!r} (an integer is needed)")
             out.setdefault(str(qid), {})[str(docid)] = g
     return out
 
@@ -81,47 +107,81 @@ class InMemoryCollection(StreamedCollection):
     """A collection held in memory: `documents`, `queries` and `qrels` (DataFrames, dicts or lists, read by
     `documents_from`, `queries_from`, `qrels_from`) in `query_lang` and `doc_lang`; `translations`: the documents in
     English, same ids (the shipped DT view)."""
-    def __init__(self, documents, queries, qrels=None, *, query_lang: str, doc_lang: str, name: str = "memory",
-                 translations=None):
+
+    def __init__(
+        self, documents, queries, qrels=None, *, query_lang: str, doc_lang: str, name: str = "memory", translations=None
+    ):
         ql, dl = parse_pair(f"{query_lang}-{doc_lang}")
         docs = documents_from(documents, dl.code)
         tr = documents_from(translations, "en") if translations is not None else None
         if tr is not None and (odd := sorted(set(tr) ^ set(docs))):
             raise ClirError(f"collection {name!r}: the translations and the documents differ in ids (e.g. {odd[0]!r})")
-        key = stable_hash("memory", ql.code, dl.code, [(d.docid, d.title, d.text) for d in docs.values()],
-                          [(d.docid, d.title, d.text) for d in tr.values()] if tr else None)
-        super().__init__(name, f"{ql.code}-{dl.code}", queries_from(queries, ql.code), qrels_from(qrels),
-                         lambda: iter(docs.values()), key=key, num_docs=len(docs),
-                         translations=(lambda: iter(tr.values())) if tr else None)
+        key = stable_hash(
+            "memory",
+            ql.code,
+            dl.code,
+            [(d.docid, d.title, d.text) for d in docs.values()],
+            [(d.docid, d.title, d.text) for d in tr.values()] if tr else None,
+        )
+        super().__init__(
+            name,
+            f"{ql.code}-{dl.code}",
+            queries_from(queries, ql.code),
+            qrels_from(qrels),
+            lambda: iter(docs.values()),
+            key=key,
+            num_docs=len(docs),
+            translations=(lambda: iter(tr.values())) if tr else None,
+        )
 
 # %% ../nbs/03d_memory.ipynb #012be790
 class QueriesView(Collection):
     "The documents of `base` (its key, views and translations) with other `queries` (and `qrels`, default the base's)."
+
     def __init__(self, base, queries: dict[str, Query], qrels: Qrels | None = None):
         self.base, self.queries = base, queries
         self.qrels = base.qrels if qrels is None else qrels
         self.name, self.pair, self.key = base.name, base.pair, base.key
         self.query_lang, self.doc_lang = base.query_lang, base.doc_lang
 
-    def iter_docs(self) -> Iterator[Document]: return self.base.iter_docs()
-    def get_doc(self, docid: str) -> Document: return self.base.get_doc(docid)
-    def get_docs(self, docids: Iterable[str]) -> list[Document]: return self.base.get_docs(docids)
+    def iter_docs(self) -> Iterator[Document]:
+        return self.base.iter_docs()
+
+    def get_doc(self, docid: str) -> Document:
+        return self.base.get_doc(docid)
+
+    def get_docs(self, docids: Iterable[str]) -> list[Document]:
+        return self.base.get_docs(docids)
+
     @property
-    def num_docs(self) -> int: return self.base.num_docs
+    def num_docs(self) -> int:
+        return self.base.num_docs
+
     @property
-    def has_translations(self) -> bool: return self.base.has_translations
-    def translated(self) -> "QueriesView": return QueriesView(self.base.translated(), self.queries, self.qrels)
-    def check_qrels(self) -> "QueriesView": self.base.check_qrels(); return self
+    def has_translations(self) -> bool:
+        return self.base.has_translations
+
+    def translated(self) -> "QueriesView":
+        return QueriesView(self.base.translated(), self.queries, self.qrels)
+
+    def check_qrels(self) -> "QueriesView":
+        self.base.check_qrels()
+        return self
 
     def view(self, tag: str, **kw):
         "A view of the base (`StreamedCollection.view`: translated queries or documents) that keeps these queries unless it replaces them."
-        if not isinstance(self.base, StreamedCollection): raise ClirError(f"collection {self.name!r} ({type(self.base).__name__}) has no views")
-        kw.setdefault("queries", self.queries); kw.setdefault("query_lang", self.query_lang)
+        if not isinstance(self.base, StreamedCollection):
+            raise ClirError(f"collection {self.name!r} ({type(self.base).__name__}) has no views")
+        kw.setdefault("queries", self.queries)
+        kw.setdefault("query_lang", self.query_lang)
         return self.base.view(tag, **kw)
 
-    def __repr__(self): return f"QueriesView({self.base!r}, {len(self.queries)} queries)"
+    def __repr__(self):
+        return f"QueriesView({self.base!r}, {len(self.queries)} queries)"
 
 # %% ../nbs/03d_memory.ipynb #daf0cffd
 def with_queries(collection, queries, qrels=None) -> Collection:
     "`collection`'s documents (same key, views and indexes) asked `queries` (read by `queries_from` in its query language)."
-    return QueriesView(collection, queries_from(queries, collection.query_lang), None if qrels is None else qrels_from(qrels))
+    return QueriesView(
+        collection, queries_from(queries, collection.query_lang), None if qrels is None else qrels_from(qrels)
+    )

@@ -27,8 +27,10 @@ def registries() -> dict[str, list[tuple[str, str, str]]]:
     "Each kind (with where its strings go) -> [(accepted string, one-line summary, options)], read from the registries."
     encoders = [(f"dense:{n}", s.label, "") for n, s in ENCODERS.items()]
     stand_ins = [(n, m.label, "") for n, m in OFFLINE_MODELS.items() if not n.startswith("dense:")]
-    return {"collections (--collection; config: collection)": rows(COLLECTIONS),
-            "first stages (retrieve --method; config: first_stage.methods)": rows(FIRST_STAGES) + encoders,
-            "translators (--translator; config: first_stage.translator)": rows(TRANSLATORS),
-            "rerankers (rerank --method; config: rerankers[].method)": rows(RERANKERS),
-            "LLM backends (rerank --llm; config: rerankers[].llm)": rows(BACKENDS) + stand_ins}
+    return {
+        "collections (--collection; config: collection)": rows(COLLECTIONS),
+        "first stages (retrieve --method; config: first_stage.methods)": rows(FIRST_STAGES) + encoders,
+        "translators (--translator; config: first_stage.translator)": rows(TRANSLATORS),
+        "rerankers (rerank --method; config: rerankers[].method)": rows(RERANKERS),
+        "LLM backends (rerank --llm; config: rerankers[].llm)": rows(BACKENDS) + stand_ins,
+    }

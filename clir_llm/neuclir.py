@@ -20,6 +20,7 @@ __all__ = ['NEUCLIR22', 'NEUCLIR22_PAIRS', 'neuclir_mt_names', 'neuclir_mt_path'
 NEUCLIR22 = ("zh", "fa", "ru")
 NEUCLIR22_PAIRS = [f"en-{l}" for l in NEUCLIR22]
 
+
 def neuclir_mt_names(lang: str) -> list[str]:
     """The file names the organizers' English translations of `lang`'s documents go by: `<iso3>.mt.jsonl[.gz]`, and the
     Hugging Face Hub's `neuclir/neuclir1` layout `data/<iso3>-mt-eng-00000-of-00001.jsonl.gz` (also without `data/`)."""
@@ -30,27 +31,36 @@ def neuclir_mt_names(lang: str) -> list[str]:
 # %% ../nbs/03c_neuclir.ipynb #5b685a74
 def neuclir_mt_path(root, lang: str) -> Path | None:
     "The organizers' English translations of `lang`'s documents under `root` (the first of `neuclir_mt_names` there), else None."
-    if not root: return None
+    if not root:
+        return None
     for name in neuclir_mt_names(lang):
-        if (p := Path(root).expanduser() / name).exists(): return p
+        if (p := Path(root).expanduser() / name).exists():
+            return p
     return None
 
 # %% ../nbs/03c_neuclir.ipynb #f5ce9cb5
 def read_mt_docs(path: Path):
     "Stream the English documents of a NeuCLIR translation file (`id`/`doc_id`, `title`, `text` per line)."
-    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
+    with gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise FormatError(path, i, f"not JSON: {e.msg}") from None
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise FormatError(path, i, f"not JSON: {e.msg}") from None
             did = d.get("id", d.get("doc_id"))
-            if did is None or "text" not in d: raise FormatError(path, i, "a translated document needs 'id' and 'text'")
+            if did is None or "text" not in d:
+                raise FormatError(path, i, "a translated document needs 'id' and 'text'")
             yield Document(str(did), str(d.get("text") or ""), str(d.get("title") or ""), "en")
 
 # %% ../nbs/03c_neuclir.ipynb #0e8119cb
 class NeuclirOptions(CountedOptions):
     "The options of `neuclir22`: `root` is the folder of the organizers' English translations (else $NEUCLIR_MT_HOME)."
-    dataset: str = opt("neuclir/1/{lang}/trec-2022", "the ir_datasets id of each language ({lang}: zh, fa, ru)", identity=False)
+
+    dataset: str = opt(
+        "neuclir/1/{lang}/trec-2022", "the ir_datasets id of each language ({lang}: zh, fa, ru)", identity=False
+    )
 
 # %% ../nbs/03c_neuclir.ipynb #beb434bf
 def _mt_folder(root=None):
@@ -61,18 +71,33 @@ def _mt_folder(root=None):
 def load_neuclir22(pair: str, options: NeuclirOptions = NeuclirOptions(), cache_root=None) -> StreamedCollection:
     "NeuCLIR 2022 for `en-zh`, `en-fa` or `en-ru`; DT documents from `root` / `$NEUCLIR_MT_HOME` when there."
     ql, dl = pair.split("-")
-    if pair not in NEUCLIR22_PAIRS: raise ClirError(f"neuclir22 has pairs {', '.join(NEUCLIR22_PAIRS)}, not {pair}")
-    parts = irds_parts(pair, IrdsOptions(check_counts=options.check_counts), options.dataset.format(lang=dl), cache_root)
+    if pair not in NEUCLIR22_PAIRS:
+        raise ClirError(f"neuclir22 has pairs {', '.join(NEUCLIR22_PAIRS)}, not {pair}")
+    parts = irds_parts(
+        pair, IrdsOptions(check_counts=options.check_counts), options.dataset.format(lang=dl), cache_root
+    )
     if folder := _mt_folder(options.root):
         path = neuclir_mt_path(folder, dl)
-        if path is None: raise ClirError(f"neuclir22: no English translations of the {language(dl).name} documents in {folder} "
-                                         f"(expected one of {', '.join(neuclir_mt_names(dl))})")
+        if path is None:
+            raise ClirError(
+                f"neuclir22: no English translations of the {language(dl).name} documents in {folder} "
+                f"(expected one of {', '.join(neuclir_mt_names(dl))})"
+            )
         st = path.stat()
-        parts |= dict(translations=lambda: read_mt_docs(path), key=stable_hash(parts["key"], "mt", path.name, st.st_size, int(st.st_mtime), n=16))
+        parts |= dict(
+            translations=lambda: read_mt_docs(path),
+            key=stable_hash(parts["key"], "mt", path.name, st.st_size, int(st.st_mtime), n=16),
+        )
     return StreamedCollection(**(parts | {"name": "neuclir22"}))
 
 # %% ../nbs/03c_neuclir.ipynb #00acee25
-register_collection("neuclir22", load_neuclir22, NEUCLIR22_PAIRS,
-                    "TREC 2022 NeuCLIR: English topics to Chinese, Persian, Russian news (ir_datasets neuclir/1/*/trec-2022); "
-                    "DT = the organizers' English translations from $NEUCLIR_MT_HOME", options=NeuclirOptions, remote="ir_datasets",
-                    translations=lambda pair, arg="", root=None: pair in NEUCLIR22_PAIRS and bool(_mt_folder(root)))
+register_collection(
+    "neuclir22",
+    load_neuclir22,
+    NEUCLIR22_PAIRS,
+    "TREC 2022 NeuCLIR: English topics to Chinese, Persian, Russian news (ir_datasets neuclir/1/*/trec-2022); "
+    "DT = the organizers' English translations from $NEUCLIR_MT_HOME",
+    options=NeuclirOptions,
+    remote="ir_datasets",
+    translations=lambda pair, arg="", root=None: pair in NEUCLIR22_PAIRS and bool(_mt_folder(root)),
+)

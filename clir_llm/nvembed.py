@@ -20,24 +20,39 @@ __all__ = ['LATENT_DEFAULTS', 'read_nvembed_config', 'mistral_config', 'latent_c
            'load_nvembed', 'load_latent_encoder']
 
 # %% ../nbs/08a_nvembed.ipynb #ebea301d
-LATENT_DEFAULTS = dict(num_latents_value=512, num_cross_heads=8, output_normalize=True, hidden_dim=4096,
-                       latent_dim=4096, cross_dim_head=4096)   # configuration_nvembed.py's defaults
-_NOT_MISTRAL = ("model_type", "_name_or_path", "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version")
+# configuration_nvembed.py's defaults
+LATENT_DEFAULTS = dict(num_latents_value=512, num_cross_heads=8, output_normalize=True)
+LATENT_DEFAULTS.update(hidden_dim=4096, latent_dim=4096, cross_dim_head=4096)
+_NOT_MISTRAL = (
+    "model_type",
+    "_name_or_path",
+    "architectures",
+    "auto_map",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+)
+
 
 def read_nvembed_config(folder) -> dict:
     "The `config.json` of an NV-Embed checkpoint folder (ClirError if it is not one)."
     p = Path(folder) / "config.json"
-    if not p.is_file(): raise ClirError(f"{folder}: no config.json, not an NV-Embed checkpoint folder")
-    try: cfg = json.loads(p.read_text())
-    except ValueError as e: raise ClirError(f"{p}: not JSON ({e})") from None
+    if not p.is_file():
+        raise ClirError(f"{folder}: no config.json, not an NV-Embed checkpoint folder")
+    try:
+        cfg = json.loads(p.read_text())
+    except ValueError as e:
+        raise ClirError(f"{p}: not JSON ({e})") from None
     absent = [k for k in ("text_config", "latent_attention_config") if not isinstance(cfg.get(k), dict)]
-    if absent: raise ClirError(f"{p}: no {' or '.join(absent)}, not an NV-Embed configuration")
+    if absent:
+        raise ClirError(f"{p}: no {' or '.join(absent)}, not an NV-Embed configuration")
     return cfg
 
 # %% ../nbs/08a_nvembed.ipynb #7c503d1d
 def mistral_config(text_config: dict, attn_implementation: str = "sdpa"):
     "transformers' `MistralConfig` for the published `text_config` (its remote-code `bidir_mistral` type dropped)."
-    from transformers import MistralConfig   # heavy: loaded when a model is used
+    from transformers import MistralConfig  # heavy: loaded when a model is used
+
     kw = {k: v for k, v in text_config.items() if k not in _NOT_MISTRAL}
     return MistralConfig(**kw, attn_implementation=attn_implementation)
 
@@ -49,6 +64,7 @@ def latent_config(cfg: dict) -> dict:
 # %% ../nbs/08a_nvembed.ipynb #7491f1a7
 class GEGLU(nn.Module):
     "Gated GELU: the second half of the features, through GELU, gates the first half."
+
     def forward(self, x):
         x, gate = x.chunk(2, dim=-1)
         return x * F.gelu(gate)
@@ -56,14 +72,18 @@ class GEGLU(nn.Module):
 # %% ../nbs/08a_nvembed.ipynb #2b9aaf48
 class FeedForward(nn.Module):
     "Linear to 2·mult·dim, GEGLU, linear back to dim (keys net.0, net.2)."
+
     def __init__(self, dim: int, mult: int = 4):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(dim, dim * mult * 2), GEGLU(), nn.Linear(dim * mult, dim))
-    def forward(self, x): return self.net(x)
+
+    def forward(self, x):
+        return self.net(x)
 
 # %% ../nbs/08a_nvembed.ipynb #1a1ac1fb
 class CrossAttention(nn.Module):
     "Multi-head attention of `x` (queries) over `context` (keys, values); no biases, no mask."
+
     def __init__(self, dim: int, context_dim: int, heads: int, dim_head: int):
         super().__init__()
         self.heads = heads
@@ -80,10 +100,12 @@ class CrossAttention(nn.Module):
 # %% ../nbs/08a_nvembed.ipynb #e3d50529
 class PreNorm(nn.Module):
     "LayerNorm the input (and the context, when `context_dim` is given) before `fn`."
+
     def __init__(self, dim: int, fn: nn.Module, context_dim: int | None = None):
         super().__init__()
         self.fn, self.norm = fn, nn.LayerNorm(dim)
         self.norm_context = nn.LayerNorm(context_dim) if context_dim is not None else None
+
     def forward(self, x, context=None):
         x = self.norm(x)
         return self.fn(x) if self.norm_context is None else self.fn(x, self.norm_context(context))
@@ -91,12 +113,27 @@ class PreNorm(nn.Module):
 # %% ../nbs/08a_nvembed.ipynb #bd1d0a3f
 class LatentAttention(nn.Module):
     "NV-Embed's latent-attention pooling: cross-attention of the token states to trainable latents, MLP, masked mean."
-    def __init__(self, num_latents_value=512, num_cross_heads=8, output_normalize=True, hidden_dim=4096,
-                 latent_dim=4096, cross_dim_head=4096):
+
+    def __init__(
+        self,
+        num_latents_value=512,
+        num_cross_heads=8,
+        output_normalize=True,
+        hidden_dim=4096,
+        latent_dim=4096,
+        cross_dim_head=4096,
+    ):
         super().__init__()
-        self.cross_attend_blocks = nn.ModuleList([
-            PreNorm(latent_dim, CrossAttention(latent_dim, hidden_dim, num_cross_heads, cross_dim_head), context_dim=hidden_dim),
-            PreNorm(latent_dim, FeedForward(latent_dim))])
+        self.cross_attend_blocks = nn.ModuleList(
+            [
+                PreNorm(
+                    latent_dim,
+                    CrossAttention(latent_dim, hidden_dim, num_cross_heads, cross_dim_head),
+                    context_dim=hidden_dim,
+                ),
+                PreNorm(latent_dim, FeedForward(latent_dim)),
+            ]
+        )
         self.latents = nn.Parameter(torch.randn(num_latents_value, latent_dim))
         self.output_normalize = output_normalize
 
@@ -106,7 +143,8 @@ class LatentAttention(nn.Module):
         x = mlp(x) + x
         m = pool_mask.unsqueeze(-1).float()
         n = pool_mask.sum(dim=1, keepdim=True).float()
-        if bool((n == 0).any()): raise ClirError("NV-Embed pooling: a text has no token left to pool (instruction longer than max_length?)")
+        if bool((n == 0).any()):
+            raise ClirError("NV-Embed pooling: a text has no token left to pool (instruction longer than max_length?)")
         v = (x * m).sum(dim=1) / n
         return F.normalize(v, p=2, dim=-1) if self.output_normalize else v
 
@@ -120,16 +158,19 @@ def padding_mask(attention_mask, dtype):
 # %% ../nbs/08a_nvembed.ipynb #e33f806f
 class NVEmbed(nn.Module):
     "NV-Embed(-v2): bidirectional Mistral decoder (`embedding_model`) + latent-attention pooling (`latent_attention_model`)."
+
     def __init__(self, config: dict, attn_implementation: str = "sdpa"):
         super().__init__()
-        from transformers import MistralModel   # heavy: loaded when a model is used
+        from transformers import MistralModel  # heavy: loaded when a model is used
+
         self.embedding_model = MistralModel(mistral_config(config["text_config"], attn_implementation))
-        for layer in self.embedding_model.layers: layer.self_attn.is_causal = False
+        for layer in self.embedding_model.layers:
+            layer.self_attn.is_causal = False
         self.latent_attention_model = LatentAttention(**latent_config(config))
         self.padding_side = config.get("padding_side", "right")
         self.is_mask_instruction = config.get("is_mask_instruction", True)
-        self.autocast = True      # as the published forward: torch.autocast("cuda") on CUDA inputs
-        self.tokenizer = None     # set by `load_nvembed`
+        self.autocast = True  # as the published forward: torch.autocast("cuda") on CUDA inputs
+        self.tokenizer = None  # set by `load_nvembed`
 
     def bidirectional(self, input_ids, attention_mask):
         "Last hidden states of the decoder with every real token visible to every token."
@@ -152,12 +193,19 @@ class NVEmbed(nn.Module):
 def features(model: NVEmbed, texts, instruction: str = "", max_length: int = 4096):
     "(input_ids, attention_mask, pool_mask) of `texts` as the published encode: instruction + text + EOS, right padding."
     tok = model.tokenizer
-    if tok is None: raise ClirError("NVEmbed has no tokenizer (load it with load_nvembed)")
-    batch = tok([instruction + t + tok.eos_token for t in texts], max_length=max_length, padding=True,
-                truncation=True, return_token_type_ids=False, return_tensors="pt")
+    if tok is None:
+        raise ClirError("NVEmbed has no tokenizer (load it with load_nvembed)")
+    batch = tok(
+        [instruction + t + tok.eos_token for t in texts],
+        max_length=max_length,
+        padding=True,
+        truncation=True,
+        return_token_type_ids=False,
+        return_tensors="pt",
+    )
     pool = batch["attention_mask"].clone()
     if instruction and model.is_mask_instruction and model.padding_side == "right":
-        pool[:, :len(tok.tokenize(instruction))] = 0     # as published: <s> and all but the last instruction token
+        pool[:, : len(tok.tokenize(instruction))] = 0  # as published: <s> and all but the last instruction token
     return batch["input_ids"], batch["attention_mask"], pool
 
 # %% ../nbs/08a_nvembed.ipynb #309bea9d
@@ -166,33 +214,43 @@ def encode(self: NVEmbed, texts, instruction: str = "", max_length: int = 4096):
     "Embeddings of `texts` (a list of str), L2-normalised, on the model's device."
     dev = next(self.parameters()).device
     ids, att, pool = (t.to(dev) for t in features(self, list(texts), instruction, max_length))
-    with torch.no_grad(): return self(ids, att, pool)
-
-
+    with torch.no_grad():
+        return self(ids, att, pool)
 
 # %% ../nbs/08a_nvembed.ipynb #60d17560
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer*", "special_tokens_map.json"]
 
+
 def checkpoint_folder(path, revision: str | None = None) -> Path:
     "A local folder as is, or a Hub id downloaded (config, safetensors, tokenizer) at `revision`."
-    if Path(path).is_dir(): return Path(path)
+    if Path(path).is_dir():
+        return Path(path)
     try:
-        from huggingface_hub import snapshot_download   # optional: only Hub downloads need it
+        from huggingface_hub import snapshot_download  # optional: only Hub downloads need it
+
         return Path(snapshot_download(str(path), revision=revision, allow_patterns=_HUB_FILES))
     except Exception as e:
-        raise ClirError(f"cannot get NV-Embed checkpoint {path}{'@' + revision if revision else ''}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise ClirError(
+            f"cannot get NV-Embed checkpoint {path}{'@' + revision if revision else ''}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
 
 # %% ../nbs/08a_nvembed.ipynb #f58fc071
 def read_weights(folder: Path, dtype=torch.float32) -> dict:
     "All tensors of the folder's model.safetensors, or of the shards model.safetensors.index.json lists, as `dtype`."
-    from safetensors.torch import load_file   # heavy: loaded when a model is used
+    from safetensors.torch import load_file  # heavy: loaded when a model is used
+
     index = folder / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    )
     out = {}
     for f in files:
         if not (folder / f).is_file():
-            raise ClirError(f"{folder}: shard {f} named by model.safetensors.index.json is missing" if index.is_file()
-                            else f"{folder}: no model.safetensors and no model.safetensors.index.json")
+            raise ClirError(
+                f"{folder}: shard {f} named by model.safetensors.index.json is missing"
+                if index.is_file()
+                else f"{folder}: no model.safetensors and no model.safetensors.index.json"
+            )
         out.update({k: v.to(dtype) for k, v in load_file(folder / f).items()})
     return out
 
@@ -202,24 +260,34 @@ def load_nvembed(path, dtype="float32", revision: str | None = None, attn_implem
     folder = checkpoint_folder(path, revision)
     cfg = read_nvembed_config(folder)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    with torch.device("meta"): model = NVEmbed(cfg, attn_implementation)
+    with torch.device("meta"):
+        model = NVEmbed(cfg, attn_implementation)
     want, got = set(model.state_dict()), read_weights(folder, dtype)
     missing = sorted(want - set(got))
     unknown = sorted(k for k in set(got) - want if not k.endswith("rotary_emb.inv_freq"))
     if missing:
-        raise ClirError(f"{folder}: {len(missing)} weight(s) missing from the checkpoint, e.g. {', '.join(missing[:3])} "
-                        "(expected the published NV-Embed layout: embedding_model.*, latent_attention_model.*)")
-    if unknown: raise ClirError(f"{folder}: {len(unknown)} unknown weight(s) in the checkpoint, e.g. {', '.join(unknown[:3])}")
+        raise ClirError(
+            f"{folder}: {len(missing)} weight(s) missing from the checkpoint, e.g. {', '.join(missing[:3])} "
+            "(expected the published NV-Embed layout: embedding_model.*, latent_attention_model.*)"
+        )
+    if unknown:
+        raise ClirError(f"{folder}: {len(unknown)} unknown weight(s) in the checkpoint, e.g. {', '.join(unknown[:3])}")
     model.load_state_dict({k: got[k] for k in want}, assign=True)
     m = model.embedding_model
-    m.rotary_emb = type(m.rotary_emb)(config=m.config)   # not in checkpoints: recomputed, off the meta device
-    from transformers import AutoTokenizer   # heavy: loaded when a model is used
-    from transformers.utils import logging as hf_logging   # heavy: loaded when a model is used
-    level = hf_logging.get_verbosity(); hf_logging.set_verbosity_error()   # config.json's model_type is not transformers'
-    try: tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)   # never the config's auto_map code
-    except Exception as e: raise ClirError(f"{folder}: no usable tokenizer ({type(e).__name__})") from None
-    finally: hf_logging.set_verbosity(level)
-    tok.pad_token, tok.padding_side = tok.eos_token, model.padding_side    # the published add_pad_token
+    m.rotary_emb = type(m.rotary_emb)(config=m.config)  # not in checkpoints: recomputed, off the meta device
+    from transformers import AutoTokenizer  # heavy: loaded when a model is used
+    from transformers.utils import logging as hf_logging  # heavy: loaded when a model is used
+
+    # config.json's model_type is not transformers'
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)  # never the config's auto_map code
+    except Exception as e:
+        raise ClirError(f"{folder}: no usable tokenizer ({type(e).__name__})") from None
+    finally:
+        hf_logging.set_verbosity(level)
+    tok.pad_token, tok.padding_side = tok.eos_token, model.padding_side  # the published add_pad_token
     model.tokenizer = tok
     return model.eval()
 
@@ -228,5 +296,6 @@ def load_latent_encoder(spec, path: str, dtype) -> tuple:
     "(model, tokenizer) of an encoder spec with `latent` pooling (NV-Embed): `load_nvembed` of its folder or Hub id."
     model = load_nvembed(path, dtype=dtype, revision=spec.revision)
     return model, model.tokenizer
+
 
 ENCODER_LOADERS.register("latent", load_latent_encoder)

@@ -27,22 +27,37 @@ __all__ = ['Sort', 'HEAPSORT_TIES', 'SORTS', 'PairJudge', 'judge_many', 'allpair
 # %% ../nbs/11c_pairwise.ipynb #08585578
 class PairJudge:
     "Both-order PRP comparisons for one query: remembered in either order, counted; `ask` answers the prompts of `__call__`."
-    def __init__(self, ask: Callable[[list[tuple[str, str]]], list[str | float | None]] | None = None,  # ordered pairs -> 'A'/'B'/None (soft: P(A))
-                 cache: bool = True,            # remember comparisons (either order)
-                 batch_orders: bool = True,     # ask both orders in one call (else one call per prompt)
-                 soft: bool = False):           # answers are P(A); a comparison's value is their both-order average
+
+    # ordered pairs -> 'A'/'B'/None (soft: P(A))
+    def __init__(
+        self,
+        ask: Callable[[list[tuple[str, str]]], list[str | float | None]] | None = None,
+        cache: bool = True,  # remember comparisons (either order)
+        batch_orders: bool = True,  # ask both orders in one call (else one call per prompt)
+        soft: bool = False,
+    ):  # answers are P(A); a comparison's value is their both-order average
         self.ask, self.cache, self.batch_orders, self.soft = ask, cache, batch_orders, soft
         self.memo: dict[tuple[str, str], float] = {}
-        self.stats = {"comparisons": 0, "comparisons_asked": 0, "comparison_cache_hits": 0, "ties": 0, "parse_failures": 0}
-        if soft: self.stats["answers_a"] = 0   # prompts with P(A) > ½: the position bias the average cancels
+        self.stats = {
+            "comparisons": 0,
+            "comparisons_asked": 0,
+            "comparison_cache_hits": 0,
+            "ties": 0,
+            "parse_failures": 0,
+        }
+        if soft:
+            self.stats["answers_a"] = 0  # prompts with P(A) > ½: the position bias the average cancels
 
     def plan(self, pairs) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         "Count a request for `pairs`: the prompts it needs (both orders of every pair the memo does not know), and those pairs."
         self.stats["comparisons"] += len(pairs)
-        if not self.cache: self.memo = {}  # the sequential procedure forgets every answer
+        if not self.cache:
+            self.memo = {}  # the sequential procedure forgets every answer
         todo, seen = [], set()
         for a, b in pairs:  # each unordered pair once
-            if (a, b) not in self.memo and frozenset((a, b)) not in seen: seen.add(frozenset((a, b))); todo.append((a, b))
+            if (a, b) not in self.memo and frozenset((a, b)) not in seen:
+                seen.add(frozenset((a, b)))
+                todo.append((a, b))
         self.stats["comparison_cache_hits"] += len(pairs) - len(todo)
         return [o for a, b in todo for o in ((a, b), (b, a))], todo
 
@@ -51,11 +66,12 @@ class PairJudge:
         for i, (a, b) in enumerate(todo):
             first, second = answers[2 * i], answers[2 * i + 1]
             self.stats["parse_failures"] += (first is None) + (second is None)
-            if self.soft:   # ½ P_A(a, b) + ½ (1 - P_A(b, a)); an unreadable order counts ½
+            if self.soft:  # ½ P_A(a, b) + ½ (1 - P_A(b, a)); an unreadable order counts ½
                 p1, p2 = (0.5 if x is None else x for x in (first, second))
                 v = 0.5 * p1 + 0.5 * (1.0 - p2)
                 self.stats["answers_a"] += (p1 > 0.5) + (p2 > 0.5)
-            else: v = 1.0 if (first, second) == ("A", "B") else 0.0 if (first, second) == ("B", "A") else 0.5
+            else:
+                v = 1.0 if (first, second) == ("A", "B") else 0.0 if (first, second) == ("B", "A") else 0.5
             self.stats["ties"] += v == 0.5
             self.stats["comparisons_asked"] += 1
             self.memo[a, b], self.memo[b, a] = v, 1.0 - v
@@ -65,29 +81,36 @@ class PairJudge:
         return judge_many({None: self}, {None: pairs}, lambda owners, items: self.ask(items), self.batch_orders)[None]
 
 # %% ../nbs/11c_pairwise.ipynb #fbdd7992
-def judge_many(judges: Mapping, pending: Mapping[str, list], ask: Callable[[list, list], list],
-               batch_orders: bool = True) -> dict[str, list[float]]:
+def judge_many(
+    judges: Mapping, pending: Mapping[str, list], ask: Callable[[list, list], list], batch_orders: bool = True
+) -> dict[str, list[float]]:
     "Values (1, ½, 0; soft judges: probabilities) of the pending pairs of several judges (key -> pairs); `ask(owners, ordered pairs)` answers all their prompts at once (one per call unless `batch_orders`)."
     todo, items, owners = {}, [], []
     for q, pairs in pending.items():
         prompts, need = judges[q].plan(pairs)
         todo[q] = (need, len(items), len(prompts))
-        items += prompts; owners += [q] * len(prompts)
-    if batch_orders: answers = ask(owners, items) if items else []
-    else: answers = [a for o, it in zip(owners, items) for a in ask([o], [it])]
+        items += prompts
+        owners += [q] * len(prompts)
+    if batch_orders:
+        answers = ask(owners, items) if items else []
+    else:
+        answers = [a for o, it in zip(owners, items) for a in ask([o], [it])]
     out = {}
     for q, pairs in pending.items():
         need, start, n = todo[q]
-        judges[q].record(need, answers[start:start + n])
+        judges[q].record(need, answers[start : start + n])
         out[q] = [judges[q].memo[p] for p in pairs]
     return out
 
 # %% ../nbs/11c_pairwise.ipynb #fa10d447
-Sort = Generator[list, list, list]  # yields pairs to compare, receives their values (1, ½, 0, or a probability), returns the ranking
+# yields pairs to compare, receives their values (1, ½, 0, or a probability), returns the ranking
+Sort = Generator[list, list, list]
+
 
 def _keep_rest(top: list, docids: list) -> list:
     "`top` followed by the other documents in their first-stage order."
-    s = set(top); return list(top) + [d for d in docids if d not in s]
+    s = set(top)
+    return list(top) + [d for d in docids if d not in s]
 
 # %% ../nbs/11c_pairwise.ipynb #d25f9fbd
 def allpair(docids: list, k: int | None = None) -> Sort:
@@ -96,71 +119,89 @@ def allpair(docids: list, k: int | None = None) -> Sort:
     values = yield pairs
     score = dict.fromkeys(docids, 0.0)
     for (a, b), v in zip(pairs, values):
-        score[a] += v; score[b] += 1.0 - v
+        score[a] += v
+        score[b] += 1.0 - v
     ranked = sorted(docids, key=lambda d: -score[d])  # stable
     return _keep_rest(ranked[:k] if k else ranked, docids)
 
 # %% ../nbs/11c_pairwise.ipynb #442bcbfd
 HEAPSORT_TIES = ("first-stage", "llm-rankers")
 
+
 def heapsort(docids: list, k: int = 10, ties: str = "first-stage") -> Sort:
     """Heapsort that stops after the best `k` are popped. a > b when its value is above ½ (hard: a wins both orders); a tie counts as greater when a
     was ranked higher before (`ties="first-stage"`), or never (`ties="llm-rankers"`, llm-rankers' `__gt__`)."""
-    if ties not in HEAPSORT_TIES: raise ClirError(f"heapsort ties must be one of {', '.join(HEAPSORT_TIES)}, got {ties!r}")
+    if ties not in HEAPSORT_TIES:
+        raise ClirError(f"heapsort ties must be one of {', '.join(HEAPSORT_TIES)}, got {ties!r}")
     arr, n = list(docids), len(docids)
     pos = {d: i for i, d in enumerate(docids)}
     by_rank = ties == "first-stage"
-    def greater(a, b, v): return v > 0.5 or (by_rank and v == 0.5 and pos[a] < pos[b])
+
+    def greater(a, b, v):
+        return v > 0.5 or (by_rank and v == 0.5 and pos[a] < pos[b])
+
     def sift_down(i, size):
         while True:
             largest, l, r = i, 2 * i + 1, 2 * i + 2
-            if l < size and greater(arr[l], arr[largest], (yield [(arr[l], arr[largest])])[0]): largest = l
-            if r < size and greater(arr[r], arr[largest], (yield [(arr[r], arr[largest])])[0]): largest = r
-            if largest == i: return
+            if l < size and greater(arr[l], arr[largest], (yield [(arr[l], arr[largest])])[0]):
+                largest = l
+            if r < size and greater(arr[r], arr[largest], (yield [(arr[r], arr[largest])])[0]):
+                largest = r
+            if largest == i:
+                return
             arr[i], arr[largest] = arr[largest], arr[i]
             i = largest
+
     for i in range(n // 2 - 1, -1, -1):  # build the max-heap
         yield from sift_down(i, n)
     top = []
     for end in range(n - 1, max(n - 1 - k, -1), -1):  # pop the maximum k times
         arr[0], arr[end] = arr[end], arr[0]
         top.append(arr[end])
-        if len(top) < k: yield from sift_down(0, end)
+        if len(top) < k:
+            yield from sift_down(0, end)
     return _keep_rest(top, docids)
 
 # %% ../nbs/11c_pairwise.ipynb #8140152c
 def bubblesort(docids: list, k: int = 10) -> Sort:
     "k bubble passes from the bottom (pass i carries the best remaining document up to position i), skipping pairs known not to swap."
     ranking, n = list(docids), len(docids)
-    start = n - 1                      # where the next pass begins
+    start = n - 1  # where the next pass begins
     for i in range(min(k, n)):
         lowest_swap = None
         for j in range(start, i, -1):
-            if (yield [(ranking[j], ranking[j - 1])])[0] > 0.5:   # hard values: 1 only
+            if (yield [(ranking[j], ranking[j - 1])])[0] > 0.5:  # hard values: 1 only
                 ranking[j - 1], ranking[j] = ranking[j], ranking[j - 1]
-                if lowest_swap is None: lowest_swap = j
-        if lowest_swap is None: break  # nothing moved: every later pass would ask the same pairs again
+                if lowest_swap is None:
+                    lowest_swap = j
+        if lowest_swap is None:
+            break  # nothing moved: every later pass would ask the same pairs again
         start = min(lowest_swap + 1, n - 1)  # below it, the pairs are the ones this pass compared (no swap)
     return _keep_rest(ranking[:k], docids)
 
+
 SORTS = {"allpair": allpair, "heapsort": heapsort, "bubblesort": bubblesort}
 
-
-
 # %% ../nbs/11c_pairwise.ipynb #fc0c74f2
-def drive_sorts(sorts: Mapping[str, Sort], judge: Callable[[dict], dict], groups: list[list[str]] | None = None) -> dict[str, list]:
+def drive_sorts(
+    sorts: Mapping[str, Sort], judge: Callable[[dict], dict], groups: list[list[str]] | None = None
+) -> dict[str, list]:
     "The rankings of several sort generators (key -> sort); each round, `judge({key: pairs}) -> {key: values}` answers the pending comparisons of a group's sorts."
     heads = {}
     for group in [list(sorts)] if groups is None else groups:
         pending = {}
         for q in group:
-            try: pending[q] = next(sorts[q])
-            except StopIteration as e: heads[q] = e.value
+            try:
+                pending[q] = next(sorts[q])
+            except StopIteration as e:
+                heads[q] = e.value
         while pending:
             values, nxt = judge(pending), {}
             for q in pending:
-                try: nxt[q] = sorts[q].send(values[q])
-                except StopIteration as e: heads[q] = e.value
+                try:
+                    nxt[q] = sorts[q].send(values[q])
+                except StopIteration as e:
+                    heads[q] = e.value
             pending = nxt
     return heads
 
@@ -170,27 +211,34 @@ def run_sort(sort: Sort, judge: Callable[[list], list]) -> list:
     return drive_sorts({None: sort}, lambda pending: {None: judge(pending[None])})[None]
 
 # %% ../nbs/11c_pairwise.ipynb #a3557c7e
-def sort_with(sort: str, docids: Sequence, compare: Callable[[object, object, object], str | None], k: int = 10, query=None) -> list:
+def sort_with(
+    sort: str, docids: Sequence, compare: Callable[[object, object, object], str | None], k: int = 10, query=None
+) -> list:
     "`docids` reranked by the sort named `sort`, `compare(query, a, b) -> 'A' | 'B' | None` judging each ordered pair (both orders asked)."
-    if sort not in SORTS: raise ClirError(f"unknown sort {sort!r} (one of {', '.join(SORTS)})")
+    if sort not in SORTS:
+        raise ClirError(f"unknown sort {sort!r} (one of {', '.join(SORTS)})")
     return run_sort(SORTS[sort](list(docids), k=k), PairJudge(lambda pairs: [compare(query, a, b) for a, b in pairs]))
 
 # %% ../nbs/11c_pairwise.ipynb #a69f9e6d
 def _heap_sift_worst(i: int, size: int) -> int:
     "Comparisons of a sift-down from node `i` in a heap of `size` going to the deepest leaf (two per level while both children exist)."
     n = 0
-    while 2 * i + 1 < size: n += 1 + (2 * i + 2 < size); i = 2 * i + 1
+    while 2 * i + 1 < size:
+        n += 1 + (2 * i + 2 < size)
+        i = 2 * i + 1
     return n
 
 # %% ../nbs/11c_pairwise.ipynb #17278316
 def max_comparisons(method: str, n: int, k: int | None = None) -> int:
     "The most comparisons sort `method` asks to put the best `k` (all: None) of `n` documents first (each asked in both orders)."
     k = n if k is None else min(k, n)
-    if method == "allpair": return n * (n - 1) // 2
-    if method == "bubblesort": return sum(n - 1 - i for i in range(k))
-    if method == "heapsort":   # the build, then a sift-down after each of the first k - 1 pops
+    if method == "allpair":
+        return n * (n - 1) // 2
+    if method == "bubblesort":
+        return sum(n - 1 - i for i in range(k))
+    if method == "heapsort":  # the build, then a sift-down after each of the first k - 1 pops
         build = sum(_heap_sift_worst(i, n) for i in range(n // 2 - 1, -1, -1))
-        return build + sum(_heap_sift_worst(0, end) for end in range(n - 1, max(n - 1 - k, -1), -1)[:max(k - 1, 0)])
+        return build + sum(_heap_sift_worst(0, end) for end in range(n - 1, max(n - 1 - k, -1), -1)[: max(k - 1, 0)])
     raise ClirError(f"unknown sort {method!r} ({', '.join(SORTS)})")
 
 # %% ../nbs/11c_pairwise.ipynb #8577bd5d
@@ -201,7 +249,8 @@ def simulate_comparisons(sort: str, n: int, k: int, trials: int = 20, seed: int 
         truth = dict(zip(range(n), rng.sample(range(n), n)))
         j = PairJudge(lambda pairs: ["A" if truth[a] > truth[b] else "B" for a, b in pairs])
         run_sort(SORTS[sort](list(range(n)), k=k), j)
-        req += j.stats["comparisons"]; asked += j.stats["comparisons_asked"]
+        req += j.stats["comparisons"]
+        asked += j.stats["comparisons_asked"]
     return req / trials, asked / trials
 
 # %% ../nbs/11c_pairwise.ipynb #652439c5
@@ -210,9 +259,11 @@ def prp_schedule(sort: str, n: int, k: int, seed: int = 0) -> tuple[tuple[int, i
     "The ordered pairs (prompts) PRP `sort` submits for one query of `n` documents, in its order, under a consistent judge (random, `seed`), the comparison cache on."
     rng, out = random.Random(seed), []
     truth = dict(zip(range(n), rng.sample(range(n), n)))
+
     def ask(pairs):
         out.extend(pairs)
         return ["A" if truth[a] > truth[b] else "B" for a, b in pairs]
+
     run_sort(SORTS[sort](list(range(n)), k=k), PairJudge(ask))
     return tuple(out)
 
@@ -231,28 +282,43 @@ def prp_reuse(sort: str, n: int, k: int, head: float, a: float, b: float, trials
     share, reach, per = 0.0, 0.0, head + a + b
     for seed in range(trials):
         m, heads, passages, r = _reuse_counts(sort, n, k, seed)
-        share += ((heads * head + passages * a) / (m * per) if m and per else 0.0) / trials; reach = max(reach, r * per)
+        share += ((heads * head + passages * a) / (m * per) if m and per else 0.0) / trials
+        reach = max(reach, r * per)
     return share, reach
 
 # %% ../nbs/11c_pairwise.ipynb #b81a5fbc
 class PairwiseQuirks(Quirks):
     "The authors' PRP pipeline (mainlp/llm-clir's TSV files, llm-rankers 0.0.2) where it differs from the method."
-    tsv_round_trip: bool = opt(False, "passages as the authors' TSV hands them over: pandas' quoting ('\"' doubled, the text "
-                               "quoted), documents with empty text dropped from the ranking", strict=True)
-    answers: Literal["parse", "exact"] = opt("parse", "read a generated answer tolerantly (parse), or as llm-rankers: one "
-                                             "token (two on the T5 path, decoded with its decoder prefix) compared by exact string (exact)")
+
+    tsv_round_trip: bool = opt(
+        False,
+        "passages as the authors' TSV hands them over: pandas' quoting ('\"' doubled, the text "
+        "quoted), documents with empty text dropped from the ranking",
+        strict=True,
+    )
+    answers: Literal["parse", "exact"] = opt(
+        "parse",
+        "read a generated answer tolerantly (parse), or as llm-rankers: one "
+        "token (two on the T5 path, decoded with its decoder prefix) compared by exact string (exact)",
+    )
 
     @classmethod
-    def paper(cls, **context) -> "PairwiseQuirks": return cls(tsv_round_trip=True, answers="exact")
+    def paper(cls, **context) -> "PairwiseQuirks":
+        return cls(tsv_round_trip=True, answers="exact")
 
 # %% ../nbs/11c_pairwise.ipynb #a178c4a4
 class PairwiseOptions(RerankerOptions):
     "The options of PRP, each default written once (the paper: bubblesort, k 10, queries cut to 128 and passages to 300 tokens)."
+
     k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, le=10_000, flag="--sort-k")
-    scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated answer, or compare the likelihoods "
-                                                       "of the labels (A, B)")
-    decision: Literal["hard", "soft"] = opt("hard", "with likelihood scoring: each order a hard A/B, a win needs both orders "
-                                            "(hard), or P(A) averaged over the two orders, a win above 1/2 (soft: the PRP paper's scoring mode)")
+    scoring: Literal["generation", "likelihood"] = opt(
+        "generation", "read the generated answer, or compare the likelihoods of the labels (A, B)"
+    )
+    decision: Literal["hard", "soft"] = opt(
+        "hard",
+        "with likelihood scoring: each order a hard A/B, a win needs both orders "
+        "(hard), or P(A) averaged over the two orders, a win above 1/2 (soft: the PRP paper's scoring mode)",
+    )
     query_tokens: int = opt(128, "query cut (backend tokens)", gt=0, le=1_000_000)
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
     cache_comparisons: bool = opt(True, "a pair asked twice (in either order) costs nothing", identity=False)
@@ -268,27 +334,34 @@ class PairwiseOptions(RerankerOptions):
     def identity(self) -> dict:
         "As every option class's, without `decision` at its default (hard): the runs and keys made before it existed keep their names."
         out = super().identity()
-        if out.get("decision") == "hard": del out["decision"]
+        if out.get("decision") == "hard":
+            del out["decision"]
         return out
 
 # %% ../nbs/11c_pairwise.ipynb #4f4241d8
 class HeapsortQuirks(PairwiseQuirks):
     "llm-rankers 0.0.2's heapsort where it differs from the method: PRP's quirks and its tie rule."
-    heapsort_ties: Literal["first-stage", "llm-rankers"] = opt("first-stage", "a tied comparison counts as 'greater' for the "
-                                                               "document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)")
+
+    heapsort_ties: Literal["first-stage", "llm-rankers"] = opt(
+        "first-stage",
+        "a tied comparison counts as 'greater' for the "
+        "document ranked higher before (first-stage), or never (llm-rankers, as its __gt__)",
+    )
 
 # %% ../nbs/11c_pairwise.ipynb #2cf7321a
 class HeapsortOptions(PairwiseOptions):
     "PRP heapsort's options: PRP's, and llm-rankers' tie rule."
+
     quirks: HeapsortQuirks = HeapsortQuirks()
 
 # %% ../nbs/11c_pairwise.ipynb #148ae673
 class PairwiseReranker(Reranker):
     "PRP reranking (Qin et al. 2024): allpair, heapsort or bubblesort over both-order comparisons."
+
     Options, family, prompt_kind, upstream = PairwiseOptions, "pairwise", "pairwise", "llm-rankers"
     variants = {f"pairwise-{s}": s for s in SORTS}  # method -> sort
 
-    def __init__(self, options: PairwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    def __init__(self, options: PairwiseOptions | None = None, backend=None, method: str | None = None, progress=True):
         super().__init__(options, backend, method, progress)
         self.sort = self.variants[self.method]
         if self.options.scoring == "likelihood" and not backend.supports_logprobs:
@@ -299,15 +372,21 @@ class PairwiseReranker(Reranker):
     @property
     def name(self) -> str:
         o, ties = self.options, getattr(self.options.quirks, "heapsort_ties", "first-stage")
-        return (f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
-                + ("" if ties == "first-stage" else f"[ties-{ties}]") + ("[tsv]" if o.quirks.tsv_round_trip else "")
-                + ("" if o.quirks.answers == "parse" else f"[answers-{o.quirks.answers}]") + ("[soft]" if o.decision == "soft" else ""))
+        return (
+            f"prp-{self.sort}{o.k}-{o.scoring[:3]}[{self.backend.name}]"
+            + ("" if o.doc_title else "[no-title]")
+            + ("" if ties == "first-stage" else f"[ties-{ties}]")
+            + ("[tsv]" if o.quirks.tsv_round_trip else "")
+            + ("" if o.quirks.answers == "parse" else f"[answers-{o.quirks.answers}]")
+            + ("[soft]" if o.decision == "soft" else "")
+        )
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with PRP; documents after the sorted ones keep their order."
         self._start(collection, run, k)
         o, queries, texts, judges, sorts = self.options, {}, {}, {}, {}
-        if o.quirks.tsv_round_trip: run = self._drop_empty(collection, run)   # the authors' TSV lost them
+        if o.quirks.tsv_round_trip:
+            run = self._drop_empty(collection, run)  # the authors' TSV lost them
         tie = {"ties": o.quirks.heapsort_ties} if self.sort == "heapsort" else {}
         for q in self.diagnostics:
             ids = run.docids(q, k)
@@ -315,21 +394,31 @@ class PairwiseReranker(Reranker):
             judges[q] = PairJudge(cache=o.cache_comparisons, soft=o.decision == "soft")
             sorts[q] = SORTS[self.sort](ids, k=o.k, **tie)
         bound = sum(max_comparisons(self.sort, len(run.docids(q, k)), o.k) for q in self.diagnostics)
-        bar = tqdm(total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False)
+        bar = tqdm(
+            total=bound, desc=f"rerank prp-{self.sort} (at most)", unit="cmp", disable=not self.progress, leave=False
+        )
+
         def ask(owners, items):
-            return self._ask([queries[q] for q in owners], owners, [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)])
+            pairs = [(texts[q][a], texts[q][b]) for q, (a, b) in zip(owners, items)]
+            return self._ask([queries[q] for q in owners], owners, pairs)
+
         def judge(pending):
             bar.update(sum(map(len, pending.values())))
             values = judge_many(judges, pending, ask, o.batch_orders)
-            self._show_hits(bar); return values
+            self._show_hits(bar)
+            return values
+
         heads = drive_sorts(sorts, judge, groups=[list(sorts)] if o.batch_queries else [[q] for q in sorts])
-        bar.total = bar.n; bar.close()   # done: the bound was not reached
-        for q, j in judges.items(): self.diagnostics[q].update(j.stats)
+        bar.total = bar.n
+        bar.close()  # done: the bound was not reached
+        for q, j in judges.items():
+            self.diagnostics[q].update(j.stats)
         return self._finish(run, heads, k)
 
 # %% ../nbs/11c_pairwise.ipynb #2ce25351
 @patch(cls_method=True)
-def default_prompt(cls: PairwiseReranker, method: str) -> str: return "prp"
+def default_prompt(cls: PairwiseReranker, method: str) -> str:
+    return "prp"
 
 # %% ../nbs/11c_pairwise.ipynb #3f87aee3
 @patch(cls_method=True)
@@ -340,7 +429,9 @@ def options_for(cls: PairwiseReranker, method: str) -> type[PairwiseOptions]:
 @patch(cls_method=True)
 def paper(cls: PairwiseReranker, method: str, options: dict, backend_class=None) -> dict:
     "The authors' PRP for a row of `method`: their TSV round trip, llm-rankers 0.0.2's exact answers and heapsort's tie rule."
-    return PairwiseQuirks.paper().non_default() | ({"heapsort_ties": "llm-rankers"} if cls.variants.get(method) == "heapsort" else {})
+    return PairwiseQuirks.paper().non_default() | (
+        {"heapsort_ties": "llm-rankers"} if cls.variants.get(method) == "heapsort" else {}
+    )
 
 # %% ../nbs/11c_pairwise.ipynb #b94d9b5d
 @patch(cls_method=True)
@@ -350,14 +441,25 @@ def estimate(cls: PairwiseReranker, options: PairwiseOptions, method: str, stats
     comps = {s: max_comparisons(s, stats.docs, options.k) for s in SORTS}
     q, p = min(stats.query_tokens, options.query_tokens), stats.passage_tokens(max_tokens=options.passage_tokens)
     text = t["prompt"].format(query="", a="", b="") + str(t.get("answer_prefix") or "")
-    prefix, per = stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q, stats.template_tokens(text) + q + 2 * p
-    a = stats.template_tokens(t["prompt"].split("{a}")[1].split("{b}")[0]) + p      # passage A and the text up to passage B
+    prefix, per = (
+        stats.template_tokens(t["prompt"].split("{a}")[0].format(query="")) + q,
+        stats.template_tokens(text) + q + 2 * p,
+    )
+    # passage A and the text up to passage B
+    a = stats.template_tokens(t["prompt"].split("{a}")[1].split("{b}")[0]) + p
     share, reach = prp_reuse(cls.variants[method], stats.docs, options.k, prefix, a, per - prefix - a)
     # answer tokens as `_ask` asks for them: none read by likelihood; else 1 new token under `answers: exact` on a
     # decoder-only model (llm-rankers), 2 otherwise (a tolerant parse; T5's decoder)
-    out = 0.0 if options.scoring == "likelihood" else 1.0 if options.quirks.answers == "exact" and not stats.encoder_decoder else 2.0
-    return CallLoad(2 * comps[cls.variants[method]], per, out, prefix, comps,
-                    reused_tokens=share * per, cache_tokens=reach)
+    out = (
+        0.0
+        if options.scoring == "likelihood"
+        else 1.0
+        if options.quirks.answers == "exact" and not stats.encoder_decoder
+        else 2.0
+    )
+    return CallLoad(
+        2 * comps[cls.variants[method]], per, out, prefix, comps, reused_tokens=share * per, cache_tokens=reach
+    )
 
 # %% ../nbs/11c_pairwise.ipynb #3be83ac7
 @patch
@@ -365,12 +467,15 @@ def _cut(self: PairwiseReranker, collection, q: str, ids: list[str]) -> tuple[st
     "The query `q` and the passages of `ids` cut to `query_tokens` and `passage_tokens`; truncations recorded."
     qtext, limit = collection.queries[q].text, self.options.query_tokens
     n = self.backend.count_tokens(qtext)
-    if n > limit: self.diagnostics[q]["query_truncated_tokens"] = n - limit
-    if not self.options.quirks.tsv_round_trip: return self.backend.truncate(qtext, limit), self.cut_passages(collection, q, ids)
-    texts, cut = {}, self.options.passage_tokens   # as the authors' TSV holds them, then cut as llm-rankers cuts them
+    if n > limit:
+        self.diagnostics[q]["query_truncated_tokens"] = n - limit
+    if not self.options.quirks.tsv_round_trip:
+        return self.backend.truncate(qtext, limit), self.cut_passages(collection, q, ids)
+    texts, cut = {}, self.options.passage_tokens  # as the authors' TSV holds them, then cut as llm-rankers cuts them
     for d in collection.get_docs(ids):
         texts[d.docid] = self.backend.truncate(full := tsv_passage(doc_text(d, self.options.doc_title)), cut)
-        if (m := self.backend.count_tokens(full)) > cut: self._truncated(q, _lang(d, collection), m - cut)
+        if (m := self.backend.count_tokens(full)) > cut:
+            self._truncated(q, _lang(d, collection), m - cut)
     return self.backend.truncate(qtext, limit), texts
 
 # %% ../nbs/11c_pairwise.ipynb #6a4321f3
@@ -411,38 +516,55 @@ def _p_first(la: float, lb: float) -> float | None:
 
 # %% ../nbs/11c_pairwise.ipynb #b76924e1
 @patch
-def _ask(self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]) -> list[str | float | None]:
+def _ask(
+    self: PairwiseReranker, queries: list[str], qids: list[str], items: list[tuple[str, str]]
+) -> list[str | float | None]:
     "Answer PRP prompts (`queries[i]`, text A, text B) of queries `qids[i]` in batches: 'A', 'B' or None (soft decision: P(A), or None)."
     out = []
     bs = (self.options.batch_size or len(items) or 1) if self.backend.supports_batching else 1
     for i in range(0, len(items), bs):
-        chunk = items[i:i + bs]
+        chunk = items[i : i + bs]
         built = [self._prompt(queries[j], a, b) for j, (a, b) in enumerate(chunk, i)]
         prompts, prefilled = [p for p, _ in built], built[0][1] if built else False
         ch = self.template["choices"]
         if self.options.scoring == "generation":
-            exact, encdec = self.options.quirks.answers == "exact", self.backend.is_encoder_decoder   # llm-rankers: 1 token (T5: 2)
-            t5 = exact and encdec    # llm-rankers' T5 path decodes its decoder prefix with the answer: 'Passage A' or no answer
-            answers = self.backend.generate(prompts, max_new_tokens=1 if exact and not encdec else 2, **_quiet(self.backend.generate),
-                                            **({"decode_prefix": True} if t5 else {}))
+            # llm-rankers: 1 token (T5: 2)
+            exact, encdec = self.options.quirks.answers == "exact", self.backend.is_encoder_decoder
+            # llm-rankers' T5 path decodes its decoder prefix with the answer: 'Passage A' or no answer
+            t5 = exact and encdec
+            answers = self.backend.generate(
+                prompts,
+                max_new_tokens=1 if exact and not encdec else 2,
+                **_quiet(self.backend.generate),
+                **({"decode_prefix": True} if t5 else {}),
+            )
             pre = (self.template.get("decoder_prefix") or "") if prefilled else ""
-            letters = ([next((c for c in ("A", "B") if a == pre + ch[c]), None) for a in answers] if t5
-                       else [parse_prp_exact(a) if exact else parse_prp(a) for a in answers])
+            letters = (
+                [next((c for c in ("A", "B") if a == pre + ch[c]), None) for a in answers]
+                if t5
+                else [parse_prp_exact(a) if exact else parse_prp(a) for a in answers]
+            )
             n_out = sum(self.backend.count_tokens(a.removeprefix(pre) if t5 else a) for a in answers)
         else:
             cands = [ch["A"], ch["B"]] if prefilled else ["Passage" + ch["A"], "Passage" + ch["B"]]
             scores = self.backend.score(prompts, cands, **_quiet(self.backend.score))
-            if self.options.decision == "soft": letters = [_p_first(s[0], s[1]) for s in scores]
-            else: letters = ["A" if s[0] > s[1] else "B" if s[1] > s[0] else None for s in scores]
+            if self.options.decision == "soft":
+                letters = [_p_first(s[0], s[1]) for s in scores]
+            else:
+                letters = ["A" if s[0] > s[1] else "B" if s[1] > s[0] else None for s in scores]
             n_out = 0
         out += letters
-        for j, q in enumerate(qids[i:i + bs]):
+        for j, q in enumerate(qids[i : i + bs]):
             d = self.diagnostics[q]
-            d["prompts"] += 1; d["tokens_in"] += prompt_tokens(self.backend, prompts[j])
+            d["prompts"] += 1
+            d["tokens_in"] += prompt_tokens(self.backend, prompts[j])
             d["tokens_out"] += n_out // max(1, len(chunk))
-        for q in dict.fromkeys(qids[i:i + bs]): self.diagnostics[q]["calls"] += 1
+        for q in dict.fromkeys(qids[i : i + bs]):
+            self.diagnostics[q]["calls"] += 1
     return out
 
 # %% ../nbs/11c_pairwise.ipynb #050c46cb
 for _method, _sort in PairwiseReranker.variants.items():
-    RERANKERS.register(_method, PairwiseReranker, summary=f"pairwise ranking prompting (PRP), {_sort} over both-order comparisons")
+    RERANKERS.register(
+        _method, PairwiseReranker, summary=f"pairwise ranking prompting (PRP), {_sort} over both-order comparisons"
+    )

@@ -32,6 +32,7 @@ def _slug(s: str) -> str:
 # %% ../nbs/13b_pipeline.ipynb #a4643e64
 class Pipeline:
     "First-stage and reranked runs of a configuration, computed once and stored under `results/<config>/runs/`."
+
     def __init__(self, config, out_dir=None, replay: bool = False, cache=None, progress: bool = True):
         self.cfg = config if isinstance(config, Config) else load_config(config)
         self.out = Path(out_dir) if out_dir else results_dir(self.cfg)
@@ -40,11 +41,12 @@ class Pipeline:
             # the configuration's recorded LLM responses (the demo's): a notebook run on its own (papermill, nbdev-test)
             # replays them as `reproduce` does; a `--no-recorded` run (it sets CLIR_LLM_KEY_LOG) computes every call
             rec = (self.cfg.path.parent / self.cfg.recorded) if self.cfg.path else Path(self.cfg.recorded)
-            if rec.is_file(): seed_llm_calls(self.cache, rec)
+            if rec.is_file():
+                seed_llm_calls(self.cache, rec)
         self.progress, self._colls, self._backends, self._translator = progress, {}, {}, None
-        self.executor = make_executor(execution_of(self.cfg))   # where model batches run (engine: local | ray)
+        self.executor = make_executor(execution_of(self.cfg))  # where model batches run (engine: local | ray)
         self.skipped: dict[tuple[str, str], str] = {}
-        self._paths: dict[tuple[str, str], Path] = {}   # (pair, run name) -> the file each returned run came from
+        self._paths: dict[tuple[str, str], Path] = {}  # (pair, run name) -> the file each returned run came from
 
     def _kept(self, pair: str, run: Run, path: Path) -> Run:
         """Remember `run`'s file; return it exactly as the file holds it (`Run.canonical`: scores rounded as written, no
@@ -56,7 +58,8 @@ class Pipeline:
 def _read_own(path: Path, name: str) -> Run:
     """A run file this pipeline wrote. A stage that found nothing for any query wrote a file of no lines: that is an
     empty run here (`Run.read` refuses empty files, which elsewhere are a truncated or wrong file)."""
-    if not Path(path).read_text(encoding="utf-8").strip(): return Run({}, name=name)
+    if not Path(path).read_text(encoding="utf-8").strip():
+        return Run({}, name=name)
     return Run.read(path, name=name)
 
 # %% ../nbs/13b_pipeline.ipynb #74bd2194
@@ -64,7 +67,9 @@ def _read_own(path: Path, name: str) -> Run:
 def translator(self: Pipeline):
     "The configuration's translator (one object, so its sentence accounting covers the whole pipeline), on the pipeline's executor."
     if self._translator is None and self.cfg.first_stage.translator:
-        self._translator = get_translator(self.cfg.first_stage.translator_spec, cache=self.cache, executor=self.executor)
+        self._translator = get_translator(
+            self.cfg.first_stage.translator_spec, cache=self.cache, executor=self.executor
+        )
     return self._translator
 
 # %% ../nbs/13b_pipeline.ipynb #11837b2f
@@ -72,9 +77,12 @@ def translator(self: Pipeline):
 def collection(self: Pipeline, pair: str, docs: str = "og"):
     "The collection of `pair` with original (`og`) or translated (`dt`) documents."
     if (pair, docs) not in self._colls:
-        if docs == "og": self._colls[pair, docs] = load_collection(self.cfg.collection, pair, root=self.cfg.root)
-        else:   # the one DT view of the first stage and the rerankers alike (`retrieve.docs_view`)
-            self._colls[pair, docs] = docs_view(self.collection(pair, "og"), docs, self.translator(), self.cfg.first_stage.dt_source)
+        if docs == "og":
+            self._colls[pair, docs] = load_collection(self.cfg.collection, pair, root=self.cfg.root)
+        else:  # the one DT view of the first stage and the rerankers alike (`retrieve.docs_view`)
+            self._colls[pair, docs] = docs_view(
+                self.collection(pair, "og"), docs, self.translator(), self.cfg.first_stage.dt_source
+            )
     return self._colls[pair, docs]
 
 # %% ../nbs/13b_pipeline.ipynb #8ed89000
@@ -88,11 +96,18 @@ def first_stage_path(self: Pipeline, pair: str, method: FirstStage | str) -> Pat
     "The file of the first-stage run of `method` on `pair` (named by everything that determines the run)."
     m, fs, coll = parse_method(method), self.cfg.first_stage, self.collection(pair)
     dense_len = fs.dense_doc_max_length if m.encoders else None
-    text_only = m.text_only(fs.dense_title)   # in the identity only when some encoder drops titles (earlier files keep their names)
-    return self._path(pair, str(m), (str(m), fs.translator.key() if m.translated and fs.translator else None, fs.depth, coll.key)
-                      + ((dense_len,) if dense_len else ()) + ((("text_only",) + text_only,) if text_only else ())
-                      + ((view_identity(fs.translator_spec),) if m.translated else ()) + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
-                      + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()))
+    # in the identity only when some encoder drops titles (earlier files keep their names)
+    text_only = m.text_only(fs.dense_title)
+    return self._path(
+        pair,
+        str(m),
+        (str(m), fs.translator.key() if m.translated and fs.translator else None, fs.depth, coll.key)
+        + ((dense_len,) if dense_len else ())
+        + ((("text_only",) + text_only,) if text_only else ())
+        + ((view_identity(fs.translator_spec),) if m.translated else ())
+        + ((("quirks",) + quirks,) if (quirks := fs.quirks_of(m)) else ())
+        + ((("dtype",) + dtypes,) if (dtypes := fs.dtypes_of(m)) else ()),
+    )
 
 # %% ../nbs/13b_pipeline.ipynb #1f350a52
 @patch
@@ -103,25 +118,38 @@ def first_stage(self: Pipeline, pair: str, method: FirstStage | str) -> Optional
         self.skipped[str(m), pair] = f"{m.label()} is not run on {pair} (only_pairs in {self.cfg.name})"
         return None
     path = self.first_stage_path(pair, m)
-    if path.exists(): return self._kept(pair, _read_own(path, str(m)), path)
-    retr = m.build(self.translator(), self.cache, fs.dense_title, fs.dt_source, quirks=fs.quirks_of(m), dense_dtype=fs.dense_dtype,
-                   doc_max_length=fs.dense_doc_max_length if m.encoders else None, executor=self.executor)
+    if path.exists():
+        return self._kept(pair, _read_own(path, str(m)), path)
+    retr = m.build(
+        self.translator(),
+        self.cache,
+        fs.dense_title,
+        fs.dt_source,
+        quirks=fs.quirks_of(m),
+        dense_dtype=fs.dense_dtype,
+        doc_max_length=fs.dense_doc_max_length if m.encoders else None,
+        executor=self.executor,
+    )
     t0 = time.time()
-    with progress_context(pair=pair, step=str(m)): run = retr.retrieve(self.collection(pair), k=fs.depth)
+    with progress_context(pair=pair, step=str(m)):
+        run = retr.retrieve(self.collection(pair), k=fs.depth)
     run.name = str(m)
     usage = Usage().add(retr.usage)
     usage.seconds = max(usage.seconds, time.time() - t0)
-    usage.save(usage_path(path)); run.write(path, tag=_slug(str(m)))   # the run file last: it marks completion
+    usage.save(usage_path(path))
+    run.write(path, tag=_slug(str(m)))  # the run file last: it marks completion
     return self._kept(pair, run, path)
 
 # %% ../nbs/13b_pipeline.ipynb #9d4d7e57
 @patch
 def backend(self: Pipeline, spec):
     "One backend object per spec (its options included: rows with other servers or quirks get their own); its usage is read as a difference around each rerank. None for no spec."
-    if spec is None: return None
+    if spec is None:
+        return None
     spec = BackendSpec.parse(spec)
     key = spec.model_dump_json()
-    if key not in self._backends: self._backends[key] = spec.build(cache=self.cache, executor=self.executor)
+    if key not in self._backends:
+        self._backends[key] = spec.build(cache=self.cache, executor=self.executor)
     return self._backends[key]
 
 # %% ../nbs/13b_pipeline.ipynb #07e71335
@@ -129,29 +157,43 @@ def backend(self: Pipeline, spec):
 def query_subset(self: Pipeline, pair: str, rc: RerankerConfig | None) -> list[str]:
     "The queries a reranker row is evaluated on (all judged queries, or the first `max_queries`)."
     qids = sorted(self.collection(pair).qrels)
-    return qids[:rc.max_queries] if rc is not None and rc.max_queries else qids
+    return qids[: rc.max_queries] if rc is not None and rc.max_queries else qids
 
 # %% ../nbs/13b_pipeline.ipynb #f1055cef
 @patch
-def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStage | str, docs: str,
-           passage_tokens: int | None = None) -> Optional[Run]:
+def rerank(
+    self: Pipeline,
+    pair: str,
+    rc: RerankerConfig,
+    first_stage: FirstStage | str,
+    docs: str,
+    passage_tokens: int | None = None,
+) -> Optional[Run]:
     "The first stage's run on `pair` reranked by `rc` on `docs` documents (optionally at another passage length)."
     first_stage = parse_method(first_stage)
     base = self.first_stage(pair, first_stage)
-    if base is None: return None
+    if base is None:
+        return None
     qids = self.query_subset(pair, rc)
     base = Run({q: base[q] for q in qids if q in base}, name=base.name)
     params = rc.run_identity(passage_tokens)
     label = f"{first_stage}.{rc.name}.{docs}" + (f".{passage_tokens}" if passage_tokens else "")
-    path = self._path(pair, label, (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
-                      + ((view_identity(self.cfg.first_stage.translator_spec),) if docs != "og" else ()))
-    if path.exists() and not os.environ.get("CLIR_LLM_KEY_LOG"):   # a recording run (`--no-recorded`) reranks again, from
-        return self._kept(pair, _read_own(path, label), path)       # the cache, so that every call it uses is recorded
+    path = self._path(
+        pair,
+        label,
+        (params, docs, stable_hash(sorted((q, base.docids(q, rc.top_k)) for q in base)))
+        + ((view_identity(self.cfg.first_stage.translator_spec),) if docs != "og" else ()),
+    )
+    # a recording run (`--no-recorded`) reranks again, from
+    if path.exists() and not os.environ.get("CLIR_LLM_KEY_LOG"):
+        return self._kept(pair, _read_own(path, label), path)  # the cache, so that every call it uses is recorded
     spec = RerankerSpec(method=rc.method, options=rc.options_at(passage_tokens))
     rr = spec.build(self.backend(rc.llm), progress=self.progress)
-    with progress_context(pair=pair, step=label): run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
+    with progress_context(pair=pair, step=label):
+        run = rr.rerank(self.collection(pair, docs), base, k=rc.top_k)
     run.name = label
-    rr.save(path); run.write(path, tag=_slug(label))
+    rr.save(path)
+    run.write(path, tag=_slug(label))
     return self._kept(pair, run, path)
 
 # %% ../nbs/13b_pipeline.ipynb #2030820a
@@ -159,7 +201,8 @@ def rerank(self: Pipeline, pair: str, rc: RerankerConfig, first_stage: FirstStag
 def usage(self: Pipeline, pair: str, label_run: Run) -> Usage:
     "The usage saved beside a run this pipeline returned (the file of these parameters, not another run of the same name)."
     path = self._paths.get((pair, label_run.name))
-    if path is None: raise ClirError(f"no usage for run {label_run.name!r} on {pair}: this pipeline did not produce or read it")
+    if path is None:
+        raise ClirError(f"no usage for run {label_run.name!r} on {pair}: this pipeline did not produce or read it")
     p = usage_path(path)
     return Usage.load(p) if p.exists() else Usage()
 
@@ -168,19 +211,23 @@ def usage(self: Pipeline, pair: str, label_run: Run) -> Usage:
 def scores(self: Pipeline, pair: str, run: Run, measure: str | None = None, qids: list[str] | None = None):
     "Per-query scores of `run` (one measure: a Series) on all judged queries or on `qids`."
     qrels = self.collection(pair).qrels
-    if qids is not None: qrels = type(qrels)({q: qrels[q] for q in qids if q in qrels})
+    if qids is not None:
+        qrels = type(qrels)({q: qrels[q] for q in qids if q in qrels})
     df = per_query(run, qrels, measure or self.cfg.measure)
     return df.iloc[:, 0]
 
 # %% ../nbs/13b_pipeline.ipynb #c200dcc2
 @patch
-def oracle(self: Pipeline, pair: str, first_stage: FirstStage | str, top_k: int, qids: list[str] | None = None) -> Optional[Run]:
+def oracle(
+    self: Pipeline, pair: str, first_stage: FirstStage | str, top_k: int, qids: list[str] | None = None
+) -> Optional[Run]:
     "The best possible reranking of the first stage's top `top_k` (by qrels grade): the ceiling of any reranker."
     base = self.first_stage(pair, first_stage)
-    if base is None: return None
+    if base is None:
+        return None
     qrels = self.collection(pair).qrels
     ranked = {}
-    for q in (qids or list(base)):
+    for q in qids or list(base):
         ids = base.docids(q)
         head = sorted(ids[:top_k], key=lambda d: (-qrels.get(q, {}).get(d, 0), ids.index(d)))
         ranked[q] = head + ids[top_k:]

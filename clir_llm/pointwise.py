@@ -30,40 +30,64 @@ def yes_probability(log_yes: float, log_no: float) -> float:
 # %% ../nbs/11e_pointwise.ipynb #22ad86a5
 class PointwiseOptions(RerankerOptions):
     "The options of pointwise reranking, each default written once (llm-rankers' cuts: queries 128, passages 300 tokens)."
-    query_tokens: int = opt(128, "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)", gt=0, le=1_000_000)
+
+    query_tokens: int = opt(
+        128,
+        "query cut, backend tokens (relevance prompts; query likelihood scores the whole query)",
+        gt=0,
+        le=1_000_000,
+    )
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
 
 # %% ../nbs/11e_pointwise.ipynb #2fe68150
 class Qwen3RerankerOptions(PointwiseOptions):
     """Qwen3-Reranker's options: its model card's lengths by default (no query or passage cut; the instruction, query and
     document together cut from the end to `max_length` tokens less the template's, as the card's `truncation`)."""
+
     query_tokens: int | None = opt(None, "query cut, backend tokens (none: the card's, no cut)", gt=0, le=1_000_000)
     passage_tokens: int | None = opt(None, "passage cut, backend tokens (none: the card's, no cut)", gt=0, le=1_000_000)
-    max_length: int = opt(8192, "the card's pair length: template, instruction, query and document in tokens", gt=0, le=1_000_000)
+    max_length: int = opt(
+        8192, "the card's pair length: template, instruction, query and document in tokens", gt=0, le=1_000_000
+    )
 
 # %% ../nbs/11e_pointwise.ipynb #f9a00a5a
 class PointwiseReranker(Reranker):
     "Pointwise LLM reranking: relevance generation (Yes/No likelihood) or query likelihood, one prompt per document."
-    Options, family, prompt_kind = PointwiseOptions, "pointwise", "pointwise"
-    variants = {"pointwise-yes-no": "relevance", "pointwise-qlm": "qlm", "pointwise-qwen3-reranker": "qwen3-reranker"}   # method -> prompt
 
-    def __init__(self, options: PointwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    Options, family, prompt_kind = PointwiseOptions, "pointwise", "pointwise"
+    # method -> prompt
+    variants = {"pointwise-yes-no": "relevance", "pointwise-qlm": "qlm", "pointwise-qwen3-reranker": "qwen3-reranker"}
+
+    def __init__(
+        self, options: PointwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True
+    ):
         super().__init__(options, backend, method, progress)
         self.kind, t = self.template["scoring"], self.template
-        check_scoring(backend, "pointwise-" + ("qlm" if self.kind == "qlm" else "yes-no"),
-                      "sequence" if self.kind == "qlm" else "prefixed" if t.get("prefill") else "first")
-        if (t.get("system") or t.get("prefill")) and not backend.is_chat:   # Qwen3-Reranker: its chat template around the turns
-            raise ClirError(f"prompt {t.name!r} has a system turn and an assistant prefill: backend {backend.name!r} renders no chat template")
+        check_scoring(
+            backend,
+            "pointwise-" + ("qlm" if self.kind == "qlm" else "yes-no"),
+            "sequence" if self.kind == "qlm" else "prefixed" if t.get("prefill") else "first",
+        )
+        # Qwen3-Reranker: its chat template around the turns
+        if (t.get("system") or t.get("prefill")) and not backend.is_chat:
+            raise ClirError(
+                f"prompt {t.name!r} has a system turn and an assistant prefill: backend {backend.name!r} renders no chat template"
+            )
 
     @property
-    def name(self) -> str: return f"pointwise-{self.template.name}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
+    def name(self) -> str:
+        return f"pointwise-{self.template.name}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` by each document's pointwise score; the rest keep their order."
         self._start(collection, run, k)
         heads, b, o = {}, self.backend, self.options
-        bar = tqdm(total=sum(len(run.docids(q, k)) for q in self.diagnostics), desc=f"rerank pointwise-{self.template.name}",
-                   disable=not self.progress, leave=False)
+        bar = tqdm(
+            total=sum(len(run.docids(q, k)) for q in self.diagnostics),
+            desc=f"rerank pointwise-{self.template.name}",
+            disable=not self.progress,
+            leave=False,
+        )
         for q in self.diagnostics:
             ids, d = run.docids(q, k), self.diagnostics[q]
             qtext = collection.queries[q].text
@@ -73,8 +97,11 @@ class PointwiseReranker(Reranker):
             cands, scores = self._candidates(query), []
             bs = (o.batch_size or len(prompts) or 1) if b.supports_batching else 1
             for i in range(0, len(prompts), bs):
-                scores += b.score(prompts[i:i + bs], cands, **_quiet(b.score)); d["calls"] += 1; bar.update(len(prompts[i:i + bs]))
-            d["prompts"] += len(prompts); d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
+                scores += b.score(prompts[i : i + bs], cands, **_quiet(b.score))
+                d["calls"] += 1
+                bar.update(len(prompts[i : i + bs]))
+            d["prompts"] += len(prompts)
+            d["tokens_in"] += sum(prompt_tokens(b, p) for p in prompts)
             value = {doc: (yes_probability(*s) if self.kind == "yes_no" else s[0]) for doc, s in zip(ids, scores)}
             heads[q] = pointwise_order(ids, value.get)
         bar.close()
@@ -88,7 +115,8 @@ def options_for(cls: PointwiseReranker, method: str) -> type[PointwiseOptions]:
 
 # %% ../nbs/11e_pointwise.ipynb #72e1b0fd
 @patch(cls_method=True)
-def default_prompt(cls: PointwiseReranker, method: str) -> str: return cls.variants.get(method, "relevance")
+def default_prompt(cls: PointwiseReranker, method: str) -> str:
+    return cls.variants.get(method, "relevance")
 
 # %% ../nbs/11e_pointwise.ipynb #ff4c2e79
 @patch(cls_method=True)
@@ -97,10 +125,16 @@ def estimate(cls: PointwiseReranker, options: PointwiseOptions, method: str, sta
     t = cls.load_prompt(options.prompt or cls.default_prompt(method))
     qlm = t["scoring"] == "qlm"
     q = stats.query_tokens if qlm or not options.query_tokens else min(stats.query_tokens, options.query_tokens)
-    text = "".join(str(t.get(f) or "") for f in ("system", "prefill", "answer_prefix")) + t["prompt"].format(query="", passage="")
+    text = "".join(str(t.get(f) or "") for f in ("system", "prefill", "answer_prefix")) + t["prompt"].format(
+        query="", passage=""
+    )
     prompt = stats.template_tokens(text) + q + stats.passage_tokens(max_tokens=options.passage_tokens)
-    return CallLoad(stats.docs, min(prompt, getattr(options, "max_length", None) or prompt), 0.0,
-                    0.0 if qlm else stats.template_tokens(str(t.get("system") or "") + t["prompt"].split("{passage}")[0]))
+    return CallLoad(
+        stats.docs,
+        min(prompt, getattr(options, "max_length", None) or prompt),
+        0.0,
+        0.0 if qlm else stats.template_tokens(str(t.get("system") or "") + t["prompt"].split("{passage}")[0]),
+    )
 
 # %% ../nbs/11e_pointwise.ipynb #52525f98
 @patch
@@ -114,10 +148,15 @@ def _pair_cut(self: PointwiseReranker, text: str) -> str:
     """The user text cut to the options' `max_length` less the tokens of the rest of the prompt (system turn, template,
     prefill), as Qwen3-Reranker's card cuts its `format_instruction` text; as given when the options have no `max_length`."""
     n = getattr(self.options, "max_length", None)
-    if not n: return text
+    if not n:
+        return text
     if getattr(self, "_pair_budget", None) is None:
-        self._pair_budget = n - prompt_tokens(self.backend, self._prompt_of("")) if hasattr(self.backend, "render_text") else n
-    return self.backend.truncate(text, self._pair_budget) if self.backend.count_tokens(text) > self._pair_budget else text
+        self._pair_budget = (
+            n - prompt_tokens(self.backend, self._prompt_of("")) if hasattr(self.backend, "render_text") else n
+        )
+    return (
+        self.backend.truncate(text, self._pair_budget) if self.backend.count_tokens(text) > self._pair_budget else text
+    )
 
 # %% ../nbs/11e_pointwise.ipynb #b6648e11
 @patch
@@ -125,8 +164,11 @@ def _prompt_of(self: PointwiseReranker, text: str):
     "The prompt of the user text `text` in the backend's form: chat turns (system, user, prefill), else the text and answer prefix."
     t = self.template
     if self.backend.is_chat:
-        return ([{"role": "system", "content": t["system"]}] if t.get("system") else []) + [{"role": "user", "content": text}] + (
-            [{"role": "assistant", "content": t["prefill"]}] if t.get("prefill") else [])
+        return (
+            ([{"role": "system", "content": t["system"]}] if t.get("system") else [])
+            + [{"role": "user", "content": text}]
+            + ([{"role": "assistant", "content": t["prefill"]}] if t.get("prefill") else [])
+        )
     return text if self.backend.is_encoder_decoder else text + (self.template.get("answer_prefix") or "")
 
 # %% ../nbs/11e_pointwise.ipynb #b25a6378
@@ -144,6 +186,12 @@ def _candidates(self: PointwiseReranker, query: str) -> list[str]:
 
 # %% ../nbs/11e_pointwise.ipynb #29f253a8
 for _method, _prompt in PointwiseReranker.variants.items():
-    RERANKERS.register(_method, PointwiseReranker, summary=f"pointwise LLM scoring (llm-rankers), {_prompt} prompt"
-                       + {"relevance": ": P(Yes) against P(No)", "qlm": ": log-likelihood of the query given the passage"}.get(
-                           _prompt, ": P(yes) against P(no) under the model's chat template, system turn and instruction (Qwen3-Reranker)"))
+    RERANKERS.register(
+        _method,
+        PointwiseReranker,
+        summary=f"pointwise LLM scoring (llm-rankers), {_prompt} prompt"
+        + {"relevance": ": P(Yes) against P(No)", "qlm": ": log-likelihood of the query given the passage"}.get(
+            _prompt,
+            ": P(yes) against P(no) under the model's chat template, system turn and instruction (Qwen3-Reranker)",
+        ),
+    )

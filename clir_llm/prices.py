@@ -28,15 +28,22 @@ PRICES = {
 # %% ../nbs/10f_prices.ipynb #46688a5a
 def load_prices(prices=None) -> dict:
     "The price table: `prices` (dict or JSON path), else `$CLIR_LLM_PRICES`, else `PRICES`."
-    if prices is None and os.environ.get("CLIR_LLM_PRICES"): prices = os.environ["CLIR_LLM_PRICES"]
-    if prices is None: return PRICES
-    if isinstance(prices, dict): table = prices
+    if prices is None and os.environ.get("CLIR_LLM_PRICES"):
+        prices = os.environ["CLIR_LLM_PRICES"]
+    if prices is None:
+        return PRICES
+    if isinstance(prices, dict):
+        table = prices
     else:
-        try: table = json.loads(Path(prices).read_text())
-        except (OSError, json.JSONDecodeError) as e: raise ClirError(f"{prices}: cannot read the price table: {e}") from None
+        try:
+            table = json.loads(Path(prices).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ClirError(f"{prices}: cannot read the price table: {e}") from None
     if not isinstance(table.get("usd_per_million_tokens"), dict):
-        raise ClirError(f"{prices if not isinstance(prices, dict) else 'prices'}: a price table needs 'usd_per_million_tokens': "
-                        "{model: {'input': x, 'output': y}}")
+        raise ClirError(
+            f"{prices if not isinstance(prices, dict) else 'prices'}: a price table needs 'usd_per_million_tokens': "
+            "{model: {'input': x, 'output': y}}"
+        )
     return table
 
 # %% ../nbs/10f_prices.ipynb #28e1f4e5

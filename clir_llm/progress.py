@@ -17,70 +17,102 @@ __all__ = ['CHANNEL', 'WIDGETS', 'QUIET_ENV', 'progress_context', 'ChannelBar', 
 CHANNEL = "CLIR_LLM_PROGRESS"
 _CONTEXT: dict = {}
 
+
 @contextlib.contextmanager
 def progress_context(**labels):
     "Label the progress events of bars opened inside the block (for example `pair=`, `step=`); blocks nest."
     old = dict(_CONTEXT)
     _CONTEXT.update({k: str(v) for k, v in labels.items() if v is not None})
-    try: yield
-    finally: _CONTEXT.clear(); _CONTEXT.update(old)
+    try:
+        yield
+    finally:
+        _CONTEXT.clear()
+        _CONTEXT.update(old)
 
 # %% ../nbs/00b_progress.ipynb #047e007b
 class _Null:
-    def write(self, s): pass
-    def flush(self): pass
+    def write(self, s):
+        pass
+
+    def flush(self):
+        pass
 
 # %% ../nbs/00b_progress.ipynb #dda751bf
 class ChannelBar(std_tqdm):
     "A tqdm bar that draws nothing and appends its state (desc, n, total, elapsed, labels) as a JSON line to `channel`."
+
     def __init__(self, *args, channel: str, **kw):
         self._channel, self._labels, self._done = channel, dict(_CONTEXT), False
-        kw.pop("file", None); kw.setdefault("mininterval", 1.0)
+        kw.pop("file", None)
+        kw.setdefault("mininterval", 1.0)
         super().__init__(*args, file=_Null(), **kw)
 
     def _emit(self, closed: bool = False):
         d = self.format_dict
-        ev = dict(t=round(time.time(), 3), bar=f"{os.getpid()}-{id(self)}", desc=d.get("prefix") or "", n=d["n"],
-                  total=d["total"], elapsed=round(d["elapsed"], 3), unit=d["unit"], closed=closed, **self._labels)
-        if d.get("postfix"): ev["postfix"] = d["postfix"]   # what the bar's owner adds after the meter (`set_postfix_str`)
+        ev = dict(
+            t=round(time.time(), 3),
+            bar=f"{os.getpid()}-{id(self)}",
+            desc=d.get("prefix") or "",
+            n=d["n"],
+            total=d["total"],
+            elapsed=round(d["elapsed"], 3),
+            unit=d["unit"],
+            closed=closed,
+            **self._labels,
+        )
+        # what the bar's owner adds after the meter (`set_postfix_str`)
+        if d.get("postfix"):
+            ev["postfix"] = d["postfix"]
         try:
-            with open(self._channel, "a", encoding="utf-8") as f: f.write(json.dumps(ev) + "\n")
-        except OSError: pass   # progress is never worth failing a run for
+            with open(self._channel, "a", encoding="utf-8") as f:
+                f.write(json.dumps(ev) + "\n")
+        except OSError:
+            pass  # progress is never worth failing a run for
 
     def display(self, msg=None, pos=None):
-        if not self._done: self._emit()
+        if not self._done:
+            self._emit()
         return True
 
     def close(self):
-        if not self.disable and not self._done: self._emit(closed=True); self._done = True
+        if not self.disable and not self._done:
+            self._emit(closed=True)
+            self._done = True
         super().close()
 
 # %% ../nbs/00b_progress.ipynb #5e6aca15
-WIDGETS = "CLIR_LLM_WIDGETS"   # set to 1 for tqdm's widget bars in Jupyter (needs ipywidgets and a live frontend)
+WIDGETS = "CLIR_LLM_WIDGETS"  # set to 1 for tqdm's widget bars in Jupyter (needs ipywidgets and a live frontend)
+
 
 def _widgets() -> bool:
     """True only when asked for (`$CLIR_LLM_WIDGETS=1`) inside a Jupyter kernel with ipywidgets. A kernel cannot tell
     a live JupyterLab from papermill or nbclient, and a widget stored in a notebook run without a frontend renders
     as a bar frozen at 0 %; so kernels get text bars by default (they render in JupyterLab and read as text when
     stored)."""
-    if os.environ.get(WIDGETS) != "1" or "ipykernel" not in sys.modules: return False
+    if os.environ.get(WIDGETS) != "1" or "ipykernel" not in sys.modules:
+        return False
     try:
         import ipywidgets  # noqa: F401  (optional: Jupyter's widgets, only inside a kernel)
-        from IPython import get_ipython   # optional: only inside a Jupyter kernel
+        from IPython import get_ipython  # optional: only inside a Jupyter kernel
+
         return get_ipython() is not None and "IPKernelApp" in get_ipython().config
-    except Exception: return False
+    except Exception:
+        return False
 
 # %% ../nbs/00b_progress.ipynb #d310e875
 def _headless_kernel() -> bool:
     """True inside a Jupyter kernel whose current request comes from a headless executor (papermill, nbclient,
     nbconvert): they send `allow_stdin=False`, while JupyterLab, Notebook and VS Code send True. A kernel's stderr
     there is stored in the executed notebook, each tqdm redraw as an output of its own."""
-    if "ipykernel" not in sys.modules: return False
+    if "ipykernel" not in sys.modules:
+        return False
     try:
-        from IPython import get_ipython   # only inside a Jupyter kernel
+        from IPython import get_ipython  # only inside a Jupyter kernel
+
         kernel = getattr(get_ipython(), "kernel", None)
         return kernel is not None and kernel.get_parent().get("content", {}).get("allow_stdin", True) is False
-    except Exception: return False
+    except Exception:
+        return False
 
 # %% ../nbs/00b_progress.ipynb #3daaec02
 def progress_bar(*args, **kw):
@@ -88,13 +120,18 @@ def progress_bar(*args, **kw):
     papermill: no progress leftovers in the executed notebook; the bar still counts); tqdm's widget when
     `$CLIR_LLM_WIDGETS=1` in Jupyter; else text (in a kernel redrawn at most every 2 s). None at all under `-q` (the
     `clir_llm` logger at ERROR: quiet means errors only, whatever the caller asked)."""
-    if logging.getLogger("clir_llm").level >= logging.ERROR: kw["disable"] = True
-    if (ch := os.environ.get(CHANNEL)): return ChannelBar(*args, channel=ch, **kw)
-    if _headless_kernel(): return std_tqdm(*args, **{**kw, "file": _Null()})
+    if logging.getLogger("clir_llm").level >= logging.ERROR:
+        kw["disable"] = True
+    if ch := os.environ.get(CHANNEL):
+        return ChannelBar(*args, channel=ch, **kw)
+    if _headless_kernel():
+        return std_tqdm(*args, **{**kw, "file": _Null()})
     if _widgets():
-        from tqdm.notebook import tqdm as nb_tqdm   # optional: needs ipywidgets, only inside a kernel
+        from tqdm.notebook import tqdm as nb_tqdm  # optional: needs ipywidgets, only inside a kernel
+
         return nb_tqdm(*args, **kw)
-    if "ipykernel" in sys.modules: kw.setdefault("mininterval", 2.0)
+    if "ipykernel" in sys.modules:
+        kw.setdefault("mininterval", 2.0)
     return std_tqdm(*args, **kw)
 
 # %% ../nbs/00b_progress.ipynb #0a98ae98
@@ -102,14 +139,22 @@ def format_event(ev: dict, prefix: str = "", width: int | None = None) -> str:
     "One line for a channel event: `prefix pair step | desc: n/N [elapsed<remaining, rate, postfix]` (tqdm's meter)."
     labels = " ".join(ev[k] for k in ("pair", "step") if ev.get(k))
     head = " ".join(s for s in (prefix, labels) if s)
-    meter = std_tqdm.format_meter(ev["n"], ev.get("total"), ev.get("elapsed", 0), prefix=ev.get("desc") or "",
-                                  unit=ev.get("unit") or "it", ncols=None, postfix=ev.get("postfix"))
+    meter = std_tqdm.format_meter(
+        ev["n"],
+        ev.get("total"),
+        ev.get("elapsed", 0),
+        prefix=ev.get("desc") or "",
+        unit=ev.get("unit") or "it",
+        ncols=None,
+        postfix=ev.get("postfix"),
+    )
     line = f"{head} | {meter}" if head else meter
-    return line[:width - 1] if width and len(line) >= width else line
+    return line[: width - 1] if width and len(line) >= width else line
 
 # %% ../nbs/00b_progress.ipynb #c86d15c2
 class ProgressTail:
     "Follow progress channel `path` in a thread and draw its newest open bar on `stream`, prefixed by `prefix`."
+
     def __init__(self, path, prefix: str = "", stream=None, interval: float | None = None, poll: float = 0.5):
         self.path, self.prefix, self.stream, self.poll = Path(path), prefix, stream or sys.stderr, poll
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -120,19 +165,26 @@ class ProgressTail:
     def _events(self) -> list[dict]:
         try:
             with open(self.path, "rb") as f:
-                f.seek(self._pos); data = f.read()
-        except FileNotFoundError: return []
-        data = data[:data.rfind(b"\n") + 1]; self._pos += len(data)   # complete lines only
+                f.seek(self._pos)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        data = data[: data.rfind(b"\n") + 1]
+        self._pos += len(data)  # complete lines only
         out = []
         for l in data.splitlines():
-            try: out.append(json.loads(l))
-            except ValueError: pass
+            try:
+                out.append(json.loads(l))
+            except ValueError:
+                pass
         return out
 
     def _write(self, line: str):
         if self.tty:
-            self.stream.write("\r" + line.ljust(self._width)); self._width = len(line)
-        else: self.stream.write(line + "\n")
+            self.stream.write("\r" + line.ljust(self._width))
+            self._width = len(line)
+        else:
+            self.stream.write(line + "\n")
         self.stream.flush()
 
 # %% ../nbs/00b_progress.ipynb #2f6ef875
@@ -142,35 +194,51 @@ def _step(self: ProgressTail, final: bool = False):
     width = shutil.get_terminal_size((100, 20)).columns if self.tty else None
     for ev in self._events():
         new = ev["bar"] not in self._open
-        if ev["closed"]: self._open.pop(ev["bar"], None)
-        else: self._open[ev["bar"]] = ev
+        if ev["closed"]:
+            self._open.pop(ev["bar"], None)
+        else:
+            self._open[ev["bar"]] = ev
         if not self.tty and (new or ev["closed"] or time.time() - self._last >= self.interval):
-            self._write(format_event(ev, self.prefix)); self._last = time.time()
+            self._write(format_event(ev, self.prefix))
+            self._last = time.time()
     if self.tty:
-        if self._open: self._write(format_event(max(self._open.values(), key=lambda e: e["t"]), self.prefix, width))
-        else: self._write(f"{self.prefix}: running {std_tqdm.format_interval(time.time() - self._t0)}"[:width - 1])
-        if final: self.stream.write("\r" + " " * self._width + "\r"); self.stream.flush()
+        if self._open:
+            self._write(format_event(max(self._open.values(), key=lambda e: e["t"]), self.prefix, width))
+        else:
+            self._write(f"{self.prefix}: running {std_tqdm.format_interval(time.time() - self._t0)}"[: width - 1])
+        if final:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
 
 # %% ../nbs/00b_progress.ipynb #9f3b017a
 @patch
 def __enter__(self: ProgressTail):
     "Start following the channel in a daemon thread."
+
     def run():
-        while not self._stop.wait(self.poll): self._step()
-    self._thread = threading.Thread(target=run, daemon=True); self._thread.start(); return self
+        while not self._stop.wait(self.poll):
+            self._step()
+
+    self._thread = threading.Thread(target=run, daemon=True)
+    self._thread.start()
+    return self
 
 # %% ../nbs/00b_progress.ipynb #a324d1e6
 @patch
 def __exit__(self: ProgressTail, *exc):
     "Stop, draw what is left (and clear the terminal line)."
-    self._stop.set(); self._thread.join(); self._step(final=True)
+    self._stop.set()
+    self._thread.join()
+    self._step(final=True)
 
 # %% ../nbs/00b_progress.ipynb #91fcac71
 QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
+
 def quiet_libraries():
     "Ask transformers and the Hub for errors only and no bars of their own (load reports, 'Loading weights'), unless the user set otherwise."
-    for k, v in QUIET_ENV.items(): os.environ.setdefault(k, v)
+    for k, v in QUIET_ENV.items():
+        os.environ.setdefault(k, v)
 
 # %% ../nbs/00b_progress.ipynb #d6184e52
 def verbosity() -> int:

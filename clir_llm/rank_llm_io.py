@@ -19,29 +19,37 @@ from .memory import InMemoryCollection
 __all__ = ['DOC_TEXT_FIELDS', 'RankLLMRequests', 'read_requests', 'RecordingBackend', 'invocations', 'results', 'write_results']
 
 # %% ../nbs/16a_rank_llm_io.ipynb #7aeb83e6
-DOC_TEXT_FIELDS = ("text", "segment", "contents", "body", "passage")   # where rank_llm's prompts look for a candidate's text
+# where rank_llm's prompts look for a candidate's text
+DOC_TEXT_FIELDS = ("text", "segment", "contents", "body", "passage")
+
 
 @dataclass
 class RankLLMRequests:
     "rank_llm requests read into the package's values: a `collection` (its queries and documents), the first-stage `run`, and what a Result file gives back."
+
     collection: InMemoryCollection
     run: Run
-    qids: dict = field(default_factory=dict)       # qid as a string -> as the file wrote it
-    docids: dict = field(default_factory=dict)     # docid as a string -> as the file wrote it
-    docs: dict = field(default_factory=dict)       # docid -> the candidate's `doc` mapping, as read
-    scores: dict = field(default_factory=dict)     # qid -> the candidates' scores in the file's order
+    qids: dict = field(default_factory=dict)  # qid as a string -> as the file wrote it
+    docids: dict = field(default_factory=dict)  # docid as a string -> as the file wrote it
+    docs: dict = field(default_factory=dict)  # docid -> the candidate's `doc` mapping, as read
+    scores: dict = field(default_factory=dict)  # qid -> the candidates' scores in the file's order
 
 # %% ../nbs/16a_rank_llm_io.ipynb #5096f34d
 def _candidate(path, i: int, qid: str, c) -> tuple[str, float, dict]:
     "(docid, score, doc) of one candidate of line `i`; a FormatError naming the line and what is wrong."
     if not isinstance(c, dict) or not all(k in c for k in ("docid", "score", "doc")):
         raise FormatError(path, i, f"query {qid!r}: a candidate needs docid, score and doc, got {str(c)[:80]!r}")
-    if isinstance(c["docid"], bool) or not isinstance(c["docid"], (str, int)): raise FormatError(path, i, f"query {qid!r}: docid {c['docid']!r} is not a string or an integer")
+    if isinstance(c["docid"], bool) or not isinstance(c["docid"], (str, int)):
+        raise FormatError(path, i, f"query {qid!r}: docid {c['docid']!r} is not a string or an integer")
     if isinstance(c["score"], bool) or not isinstance(c["score"], (int, float)) or not math.isfinite(c["score"]):
-        raise FormatError(path, i, f"query {qid!r}: document {c['docid']!r} has score {c['score']!r} (a finite number is needed)")
+        raise FormatError(
+            path, i, f"query {qid!r}: document {c['docid']!r} has score {c['score']!r} (a finite number is needed)"
+        )
     doc = c["doc"]
     if not isinstance(doc, dict) or not any(isinstance(doc.get(k), str) for k in DOC_TEXT_FIELDS):
-        raise FormatError(path, i, f"query {qid!r}: document {c['docid']!r}: doc needs a text ({', '.join(DOC_TEXT_FIELDS)})")
+        raise FormatError(
+            path, i, f"query {qid!r}: document {c['docid']!r}: doc needs a text ({', '.join(DOC_TEXT_FIELDS)})"
+        )
     return str(c["docid"]), float(c["score"]), doc
 
 # %% ../nbs/16a_rank_llm_io.ipynb #62d58d84
@@ -53,9 +61,16 @@ def _doc_fields(doc: dict) -> dict:
 # %% ../nbs/16a_rank_llm_io.ipynb #53ae94c8
 def _query(path, i: int, q) -> str:
     "The qid of a request's `query` (a FormatError unless it is {text: non-empty string, qid: string or integer})."
-    if not isinstance(q, dict) or not isinstance(q.get("text"), str) or not q["text"].strip() or isinstance(q.get("qid"), bool) \
-            or not isinstance(q.get("qid"), (str, int)):
-        raise FormatError(path, i, f"query must be {{\"text\": a non-empty string, \"qid\": a string or an integer}}, got {str(q)[:80]!r}")
+    if (
+        not isinstance(q, dict)
+        or not isinstance(q.get("text"), str)
+        or not q["text"].strip()
+        or isinstance(q.get("qid"), bool)
+        or not isinstance(q.get("qid"), (str, int))
+    ):
+        raise FormatError(
+            path, i, f'query must be {{"text": a non-empty string, "qid": a string or an integer}}, got {str(q)[:80]!r}'
+        )
     return str(q["qid"])
 
 # %% ../nbs/16a_rank_llm_io.ipynb #c4f1a901
@@ -63,15 +78,26 @@ def _request_lines(path) -> Iterator[tuple[int, dict]]:
     """`(line number, record)` of a Request JSONL file (plain or `.gz`, a UTF-8 byte-order mark read as topics read it);
     what is not a request object (bad JSON, nesting deeper than the parser goes, an integer of over 4,300 digits) is a
     `FormatError` naming the line."""
-    if not Path(path).is_file(): raise ClirError(f"{path}: no such file")
+    if not Path(path).is_file():
+        raise ClirError(f"{path}: no such file")
     for i, line in read_text_lines(path, "utf-8"):
-        if not line.strip(): continue
-        try: rec = json.loads(line)
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise FormatError(path, i, f"invalid JSON{' (the file looks truncated)' if not line.endswith(chr(10)) else ''}: {e.msg} at column {e.colno}") from None
-        except RecursionError: raise FormatError(path, i, "JSON nested too deeply to be a request") from None
-        except ValueError as e: raise FormatError(path, i, f"not a request: {str(e)[:90]}") from None   # an integer over 4,300 digits
-        if not isinstance(rec, dict): raise FormatError(path, i, f"expected a JSON object, got {type(rec).__name__}")
+            raise FormatError(
+                path,
+                i,
+                f"invalid JSON{' (the file looks truncated)' if not line.endswith(chr(10)) else ''}: {e.msg} at column {e.colno}",
+            ) from None
+        except RecursionError:
+            raise FormatError(path, i, "JSON nested too deeply to be a request") from None
+        # an integer over 4,300 digits
+        except ValueError as e:
+            raise FormatError(path, i, f"not a request: {str(e)[:90]}") from None
+        if not isinstance(rec, dict):
+            raise FormatError(path, i, f"expected a JSON object, got {type(rec).__name__}")
         if missing := [k for k in ("query", "candidates") if k not in rec]:
             raise FormatError(path, i, f"record lacks field(s) {', '.join(missing)}: keys are {sorted(rec)[:10]}")
         yield i, rec
@@ -84,73 +110,133 @@ def read_requests(path, pair: str, name: str | None = None) -> RankLLMRequests:
     out, ranked, texts, where = RankLLMRequests(None, None), {}, {}, {}
     for i, rec in _request_lines(path):
         qid = _query(path, i, rec["query"])
-        if qid in ranked: raise FormatError(path, i, f"query {qid!r} appears twice (first on line {where[qid]})")
-        if not isinstance(rec["candidates"], list): raise FormatError(path, i, f"query {qid!r}: candidates must be a list")
-        where[qid], out.qids[qid], texts[qid], ranked[qid], out.scores[qid] = i, rec["query"]["qid"], rec["query"]["text"], [], []
+        if qid in ranked:
+            raise FormatError(path, i, f"query {qid!r} appears twice (first on line {where[qid]})")
+        if not isinstance(rec["candidates"], list):
+            raise FormatError(path, i, f"query {qid!r}: candidates must be a list")
+        where[qid], out.qids[qid], texts[qid], ranked[qid], out.scores[qid] = (
+            i,
+            rec["query"]["qid"],
+            rec["query"]["text"],
+            [],
+            [],
+        )
         for c in rec["candidates"]:
             docid, score, doc = _candidate(path, i, qid, c)
-            if docid in ranked[qid]: raise FormatError(path, i, f"query {qid!r}: document {docid!r} is a candidate twice")
+            if docid in ranked[qid]:
+                raise FormatError(path, i, f"query {qid!r}: document {docid!r} is a candidate twice")
             if docid in out.docs and _doc_fields(out.docs[docid]) != _doc_fields(doc):
                 raise FormatError(path, i, f"document {docid!r} has another text than on line {where['doc', docid]}")
-            out.docs.setdefault(docid, doc); where.setdefault(("doc", docid), i); out.docids[docid] = c["docid"]
-            ranked[qid].append(docid); out.scores[qid].append(score)
-    if not ranked: raise FormatError(path, None, "no requests in file")
-    out.collection = InMemoryCollection({d: _doc_fields(v) for d, v in out.docs.items()}, texts, query_lang=ql.code,
-                                        doc_lang=dl.code, name=name or Path(path).stem)
+            out.docs.setdefault(docid, doc)
+            where.setdefault(("doc", docid), i)
+            out.docids[docid] = c["docid"]
+            ranked[qid].append(docid)
+            out.scores[qid].append(score)
+    if not ranked:
+        raise FormatError(path, None, "no requests in file")
+    out.collection = InMemoryCollection(
+        {d: _doc_fields(v) for d, v in out.docs.items()},
+        texts,
+        query_lang=ql.code,
+        doc_lang=dl.code,
+        name=name or Path(path).stem,
+    )
     out.run = Run.from_ranked(ranked, name=Path(path).stem)
     return out
 
-# %% ../nbs/16a_rank_llm_io.ipynb #472005e4
-_FLAGS = ("kind", "model", "revision", "options", "supports_logprobs", "supports_batching", "is_chat", "is_encoder_decoder",
-          "supports_prefill", "scores_sequences", "is_api", "local_model", "throughput_engine")
+# %% ../nbs/16a_rank_llm_io.ipynb #200691d5
+# the attributes a recording backend copies from the backend it wraps
+_FLAGS = tuple(
+    """kind model revision options supports_logprobs supports_batching is_chat is_encoder_decoder supports_prefill
+scores_sequences is_api local_model throughput_engine""".split()
+)
 
+# %% ../nbs/16a_rank_llm_io.ipynb #48087bea
+def _call_key(*parts) -> str:
+    "The recording's key of one call: its kind and arguments as canonical JSON."
+    return json.dumps(list(parts), sort_keys=True, ensure_ascii=False, default=str)
+
+# %% ../nbs/16a_rank_llm_io.ipynb #5eb13c5d
+def _generated(inner, prompts, max_new_tokens: int, on_error: str, progress: bool, params: dict) -> list[dict]:
+    """`inner`'s answers as records with token counts: a cached backend's records carry those of each call (cache hits
+    too); another backend's answers are counted with its tokenizer."""
+    if isinstance(inner, CachedBackend):
+        empty = {"text": "", "tokens_in": 0, "tokens_out": 0}
+        got = inner.complete(prompts, max_new_tokens, on_error, progress, **params)
+        return [
+            {"text": r["text"], "tokens_in": r.get("tokens_in", 0), "tokens_out": r.get("tokens_out", 0)}
+            if r is not None
+            else dict(empty)
+            for r in got
+        ]
+    texts = inner.generate(prompts, max_new_tokens=max_new_tokens, **params)
+    n = lambda t: inner.count_tokens(t)
+    return [{"text": t, "tokens_in": n(plain_text(p)), "tokens_out": n(t)} for p, t in zip(prompts, texts)]
+
+# %% ../nbs/16a_rank_llm_io.ipynb #1ded7766
+def _score_record(inner, prompt, candidates, scores) -> dict:
+    "The record of one scored prompt: its candidates' scores (also as JSON text, the call's response) and its token count."
+    text = json.dumps(dict(zip(candidates, scores)), ensure_ascii=False)
+    return {"text": text, "tokens_in": inner.count_tokens(plain_text(prompt)), "tokens_out": 0, "scores": list(scores)}
+
+# %% ../nbs/16a_rank_llm_io.ipynb #472005e4
 class RecordingBackend(Backend):
     """`backend` with each call recorded as rank_llm's `InferenceInvocation` (prompt, response, input and output token
     counts) in `calls`; `replaying()` gives a backend that answers from the recording alone. Anything else (token
     counts, rendering, capabilities, usage) is `backend`'s."""
+
     def __init__(self, backend: Backend, answers: dict | None = None):
         self.inner, self.calls, self.replay = backend, [], answers is not None
         self.answers = {} if answers is None else answers
-        for f in _FLAGS: setattr(self, f, getattr(backend, f))
+        for f in _FLAGS:
+            setattr(self, f, getattr(backend, f))
         self.name = backend.name
 
-    def __getattr__(self, name):   # what the proxy does not define (render_text, max_model_len, resolved_revision) is the backend's
-        if name == "inner": raise AttributeError(name)
+    # what the proxy does not define (render_text, max_model_len, resolved_revision) is the backend's
+    def __getattr__(self, name):
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
-    @property
-    def usage(self): return self.inner.usage
-    @usage.setter
-    def usage(self, u): self.inner.usage = u
-    def identity(self) -> dict: return self.inner.identity()
-    def count_tokens(self, text) -> int: return self.inner.count_tokens(text)
-    def truncate(self, text: str, max_tokens: int) -> str: return self.inner.truncate(text, max_tokens)
-    def replaying(self) -> "RecordingBackend": return RecordingBackend(self.inner, self.answers)
 
-    def generate(self, prompts, max_new_tokens: int = 128, on_error: str = "raise", progress: bool = True, **params) -> list[str]:
+    # the counters are the inner backend's
+    usage = property(lambda self: self.inner.usage, lambda self, u: setattr(self.inner, "usage", u))
+
+    def identity(self) -> dict:
+        return self.inner.identity()
+
+    def count_tokens(self, text) -> int:
+        return self.inner.count_tokens(text)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        return self.inner.truncate(text, max_tokens)
+
+    def replaying(self) -> "RecordingBackend":
+        return RecordingBackend(self.inner, self.answers)
+
+    def generate(
+        self, prompts, max_new_tokens: int = 128, on_error: str = "raise", progress: bool = True, **params
+    ) -> list[str]:
         "The backend's answers to `prompts` (or the recorded ones when replaying), each call recorded."
-        keys = [json.dumps(["generate", p, max_new_tokens, params], sort_keys=True, ensure_ascii=False, default=str) for p in prompts]
-        if self.replay: recs = [self._replayed(k) for k in keys]
-        elif isinstance(self.inner, CachedBackend):   # its records carry the token counts of each call (cache hits too)
-            recs = [{"text": r["text"], "tokens_in": r.get("tokens_in", 0), "tokens_out": r.get("tokens_out", 0)} if r is not None
-                    else {"text": "", "tokens_in": 0, "tokens_out": 0}
-                    for r in self.inner.complete(prompts, max_new_tokens, on_error, progress, **params)]
+        keys = [_call_key("generate", p, max_new_tokens, params) for p in prompts]
+        if self.replay:
+            recs = [self._replayed(k) for k in keys]
         else:
-            texts = self.inner.generate(prompts, max_new_tokens=max_new_tokens, **params)
-            recs = [{"text": t, "tokens_in": self.inner.count_tokens(plain_text(p)), "tokens_out": self.inner.count_tokens(t)}
-                    for p, t in zip(prompts, texts)]
+            recs = _generated(self.inner, prompts, max_new_tokens, on_error, progress, params)
         return [self._note(k, p, r) for k, p, r in zip(keys, prompts, recs)]
 
     def score(self, prompts, candidates, on_error: str = "raise", progress: bool = True) -> list[list[float]]:
         "The backend's log-likelihoods of `candidates` after `prompts` (or the recorded ones); the response of a call is its candidates' scores as JSON."
-        cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
-        keys = [json.dumps(["score", p, c], sort_keys=True, ensure_ascii=False, default=str) for p, c in zip(prompts, cands)]
-        if self.replay: recs = [self._replayed(k) for k in keys]
+        one = not candidates or isinstance(candidates[0], str)
+        cands = [list(candidates)] * len(prompts) if one else [list(c) for c in candidates]
+        keys = [_call_key("score", p, c) for p, c in zip(prompts, cands)]
+        if self.replay:
+            recs = [self._replayed(k) for k in keys]
         else:
             kw = {"progress": progress} if isinstance(self.inner, CachedBackend) else {}
             scores = self.inner.score(prompts, candidates, on_error=on_error, **kw)
-            recs = [{"text": json.dumps(dict(zip(c, s)), ensure_ascii=False), "tokens_in": self.inner.count_tokens(plain_text(p)),
-                     "tokens_out": 0, "scores": list(s)} for p, c, s in zip(prompts, cands, scores)]
-        for k, p, r in zip(keys, prompts, recs): self._note(k, p, r)
+            recs = [_score_record(self.inner, p, c, s) for p, c, s in zip(prompts, cands, scores)]
+        for k, p, r in zip(keys, prompts, recs):
+            self._note(k, p, r)
         return [r["scores"] for r in recs]
 
 # %% ../nbs/16a_rank_llm_io.ipynb #38534a74
@@ -158,19 +244,28 @@ class RecordingBackend(Backend):
 def _note(self: RecordingBackend, key: str, prompt, rec: dict) -> str:
     "Keep `rec` (text, tokens_in, tokens_out) as the answer to `key` and as one call; return its text."
     self.answers[key] = rec
-    self.calls.append({"prompt": prompt, "response": rec["text"], "input_token_count": int(rec["tokens_in"]),
-                       "output_token_count": int(rec["tokens_out"])})
+    self.calls.append(
+        {
+            "prompt": prompt,
+            "response": rec["text"],
+            "input_token_count": int(rec["tokens_in"]),
+            "output_token_count": int(rec["tokens_out"]),
+        }
+    )
     return rec["text"]
 
 # %% ../nbs/16a_rank_llm_io.ipynb #66eb0ed5
 @patch
 def _replayed(self: RecordingBackend, key: str) -> dict:
     "The recorded answer to `key` (a ClirError when the replayed run asks what the recorded run did not)."
-    if key not in self.answers: raise ClirError(f"{self.name}: a replayed call was not made in the recorded run ({key[:120]}...)")
+    if key not in self.answers:
+        raise ClirError(f"{self.name}: a replayed call was not made in the recorded run ({key[:120]}...)")
     return self.answers[key]
 
 # %% ../nbs/16a_rank_llm_io.ipynb #965c60db
-def invocations(build: Callable[[Backend], object], recorder: RecordingBackend, collection, run: Run, k: int) -> dict[str, list[dict]]:
+def invocations(
+    build: Callable[[Backend], object], recorder: RecordingBackend, collection, run: Run, k: int
+) -> dict[str, list[dict]]:
     """The calls each query of `run` made in a recorded run: the reranker `build(backend)` makes is run again, one query
     at a time, on `recorder.replaying()` (the recorded answers; no model call)."""
     out = {}
@@ -181,7 +276,9 @@ def invocations(build: Callable[[Backend], object], recorder: RecordingBackend, 
     return out
 
 # %% ../nbs/16a_rank_llm_io.ipynb #16a6c79a
-def results(out: Run, collection, run: Run, history: dict | None = None, requests: RankLLMRequests | None = None) -> list[dict]:
+def results(
+    out: Run, collection, run: Run, history: dict | None = None, requests: RankLLMRequests | None = None
+) -> list[dict]:
     """rank_llm Results of the reranked run `out`: per query of `run`, the query, the candidates in their new order with
     the input's scores by position, and `invocations_history`. Ids, scores and `doc`s are the request file's when
     `requests` gives them, else the collection's (`{"title", "text"}`) and the run's."""
@@ -191,11 +288,18 @@ def results(out: Run, collection, run: Run, history: dict | None = None, request
         cands = []
         for pos, d in enumerate(out.docids(q)):
             x = collection.get_doc(d)
-            doc = requests.docs[d] if requests else ({"title": x.title, "text": x.text} if x.title else {"text": x.text})
+            doc = (
+                requests.docs[d] if requests else ({"title": x.title, "text": x.text} if x.title else {"text": x.text})
+            )
             cands.append({"docid": requests.docids[d] if requests else d, "score": given[pos], "doc": doc})
         qid = requests.qids[q] if requests else q
-        rows.append({"query": {"text": collection.queries[q].text, "qid": qid}, "candidates": cands,
-                     "invocations_history": (history or {}).get(q, [])})
+        rows.append(
+            {
+                "query": {"text": collection.queries[q].text, "qid": qid},
+                "candidates": cands,
+                "invocations_history": (history or {}).get(q, []),
+            }
+        )
     return rows
 
 # %% ../nbs/16a_rank_llm_io.ipynb #a5908404

@@ -9,7 +9,18 @@ import pandas as pd
 from pathlib import Path
 import yaml
 from .core import ClirError, atomic_write
-from .config import Config, ConfigHead, load_config, load_config_head, load_regression, regression_path, repo_root, results_dir   # the regression file's format lives with the configuration
+
+# the regression file's format lives with the configuration
+from clir_llm.config import (
+    Config,
+    ConfigHead,
+    load_config,
+    load_config_head,
+    load_regression,
+    regression_path,
+    repo_root,
+    results_dir,
+)
 from .provenance import current_record, differences, information
 from .tables import load_table
 
@@ -23,38 +34,58 @@ def reference_path(cfg: Config | ConfigHead) -> Path:
     return reg.with_name(reg.stem + ".provenance.json")
 
 # %% ../nbs/13e_regression.ipynb #af2f8513
-MAX_LINES = 8   # differences shown; the rest are counted
+MAX_LINES = 8  # differences shown; the rest are counted
+
 
 def _shown(p: Path, base: Path | None = None) -> str:
     "`p` relative to the working folder, else to `base` (the config's folder), else whole."
     for b in (Path.cwd(), base):
-        try: return str(p.resolve().relative_to(b.resolve())) if b is not None else str(p)
-        except ValueError: pass
+        try:
+            return str(p.resolve().relative_to(b.resolve())) if b is not None else str(p)
+        except ValueError:
+            pass
     return str(p)
 
 # %% ../nbs/13e_regression.ipynb #11509c98
 def environment_lines(cfg: Config | ConfigHead, indent: str = "  ") -> list[str]:
     "What differs between the environment kept with the reference numbers (`reference_path`) and this one, in a few lines."
-    path = reference_path(cfg); shown = _shown(path, Path(cfg.path).parent if cfg.path else None)
-    if not path.is_file(): return [f"environment: no reference recorded ({shown}: `write_regression` copies the reviewed run's provenance.json there)"]
-    try: ref = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e: ref = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}"
-    if not isinstance(ref, dict): return [f"environment: {shown}: not a provenance record ({ref if isinstance(ref, str) else type(ref).__name__})"]
-    try: root = repo_root()
-    except ClirError: root = None      # not a checkout: no lock, no commit to compare
+    path = reference_path(cfg)
+    shown = _shown(path, Path(cfg.path).parent if cfg.path else None)
+    if not path.is_file():
+        return [
+            f"environment: no reference recorded ({shown}: `write_regression` copies the reviewed run's provenance.json there)"
+        ]
+    try:
+        ref = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        ref = f"{type(e).__name__}: {' '.join(str(e).split())[:80]}"
+    if not isinstance(ref, dict):
+        return [
+            f"environment: {shown}: not a provenance record ({ref if isinstance(ref, str) else type(ref).__name__})"
+        ]
+    try:
+        root = repo_root()
+    except ClirError:
+        root = None  # not a checkout: no lock, no commit to compare
     cur, notes = current_record(ref, cfg.path, root)
     diff, info = differences(ref, cur), information(ref, cur)
-    lines = ([f"environment: same as the reference ({shown})"] if not diff else
-             [f"environment: {len(diff)} difference{'s' * (len(diff) > 1)} from the reference ({shown}):"]
-             + [indent + d for d in diff[:MAX_LINES]] + ([f"{indent}... and {len(diff) - MAX_LINES} more"] if len(diff) > MAX_LINES else []))
+    lines = (
+        [f"environment: same as the reference ({shown})"]
+        if not diff
+        else [f"environment: {len(diff)} difference{'s' * (len(diff) > 1)} from the reference ({shown}):"]
+        + [indent + d for d in diff[:MAX_LINES]]
+        + ([f"{indent}... and {len(diff) - MAX_LINES} more"] if len(diff) > MAX_LINES else [])
+    )
     return lines + [f"{indent}information: {x}" for x in info] + [f"{indent}not compared: {x}" for x in notes]
 
 # %% ../nbs/13e_regression.ipynb #451b01ea
 def _table(out: Path, name: str):
     "Table `name` under `out`, None when missing; ClirError naming the file when it cannot be read as a table."
     p = out / "tables" / f"{name}.csv"
-    if not p.exists(): return None
-    try: t = load_table(out, name)
+    if not p.exists():
+        return None
+    try:
+        t = load_table(out, name)
     except (ValueError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise ClirError(f"{p}: not a readable table ({' '.join(str(e).split())[:120]})") from None
     return t
@@ -62,27 +93,37 @@ def _table(out: Path, name: str):
 # %% ../nbs/13e_regression.ipynb #41a1fc19
 def check(config, results_root="results", log=print) -> dict:
     "Compare a configuration's result tables with its regression file: the environment's differences, then one line per cell; return counts."
-    cfg = config if isinstance(config, (Config, ConfigHead)) else load_config_head(config)   # no plugin is imported
+    cfg = config if isinstance(config, (Config, ConfigHead)) else load_config_head(config)  # no plugin is imported
     reg = load_regression(regression_path(cfg))
-    for line in environment_lines(cfg): log(line)   # why a number may have moved: a dependency, a model, the data
+    for line in environment_lines(cfg):
+        log(line)  # why a number may have moved: a dependency, a model, the data
     out, tables, counts = results_dir(cfg, results_root), {}, {"OK": 0, "FAIL": 0, "MISSING": 0}
     for c in reg.cells:
         tol = reg.tolerance if c.tol is None else c.tol
         try:
             t = tables[c.table] if c.table in tables else tables.setdefault(c.table, _table(out, c.table))
-            if t is None: raise KeyError(c.table)
+            if t is None:
+                raise KeyError(c.table)
             got = float(t.loc[c.row, c.col])
         except KeyError:
-            counts["MISSING"] += 1; log(f"MISSING {c.table} / {c.row} / {c.col}: expected {c.expected:.4f}"); continue
-        except (TypeError, ValueError):   # a hand-edited cell ('n/a') or a duplicated row
-            counts["FAIL"] += 1; log(f"FAIL    {c.table} / {c.row} / {c.col}: not one number in {out / 'tables' / c.table}.csv"); continue
+            counts["MISSING"] += 1
+            log(f"MISSING {c.table} / {c.row} / {c.col}: expected {c.expected:.4f}")
+            continue
+        except (TypeError, ValueError):  # a hand-edited cell ('n/a') or a duplicated row
+            counts["FAIL"] += 1
+            log(f"FAIL    {c.table} / {c.row} / {c.col}: not one number in {out / 'tables' / c.table}.csv")
+            continue
         ok = abs(got - c.expected) <= tol
         counts["OK" if ok else "FAIL"] += 1
-        log(f"{'OK  ' if ok else 'FAIL'}    {c.table} / {c.row} / {c.col}: {got:.4f} vs {c.expected:.4f} (tol {tol:g})"
-            + (f" [{c.source}]" if c.source else ""))
+        log(
+            f"{'OK  ' if ok else 'FAIL'}    {c.table} / {c.row} / {c.col}: {got:.4f} vs {c.expected:.4f} (tol {tol:g})"
+            + (f" [{c.source}]" if c.source else "")
+        )
     log(f"{counts['OK']} OK, {counts['FAIL']} FAIL, {counts['MISSING']} MISSING")
     if counts["MISSING"] and not (out / "tables").is_dir():
-        log(f"no tables in {(out / 'tables').resolve()}: run `clir-llm reproduce` first, or give --results the folder it wrote")
+        log(
+            f"no tables in {(out / 'tables').resolve()}: run `clir-llm reproduce` first, or give --results the folder it wrote"
+        )
     return counts
 
 # %% ../nbs/13e_regression.ipynb #c00b06e3
@@ -95,11 +136,17 @@ def write_regression(config, tables: list[str], results_root="results", toleranc
         for row in t.index:
             for col in t.columns:
                 v = t.loc[row, col]
-                if v == v: cells.append(dict(table=name, row=str(row), col=str(col), expected=round(float(v), 4)))
+                if v == v:
+                    cells.append(dict(table=name, row=str(row), col=str(col), expected=round(float(v), 4)))
     path = cfg.path.parent / cfg.regression
-    atomic_write(path, f"# Expected scores of {cfg.name} (written by write_regression after a reviewed run).\n"
-                 + yaml.safe_dump(dict(tolerance=tolerance, cells=cells), sort_keys=False, allow_unicode=True))
-    ref, made = reference_path(cfg), out / "provenance.json"    # the environment of these numbers goes with them
-    if made.is_file(): atomic_write(ref, made.read_bytes())
-    else: ref.unlink(missing_ok=True)                             # an older record would describe other numbers
+    atomic_write(
+        path,
+        f"# Expected scores of {cfg.name} (written by write_regression after a reviewed run).\n"
+        + yaml.safe_dump(dict(tolerance=tolerance, cells=cells), sort_keys=False, allow_unicode=True),
+    )
+    ref, made = reference_path(cfg), out / "provenance.json"  # the environment of these numbers goes with them
+    if made.is_file():
+        atomic_write(ref, made.read_bytes())
+    else:
+        ref.unlink(missing_ok=True)  # an older record would describe other numbers
     return path

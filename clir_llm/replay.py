@@ -28,15 +28,26 @@ def export_llm_calls(cache: Cache, path, backends: Sequence[Backend], keys: Sequ
         meta = r["meta"] or {}
         hit = None
         if "prompt" in meta:
-            hit = next(((b, m) for b in backends if (meta.get("backend") in (None, b.name)) and (m := match_call(b, meta, r["key"]))), None)
+            hit = next(
+                (
+                    (b, m)
+                    for b in backends
+                    if (meta.get("backend") in (None, b.name)) and (m := match_call(b, meta, r["key"]))
+                ),
+                None,
+            )
         if hit is None:
             if keys is not None:
-                raise ClirError(f"LLM call {r['key'][:12]} of this run: no prompt noted beside it, or none of "
-                                f"{', '.join(b.name for b in backends)} gives its key: compute it again in a fresh cache")
-            skipped += 1; continue
+                raise ClirError(
+                    f"LLM call {r['key'][:12]} of this run: no prompt noted beside it, or none of "
+                    f"{', '.join(b.name for b in backends)} gives its key: compute it again in a fresh cache"
+                )
+            skipped += 1
+            continue
         b, m = hit
         d = {"key": r["key"], "backend": b.name, **m, "prompt": meta["prompt"], "response": r["value"]}
-        if "candidates" in meta: d["candidates"] = meta["candidates"]
+        if "candidates" in meta:
+            d["candidates"] = meta["candidates"]
         d["check"] = _check(d)
         lines.append(json.dumps(d, ensure_ascii=False, sort_keys=True))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -46,21 +57,33 @@ def export_llm_calls(cache: Cache, path, backends: Sequence[Backend], keys: Sequ
 # %% ../nbs/10g_replay.ipynb #9f5b655c
 _RECORDED_FIELDS = ("key", "backend", "op", "params", "prompt", "response", "check")
 
+
 def read_llm_calls(path) -> list[dict]:
     "The lines of a recorded-responses file, each checked (fields, check hash); one ClirError naming the line otherwise."
     path, out = Path(path), []
     redo = "restore it from git, or record the responses again (`clir-llm reproduce CONFIG --no-recorded` in a fresh cache)"
-    try: text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e: raise ClirError(f"recorded LLM responses {path}: cannot read it ({e})") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ClirError(f"recorded LLM responses {path}: cannot read it ({e})") from None
     for i, line in enumerate(text.splitlines(), 1):
-        if not line.strip(): continue
-        try: d = json.loads(line)
-        except json.JSONDecodeError as e: raise ClirError(f"{path} line {i}: not a JSON object ({e.msg}): {redo}") from None
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ClirError(f"{path} line {i}: not a JSON object ({e.msg}): {redo}") from None
         if not isinstance(d, dict) or (miss := [f for f in _RECORDED_FIELDS if f not in d]):
-            raise ClirError(f"{path} line {i}: fields {', '.join(miss) if isinstance(d, dict) else 'all'} missing: {redo}")
-        if d["check"] != _check(d): raise ClirError(f"{path} line {i}: the line does not match its check hash (edited?): {redo}")
-        if not _usable(d["response"], d["op"]):   # the check hash is recomputable: a planted line of the wrong shape is refused here
-            raise ClirError(f"{path} line {i}: response {str(d['response'])[:60]!r} is not a {str(d['op'])[:20]} record: {redo}")
+            raise ClirError(
+                f"{path} line {i}: fields {', '.join(miss) if isinstance(d, dict) else 'all'} missing: {redo}"
+            )
+        if d["check"] != _check(d):
+            raise ClirError(f"{path} line {i}: the line does not match its check hash (edited?): {redo}")
+        # the check hash is recomputable: a planted line of the wrong shape is refused here
+        if not _usable(d["response"], d["op"]):
+            raise ClirError(
+                f"{path} line {i}: response {str(d['response'])[:60]!r} is not a {str(d['op'])[:20]} record: {redo}"
+            )
         out.append(d)
     return out
 
@@ -68,12 +91,22 @@ def read_llm_calls(path) -> list[dict]:
 def seed_llm_calls(cache: Cache, path) -> int:
     "Store the recorded calls of `path` in `cache` (checked first: nothing is stored if one line is bad); how many."
     calls = read_llm_calls(path)
-    return cache.import_entries("llm", [{"key": d["key"], "value": d["response"],
-                                         "meta": {k: d[k] for k in ("backend", "op", "params", "prompt", "candidates") if k in d}}
-                                        for d in calls])
+    return cache.import_entries(
+        "llm",
+        [
+            {
+                "key": d["key"],
+                "value": d["response"],
+                "meta": {k: d[k] for k in ("backend", "op", "params", "prompt", "candidates") if k in d},
+            }
+            for d in calls
+        ],
+    )
 
 # %% ../nbs/10g_replay.ipynb #0d769c51
-def recompute_llm_calls(path, n: int = 10, seed: int = 0, backend: Backend | None = None, atol: float = 1e-3) -> list[dict]:
+def recompute_llm_calls(
+    path, n: int = 10, seed: int = 0, backend: Backend | None = None, atol: float = 1e-3
+) -> list[dict]:
     """Compute `n` recorded calls of `path` (a seeded random sample) again with their backend, without any cache:
     one dict per call (line, key, same_key, same, recorded, recomputed). Generated text must be identical; scores
     must pick the same candidate and agree within `atol` (batching changes the last bits of fp32 sums)."""
@@ -87,11 +120,13 @@ def recompute_llm_calls(path, n: int = 10, seed: int = 0, backend: Backend | Non
         if d["op"] == "score":
             got = b.score([d["prompt"]], d["candidates"], progress=False)[0]
             want = d["response"]["scores"]
-            same = (max(range(len(got)), key=got.__getitem__) == max(range(len(want)), key=want.__getitem__)
-                    and all(abs(x - y) <= atol for x, y in zip(got, want)))
+            same = max(range(len(got)), key=got.__getitem__) == max(range(len(want)), key=want.__getitem__) and all(
+                abs(x - y) <= atol for x, y in zip(got, want)
+            )
         else:
             p = {k: v for k, v in d["params"].items() if k != "max_new_tokens"}
             got = b.generate([d["prompt"]], max_new_tokens=d["params"]["max_new_tokens"], progress=False, **p)[0]
-            want = d["response"]["text"]; same = got == want
+            want = d["response"]["text"]
+            same = got == want
         out.append(dict(line=i + 1, key=d["key"], same_key=same_key, same=same, recorded=want, recomputed=got))
     return out

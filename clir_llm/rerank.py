@@ -23,35 +23,51 @@ __all__ = ['SCORING_NEEDS', 'RERANKERS', 'V1_OPTIONS', 'RerankerOptions', 'Reran
 # %% ../nbs/11_rerank.ipynb #ca17b234
 class RerankerOptions(Options):
     "What every reranker family reads; a family's own `Options` subclass adds the rest, each default written once there."
-    prompt: Optional[str] = opt(None, "prompt template (rankgpt, rankzephyr, prp, ... or a YAML path); default: the method's")
-    doc_title: bool = opt(True, "show each document's title before its text (false: text only, as the paper's authors)",
-                          strict=True)
-    batch_size: Optional[int] = opt(None, "prompts per backend call (default: every pending prompt; the backend batches)",
-                                    identity=False, gt=0)
-    batch_queries: bool = opt(True, "send the pending prompts of all queries together (false: one query at a time)",
-                              identity=False)
+
+    prompt: Optional[str] = opt(
+        None, "prompt template (rankgpt, rankzephyr, prp, ... or a YAML path); default: the method's"
+    )
+    doc_title: bool = opt(
+        True, "show each document's title before its text (false: text only, as the paper's authors)", strict=True
+    )
+    batch_size: Optional[int] = opt(
+        None, "prompts per backend call (default: every pending prompt; the backend batches)", identity=False, gt=0
+    )
+    batch_queries: bool = opt(
+        True, "send the pending prompts of all queries together (false: one query at a time)", identity=False
+    )
 
 # %% ../nbs/11_rerank.ipynb #0abafc29
 class Reranker(ABC):
     "Reorders each query's top `k`: `rerank` is required; `name`, `params`, `usage` and `diagnostics` describe the last run."
-    Options: ClassVar[type[RerankerOptions]] = RerankerOptions
-    needs_backend: ClassVar[bool] = True       # False: runs without an LLM backend (`--llm` may be left out)
-    prompt_kind: ClassVar[str | None] = None   # the kind of prompt template `prompt` must name; None: no prompt
-    variants: ClassVar[dict[str, str]] = {}    # method -> variant (a sort, a prompt) of the methods it registers
-    family: ClassVar[str | None] = None        # the table it belongs to (listwise, pairwise); None: its method's own
-    upstream: ClassVar[str | None] = None      # the reference code its quirks reproduce (rank_llm, llm-rankers)
-    prompt_dir: ClassVar[Path | None] = None   # a folder of the family's own named prompt templates (an outside package's)
 
-    def __init__(self, options: RerankerOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    Options: ClassVar[type[RerankerOptions]] = RerankerOptions
+    needs_backend: ClassVar[bool] = True  # False: runs without an LLM backend (`--llm` may be left out)
+    prompt_kind: ClassVar[str | None] = None  # the kind of prompt template `prompt` must name; None: no prompt
+    variants: ClassVar[dict[str, str]] = {}  # method -> variant (a sort, a prompt) of the methods it registers
+    family: ClassVar[str | None] = None  # the table it belongs to (listwise, pairwise); None: its method's own
+    upstream: ClassVar[str | None] = None  # the reference code its quirks reproduce (rank_llm, llm-rankers)
+    # a folder of the family's own named prompt templates (an outside package's)
+    prompt_dir: ClassVar[Path | None] = None
+
+    def __init__(
+        self, options: RerankerOptions | None = None, backend=None, method: str | None = None, progress: bool = True
+    ):
         self.method = method or next(iter(self.variants), type(self).__name__.lower())
         if self.variants and self.method not in self.variants:
-            raise ClirError(f"{type(self).__name__} has no method {self.method!r}; its methods: {', '.join(self.variants)}")
+            raise ClirError(
+                f"{type(self).__name__} has no method {self.method!r}; its methods: {', '.join(self.variants)}"
+            )
         want = self.options_for(self.method)
         self.options = options if options is not None else want()
-        if type(self.options) is not want: raise ClirError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
-        if self.needs_backend and backend is None: raise ClirError(f"reranker {self.method!r} needs an LLM backend (--llm)")
+        if type(self.options) is not want:
+            raise ClirError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
+        if self.needs_backend and backend is None:
+            raise ClirError(f"reranker {self.method!r} needs an LLM backend (--llm)")
         self.backend, self.progress = backend, progress
-        self.template = self.load_prompt(self.options.prompt or self.default_prompt(self.method)) if self.prompt_kind else None
+        self.template = (
+            self.load_prompt(self.options.prompt or self.default_prompt(self.method)) if self.prompt_kind else None
+        )
         self.usage, self.diagnostics = Usage(), {}
 
     @abstractmethod
@@ -66,7 +82,11 @@ class Reranker(ABC):
     @property
     def params(self) -> dict:
         "What this reranker computes with: the method, the template and every option of its identity (saved in `.rerank.json`)."
-        return {"method": self.method, **({"template": self.template.name} if self.template else {}), **self.options.identity()}
+        return {
+            "method": self.method,
+            **({"template": self.template.name} if self.template else {}),
+            **self.options.identity(),
+        }
 
 # %% ../nbs/11_rerank.ipynb #86d987aa
 @patch(cls_method=True)
@@ -86,7 +106,8 @@ def load_prompt(cls: Reranker, name: str) -> PromptTemplate:
     "The prompt template `name` (the family's own in `prompt_dir`, else a shipped one, or a YAML path), refused unless it is of this family's `prompt_kind`."
     own = cls.prompt_dir / f"{name}.yaml" if cls.prompt_dir is not None and not Path(name).suffix else None
     t = PromptTemplate.load(own if own is not None and own.is_file() else name)
-    if t.method != cls.prompt_kind: raise ClirError(f"{cls.__name__} needs a {cls.prompt_kind} prompt; {name!r} is a {t.method} prompt")
+    if t.method != cls.prompt_kind:
+        raise ClirError(f"{cls.__name__} needs a {cls.prompt_kind} prompt; {name!r} is a {t.method} prompt")
     return t
 
 # %% ../nbs/11_rerank.ipynb #738fcd54
@@ -100,22 +121,39 @@ def paper(cls: Reranker, method: str, options: dict, backend_class=None) -> dict
 @patch(cls_method=True)
 def at_length(cls: Reranker, options: RerankerOptions, tokens: int) -> RerankerOptions:
     "`options` for the document-length study: passages cut to `tokens` tokens of the reranker's own tokenizer."
-    if "passage_tokens" not in type(options).flat_fields(): raise ClirError(f"{cls.__name__} has no passage cut for a document-length run")
+    if "passage_tokens" not in type(options).flat_fields():
+        raise ClirError(f"{cls.__name__} has no passage cut for a document-length run")
     return options.model_copy(update={"passage_tokens": tokens})
 
 # %% ../nbs/11_rerank.ipynb #afb7b60c
-def _backend_usage(r: Reranker) -> Usage: return r.backend.usage if r.backend is not None else Usage()
+def _backend_usage(r: Reranker) -> Usage:
+    return r.backend.usage if r.backend is not None else Usage()
 
 # %% ../nbs/11_rerank.ipynb #0eda2b72
 @patch
 def _start(self: Reranker, collection, run, k):
     "Check `run` against `collection`, open the per-query diagnostics, remember the backend's usage."
-    if k < 1: raise ClirError(f"k must be positive, got {k}")
+    if k < 1:
+        raise ClirError(f"k must be positive, got {k}")
     missing = [q for q in run if run.get(q) and q not in collection.queries]
-    if missing: raise ClirError(f"run {run.name!r} has queries the collection {collection.name!r} "
-                                f"does not know: {', '.join(sorted(missing)[:5])}")
-    self.diagnostics = {q: {"calls": 0, "prompts": 0, "tokens_in": 0, "tokens_out": 0, "parse_failures": 0,
-                            "truncated_docs": {}, "truncated_tokens": {}} for q in run if run.get(q)}
+    if missing:
+        raise ClirError(
+            f"run {run.name!r} has queries the collection {collection.name!r} "
+            f"does not know: {', '.join(sorted(missing)[:5])}"
+        )
+    self.diagnostics = {
+        q: {
+            "calls": 0,
+            "prompts": 0,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "parse_failures": 0,
+            "truncated_docs": {},
+            "truncated_tokens": {},
+        }
+        for q in run
+        if run.get(q)
+    }
     self._usage0 = Usage().add(_backend_usage(self))
     self._t0 = time.time()
 
@@ -127,13 +165,15 @@ def _finish(self: Reranker, run, heads: dict[str, list[str]], k: int) -> Run:
     for q in run:
         docids = run.docids(q)
         head = heads.get(q, docids[:k])
-        if sorted(head) != sorted(docids[:k]): raise ClirError(f"{self.name}: query {q}: reranking lost or invented documents")
+        if sorted(head) != sorted(docids[:k]):
+            raise ClirError(f"{self.name}: query {q}: reranking lost or invented documents")
         out[q] = head + docids[k:]
     self.usage = _backend_usage(self).minus(self._usage0)
     self.usage.seconds = max(self.usage.seconds, time.time() - self._t0)
     for d in self.diagnostics.values():
         for key, v in d.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool): self.usage.count(key, v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.usage.count(key, v)
     return Run.from_ranked(out, name=self.name)
 
 # %% ../nbs/11_rerank.ipynb #73d057b0
@@ -142,7 +182,9 @@ def _show_hits(self: Reranker, bar):
     "Put on the run's progress bar how many prompts so far reused a held prefix (`prefix hits`, the backend's `prefix_cache_hits`); nothing when its backend counts none."
     now = _backend_usage(self).counters
     if "prefix_cache_hits" in now:
-        bar.set_postfix_str(f"prefix hits {now['prefix_cache_hits'] - self._usage0.counters.get('prefix_cache_hits', 0)}", refresh=False)
+        bar.set_postfix_str(
+            f"prefix hits {now['prefix_cache_hits'] - self._usage0.counters.get('prefix_cache_hits', 0)}", refresh=False
+        )
 
 # %% ../nbs/11_rerank.ipynb #db74dfff
 @patch
@@ -157,14 +199,31 @@ def _truncated(self: Reranker, q, lang, n_tokens):
 def save(self: Reranker, run_path) -> Path:
     "Save the per-query diagnostics as `<run>.rerank.json` and the usage as `<run>.usage.json`."
     self.usage.save(usage_path(run_path))
-    b = self.backend   # the backend's identity and the Hub commit it resolved (`resolved_revision`)
-    meta = {} if b is None else {"backend": {**b.identity(), **({"resolved_revision": b.resolved_revision}
-                                                                 if getattr(b, "resolved_revision", None) else {})}}
-    return write_json(Path(str(run_path) + ".rerank.json"),
-                      {"reranker": self.name, "params": self.params, "usage": self.usage.to_dict(), "per_query": self.diagnostics, **meta})
+    b = self.backend  # the backend's identity and the Hub commit it resolved (`resolved_revision`)
+    meta = (
+        {}
+        if b is None
+        else {
+            "backend": {
+                **b.identity(),
+                **({"resolved_revision": b.resolved_revision} if getattr(b, "resolved_revision", None) else {}),
+            }
+        }
+    )
+    return write_json(
+        Path(str(run_path) + ".rerank.json"),
+        {
+            "reranker": self.name,
+            "params": self.params,
+            "usage": self.usage.to_dict(),
+            "per_query": self.diagnostics,
+            **meta,
+        },
+    )
 
 # %% ../nbs/11_rerank.ipynb #ced34532
-def _lang(doc, collection) -> str: return doc.lang or collection.doc_lang or "?"
+def _lang(doc, collection) -> str:
+    return doc.lang or collection.doc_lang or "?"
 
 # %% ../nbs/11_rerank.ipynb #01b44eb7
 def doc_text(doc, title: bool = True) -> str:
@@ -180,46 +239,64 @@ def cut_passages(self: Reranker, collection, q: str, ids: list[str]) -> dict[str
         full = squash(doc_text(d, self.options.doc_title))
         texts[d.docid] = self.backend.truncate(full, limit)
         n = self.backend.count_tokens(full)
-        if n > limit: self._truncated(q, _lang(d, collection), n - limit)
+        if n > limit:
+            self._truncated(q, _lang(d, collection), n - limit)
     return texts
 
 # %% ../nbs/11_rerank.ipynb #e48579a1
 def _quiet(fn) -> dict:
     "`progress=False` for backend methods that draw their own progress bar (the reranker draws one per run)."
-    try: ps = inspect.signature(fn).parameters
-    except (TypeError, ValueError): return {}
+    try:
+        ps = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
     return {"progress": False} if "progress" in ps or any(p.kind is p.VAR_KEYWORD for p in ps.values()) else {}
 
 # %% ../nbs/11_rerank.ipynb #2313465c
 SCORING_NEEDS = ("first", "prefixed", "sequence")
 
+
 def check_scoring(backend, method: str, needs: str = "prefixed", hint: str = "") -> None:
     "A `ClirError` unless `backend` can score what `method` reads: the answer's first token, a label after an answer prefix, or a whole continuation (`needs`)."
-    if needs not in SCORING_NEEDS: raise ClirError(f"needs must be one of {', '.join(SCORING_NEEDS)}, got {needs!r}")
-    name, exact, why = getattr(backend, "name", type(backend).__name__), getattr(backend, "scores_sequences", False), None
-    if not backend.supports_logprobs: why = "returns no log-probabilities"
-    elif needs == "sequence" and not exact: why = "cannot score a continuation of several tokens (only the first token's top logprobs)"
+    if needs not in SCORING_NEEDS:
+        raise ClirError(f"needs must be one of {', '.join(SCORING_NEEDS)}, got {needs!r}")
+    name, exact, why = (
+        getattr(backend, "name", type(backend).__name__),
+        getattr(backend, "scores_sequences", False),
+        None,
+    )
+    if not backend.supports_logprobs:
+        why = "returns no log-probabilities"
+    elif needs == "sequence" and not exact:
+        why = "cannot score a continuation of several tokens (only the first token's top logprobs)"
     elif needs == "prefixed" and not (exact or backend.supports_prefill or not backend.is_chat):
         why = "cannot continue an assistant turn, so the label is not the first token it scores"
-    if why: raise ClirError(f"reranker {method!r} reads likelihoods, and backend {name!r} {why}" + (f"; {hint}" if hint else ""))
+    if why:
+        raise ClirError(
+            f"reranker {method!r} reads likelihoods, and backend {name!r} {why}" + (f"; {hint}" if hint else "")
+        )
 
 # %% ../nbs/11_rerank.ipynb #f9e02a5a
 @dataclass
 class TextStats:
     "What the dry run knows of one pair's text, for a reranker to estimate its own work."
-    docs: int                        # documents reranked per query (top_k, capped by the depth and the collection)
-    query_tokens: float              # mean tokens of a query
-    doc_words: list                  # document lengths in words (a sample, or one assumed mean)
-    tokens_per_word: float           # of the documents' language
-    template_tokens: Callable[[str], float]   # estimated tokens of prompt template text
-    answer_tokens_per_passage: float = 3.0    # a listwise answer's tokens per passage ('[12] > ')
-    encoder_decoder: bool = False    # the reranker's model is an encoder-decoder (mT5, Aya-101): answer budgets differ
-    prefill: bool = True             # its prompts end in an answer prefix the backend continues (chat or encoder-decoder)
+
+    docs: int  # documents reranked per query (top_k, capped by the depth and the collection)
+    query_tokens: float  # mean tokens of a query
+    doc_words: list  # document lengths in words (a sample, or one assumed mean)
+    tokens_per_word: float  # of the documents' language
+    template_tokens: Callable[[str], float]  # estimated tokens of prompt template text
+    answer_tokens_per_passage: float = 3.0  # a listwise answer's tokens per passage ('[12] > ')
+    encoder_decoder: bool = False  # the reranker's model is an encoder-decoder (mT5, Aya-101): answer budgets differ
+    # its prompts end in an answer prefix the backend continues (chat or encoder-decoder)
+    prefill: bool = True
 
     def passage_tokens(self, max_words: int | None = None, max_tokens: int | None = None) -> float:
         "Mean tokens of a passage cut at `max_words` words and/or `max_tokens` tokens."
-        out = [min((min(w, max_words) if max_words else w) * self.tokens_per_word, max_tokens or float("inf"))
-               for w in self.doc_words]
+        out = [
+            min((min(w, max_words) if max_words else w) * self.tokens_per_word, max_tokens or float("inf"))
+            for w in self.doc_words
+        ]
         return sum(out) / max(len(out), 1)
 
 # %% ../nbs/11_rerank.ipynb #13178064
@@ -229,17 +306,19 @@ class CallLoad:
     comparisons; and what a prefix cache saves on the family's own schedule (`reused_tokens` per call; None: the shared
     prefix of every call but a query's first) and the cache that takes (`cache_tokens`: the reach, prompt tokens of one
     query submitted between a prefix's use and its reuse)."""
+
     calls: float
     prompt_tokens: float
     output_tokens: float
     prefix_tokens: float
-    comparisons: dict = field(default_factory=dict)   # sorting rerankers: sort -> worst-case comparisons per query
+    comparisons: dict = field(default_factory=dict)  # sorting rerankers: sort -> worst-case comparisons per query
     reused_tokens: float | None = None
     cache_tokens: float = 0.0
 
     def reused(self) -> float:
         "Prompt tokens per call a prefix cache would not compute (the family's simulated schedule, else the shared prefix)."
-        if self.reused_tokens is not None: return self.reused_tokens
+        if self.reused_tokens is not None:
+            return self.reused_tokens
         return self.prefix_tokens * max(self.calls - 1, 0) / self.calls if self.calls else 0.0
 
 # %% ../nbs/11_rerank.ipynb #a41f355a
@@ -256,20 +335,33 @@ def oracle_answer(cls: Reranker, oracle, text: str, candidates=()) -> tuple[str,
     families' prompts the oracle knows itself; a family of another package answers its own here."""
     return None
 
-
 # %% ../nbs/11_rerank.ipynb #3c2153dc
-RERANKERS = Registry("reranker", plugins=("clir_llm.listwise", "clir_llm.pairwise", "clir_llm.setwise", "clir_llm.pointwise",
-                                          "clir_llm.singletoken", "clir_llm.crossencoder", "clir_llm.reasoning"), contract=Reranker)
+RERANKERS = Registry(
+    "reranker",
+    plugins=(
+        "clir_llm.listwise",
+        "clir_llm.pairwise",
+        "clir_llm.setwise",
+        "clir_llm.pointwise",
+        "clir_llm.singletoken",
+        "clir_llm.crossencoder",
+        "clir_llm.reasoning",
+    ),
+    contract=Reranker,
+)
 
 # %% ../nbs/11_rerank.ipynb #8b8452a9
 class RerankerSpec(Spec):
     "A registered reranker `method` and its family's `options`."
+
     method: str
-    options: SerializeAsAny[Options]   # the family's own options class (checked below: `options_for(method)`)
+    options: SerializeAsAny[Options]  # the family's own options class (checked below: `options_for(method)`)
 
     @field_validator("method")
     @classmethod
-    def _registered(cls, v: str) -> str: RERANKERS.lookup(v); return v
+    def _registered(cls, v: str) -> str:
+        RERANKERS.lookup(v)
+        return v
 
     @property
     def reranker(self) -> type[Reranker]:
@@ -284,11 +376,15 @@ class RerankerSpec(Spec):
     @model_validator(mode="after")
     def _consistent(self):
         want = self.reranker.options_for(self.method)
-        if type(self.options) is not want: raise ValueError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
+        if type(self.options) is not want:
+            raise ValueError(f"reranker {self.method!r} takes {want.__name__}, got {type(self.options).__name__}")
         if self.options.prompt is not None:
-            if self.reranker.prompt_kind is None: raise ValueError(f"reranker {self.method!r} takes no prompt (got {self.options.prompt!r})")
-            try: self.reranker.load_prompt(self.options.prompt)
-            except ClirError as e: raise ValueError(f"reranker {self.method!r}: {e}") from None
+            if self.reranker.prompt_kind is None:
+                raise ValueError(f"reranker {self.method!r} takes no prompt (got {self.options.prompt!r})")
+            try:
+                self.reranker.load_prompt(self.options.prompt)
+            except ClirError as e:
+                raise ValueError(f"reranker {self.method!r}: {e}") from None
         return self
 
 # %% ../nbs/11_rerank.ipynb #4ef78fef
@@ -296,21 +392,35 @@ def _unknown_options(cls, method: str, given: dict) -> None:
     "A one-line error naming options that `method`'s family does not have, and those it has."
     known = cls.options_for(method).flat_fields()
     if bad := [k for k in given if k not in known]:
-        raise ClirError(f"reranker {method!r} has no option {', '.join(map(repr, bad))}; its options: {', '.join(known)}")
+        raise ClirError(
+            f"reranker {method!r} has no option {', '.join(map(repr, bad))}; its options: {', '.join(known)}"
+        )
 
 # %% ../nbs/11_rerank.ipynb #02f4a2fa
 @patch(cls_method=True)
 def parse(cls: RerankerSpec, method, **options) -> "RerankerSpec":
     "The spec of `method` (a string, or a spec whose options `options` override) with flat `options` of its family."
-    if isinstance(method, RerankerSpec): options, method = {**method.options.flat(defaults=False), **options}, method.method
+    if isinstance(method, RerankerSpec):
+        options, method = {**method.options.flat(defaults=False), **options}, method.method
     rcls = RERANKERS.lookup(method)[0].obj
     _unknown_options(rcls, method, options)
     opts = rcls.options_for(method).from_flat(options, where=f"reranker {method!r}")
     return validated(cls, dict(method=method, options=opts))
 
 # %% ../nbs/11_rerank.ipynb #8122a94e
-V1_OPTIONS = {"prompt": None, "window": 20, "step": 10, "k": 10, "passage_tokens": 300, "query_tokens": 128,
-              "scoring": "generation", "max_words": 300, "context": 4096, "doc_title": True}
+V1_OPTIONS = {
+    "prompt": None,
+    "window": 20,
+    "step": 10,
+    "k": 10,
+    "passage_tokens": 300,
+    "query_tokens": 128,
+    "scoring": "generation",
+    "max_words": 300,
+    "context": 4096,
+    "doc_title": True,
+}
+
 
 def run_identity(method: str, options: RerankerOptions, extra: dict | None = None) -> dict:
     "The identity of a run of `method` with `options` (first-release form, see above); `extra`: more switches off their default (a backend's quirks)."
@@ -331,7 +441,8 @@ def key(self: RerankerSpec) -> str:
 def describe(self: RerankerSpec) -> str:
     "One line for the dry run: the method, its options (the prompt it will use) and any option off its default."
     shown = self.options.identity()
-    if shown.get("prompt", 1) is None: shown["prompt"] = self.reranker.default_prompt(self.method)
+    if shown.get("prompt", 1) is None:
+        shown["prompt"] = self.reranker.default_prompt(self.method)
     return self.method + (" (" + ", ".join(f"{f} {v}" for f, v in shown.items()) + ")" if shown else "")
 
 # %% ../nbs/11_rerank.ipynb #58ad2334
@@ -339,10 +450,13 @@ def describe(self: RerankerSpec) -> str:
 def build(self: RerankerSpec, backend=None, progress: bool = True) -> Reranker:
     "The reranker of this spec on `backend` (None for a reranker without a model)."
     cls = self.reranker
-    try: sig = inspect.signature(cls.__init__).bind(None, self.options, backend, method=self.method, progress=progress)
-    except TypeError as e:   # a plugin's class written against another contract: say so in one line
-        raise ClirError(f"reranker {self.method!r}: {cls.__name__}.__init__ must take (options, backend, method, progress), "
-                        f"as Reranker's: {e}") from None
+    try:
+        sig = inspect.signature(cls.__init__).bind(None, self.options, backend, method=self.method, progress=progress)
+    except TypeError as e:  # a plugin's class written against another contract: say so in one line
+        raise ClirError(
+            f"reranker {self.method!r}: {cls.__name__}.__init__ must take (options, backend, method, progress), "
+            f"as Reranker's: {e}"
+        ) from None
     return cls(self.options, backend, method=self.method, progress=progress)
 
 # %% ../nbs/11_rerank.ipynb #27a8304f
@@ -356,11 +470,19 @@ def check_run(path, run: Run, collection, k: int = 100):
     first = {}
     for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         p = line.split()
-        if len(p) >= 3: first.setdefault(p[0], i); first.setdefault((p[0], p[2]), i)
+        if len(p) >= 3:
+            first.setdefault(p[0], i)
+            first.setdefault((p[0], p[2]), i)
     where = f"collection {collection.name!r} {collection.pair}"
     for q in run:
         if q not in collection.queries:
-            raise FormatError(path, first.get(q), f"query {q!r} is not a query of {where} (its queries: {', '.join(sorted(collection.queries)[:5])}...)")
+            raise FormatError(
+                path,
+                first.get(q),
+                f"query {q!r} is not a query of {where} (its queries: {', '.join(sorted(collection.queries)[:5])}...)",
+            )
         for d in run.docids(q, k):
-            try: collection.get_doc(d)
-            except ClirError: raise FormatError(path, first.get((q, d)), f"document {d!r} (query {q!r}) is not in {where}") from None
+            try:
+                collection.get_doc(d)
+            except ClirError:
+                raise FormatError(path, first.get((q, d)), f"document {d!r} (query {q!r}) is not in {where}") from None

@@ -27,61 +27,85 @@ __all__ = ['DT_SOURCES', 'FIRST_STAGES', 'rrf', 'DTPlan', 'dt_plan', 'docs_view'
 def rrf(runs, k: int = 60, depth: int = 100, name: str | None = None) -> Run:
     "Reciprocal rank fusion of `runs`: score = Σ 1/(k + rank), top `depth` per query, deterministic ties."
     runs = list(runs)
-    if not runs: raise ClirError("rrf needs at least one run")
+    if not runs:
+        raise ClirError("rrf needs at least one run")
     ranks: dict[str, dict[str, list[int]]] = {}
     for run in runs:
         for qid in run:
-            ranks.setdefault(qid, {})   # a query no run retrieves anything for stays in the fused run, empty
+            ranks.setdefault(qid, {})  # a query no run retrieves anything for stays in the fused run, empty
             for r, (docid, _) in enumerate(run.ranking(qid), 1):
                 ranks.setdefault(qid, {}).setdefault(docid, []).append(r)
-    fused = {q: {d: sum(1.0 / (k + r) for r in sorted(rs, reverse=True)) for d, rs in docs.items()} for q, docs in ranks.items()}
+    fused = {
+        q: {d: sum(1.0 / (k + r) for r in sorted(rs, reverse=True)) for d, rs in docs.items()}
+        for q, docs in ranks.items()
+    }
     name = name or "rrf(" + "+".join(getattr(r, "name", "run") for r in runs) + ")"
     return Run(fused, name=name).top(depth)
 
 # %% ../nbs/09_retrieve.ipynb #6cf979ca
 DT_SOURCES = ("auto", "shipped", "translator")
 
+
 @dataclass(frozen=True)
 class DTPlan:
     "Which text the DT runs of one collection pair read: the shipped translations, or `translator`'s output."
+
     source: Literal["shipped", "translator"]
-    translator: Optional[str] = None   # the translator's spec or name, when source == "translator"
-    problem: Optional[str] = None      # why DT runs of this pair cannot run (nothing shipped, no translator)
+    translator: Optional[str] = None  # the translator's spec or name, when source == "translator"
+    problem: Optional[str] = None  # why DT runs of this pair cannot run (nothing shipped, no translator)
 
     def describe(self) -> str:
         "The dry run's words."
-        if self.problem: return f"none ({self.problem})"
-        return "the translations shipped with the collection" if self.source == "shipped" else f"documents translated by {self.translator}"
+        if self.problem:
+            return f"none ({self.problem})"
+        return (
+            "the translations shipped with the collection"
+            if self.source == "shipped"
+            else f"documents translated by {self.translator}"
+        )
 
     def check(self) -> "DTPlan":
         "This plan, or its problem as a ClirError."
-        if self.problem: raise ClirError(self.problem)
+        if self.problem:
+            raise ClirError(self.problem)
         return self
 
 # %% ../nbs/09_retrieve.ipynb #5d69955d
 def dt_plan(collection, pair: str | None = None, dt_source: str = "auto", translator=None, root=None) -> DTPlan:
     """Which documents DT runs of `collection` read (a loaded collection, or a registered name with its `pair` and
     data `root`): the shipped translations when there are any (`dt_source='auto'`), else `translator`."""
-    if dt_source not in DT_SOURCES: raise ClirError(f"DT source must be one of {', '.join(DT_SOURCES)}, got {dt_source!r}")
+    if dt_source not in DT_SOURCES:
+        raise ClirError(f"DT source must be one of {', '.join(DT_SOURCES)}, got {dt_source!r}")
     if isinstance(collection, str):
         entry, arg = COLLECTIONS.lookup(collection)
         name, ships = collection, entry.obj.ships_translations(pair, arg, root)
-    else: name, pair, ships = collection.name, collection.pair, collection.has_translations
-    if dt_source != "translator" and ships: return DTPlan("shipped")
-    if dt_source == "shipped": return DTPlan("shipped", problem=f"collection {name!r} ({pair}) ships no document translations")
+    else:
+        name, pair, ships = collection.name, collection.pair, collection.has_translations
+    if dt_source != "translator" and ships:
+        return DTPlan("shipped")
+    if dt_source == "shipped":
+        return DTPlan("shipped", problem=f"collection {name!r} ({pair}) ships no document translations")
     if translator is None:
-        return DTPlan("translator", problem=f"collection {name!r} ({pair}) ships no document translations: "
-                                            "choose a translator for DT (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)")
+        return DTPlan(
+            "translator",
+            problem=f"collection {name!r} ({pair}) ships no document translations: "
+            "choose a translator for DT (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)",
+        )
     return DTPlan("translator", translator=translator.name if isinstance(translator, Translator) else str(translator))
 
 # %% ../nbs/09_retrieve.ipynb #8c23b27e
 def docs_view(collection, docs: str = "og", translator=None, source: str = "auto"):
     """The documents a stage reads: the collection itself (`og`) or its documents in the query language (`dt`), as
     `dt_plan` decides: the shipped translations, else `translator`'s output (a `Translator` or a spec)."""
-    if docs == "og": return collection
-    if docs != "dt": raise ClirError(f"documents must be 'og' or 'dt', got {docs!r}")
-    if dt_plan(collection, dt_source=source, translator=translator).check().source == "shipped": return collection.translated()
-    return translate_documents(collection, translator if isinstance(translator, Translator) else get_translator(translator))
+    if docs == "og":
+        return collection
+    if docs != "dt":
+        raise ClirError(f"documents must be 'og' or 'dt', got {docs!r}")
+    if dt_plan(collection, dt_source=source, translator=translator).check().source == "shipped":
+        return collection.translated()
+    return translate_documents(
+        collection, translator if isinstance(translator, Translator) else get_translator(translator)
+    )
 
 # %% ../nbs/09_retrieve.ipynb #ea7c04b1
 def translated_name(base: str, mode: str, translator=None) -> str:
@@ -89,25 +113,27 @@ def translated_name(base: str, mode: str, translator=None) -> str:
     tname = getattr(translator, "name", translator)
     return f"{base}-{mode}" + (f"[{tname}]" if tname else "")
 
-
-
 # %% ../nbs/09_retrieve.ipynb #956c54f7
 class Translated(Retriever):
     "A retriever applied to the QT (`mode='qt'`) or DT (`mode='dt'`) view of the collection it is given."
+
     def __init__(self, retriever, mode: str, translator=None, base: str = "bm25", dt_source: str = "auto"):
-        if mode not in ("qt", "dt"): raise ClirError(f"translation mode must be 'qt' or 'dt', got {mode!r}")
+        if mode not in ("qt", "dt"):
+            raise ClirError(f"translation mode must be 'qt' or 'dt', got {mode!r}")
         self.retriever, self.mode, self.translator, self.dt_source = retriever, mode, translator, dt_source
         self.name = translated_name(base, mode, translator)
 
     @property
     def usage(self) -> Usage:
         u = Usage().add(self.retriever.usage)
-        if self.translator is not None: u.add(self.translator.usage)
+        if self.translator is not None:
+            u.add(self.translator.usage)
         return u
 
     def view(self, collection):
         "The translated view of `collection` this retriever searches."
-        if self.mode == "dt": return docs_view(collection, "dt", self.translator, self.dt_source)
+        if self.mode == "dt":
+            return docs_view(collection, "dt", self.translator, self.dt_source)
         if self.translator is None:
             raise ClirError("bm25-qt needs a translator (--translator dict:freedict or nllb:facebook/nllb-200-1.3B)")
         return translate_queries(collection, self.translator)
@@ -120,6 +146,7 @@ class Translated(Retriever):
 # %% ../nbs/09_retrieve.ipynb #4f52c022
 class Fusion(Retriever):
     "Reciprocal rank fusion of several retrievers' runs."
+
     def __init__(self, retrievers, k: int = 60):
         self.retrievers, self.k = list(retrievers), k
         self.name = "rrf(" + "+".join(r.name for r in self.retrievers) + ")"
@@ -127,7 +154,8 @@ class Fusion(Retriever):
     @property
     def usage(self) -> Usage:
         u = Usage()
-        for r in self.retrievers: u.add(r.usage)
+        for r in self.retrievers:
+            u.add(r.usage)
         return u
 
     def retrieve(self, collection, k: int = 100) -> Run:
@@ -136,7 +164,8 @@ class Fusion(Retriever):
 # %% ../nbs/09_retrieve.ipynb #22b24704
 def _dense_title(dense_title, encoder: str):
     "The `title` override for `encoder` from a `dense_title` option (None, a bool, or {encoder: bool}); None = registry default."
-    if isinstance(dense_title, dict): return dense_title.get(encoder.strip().lower())
+    if isinstance(dense_title, dict):
+        return dense_title.get(encoder.strip().lower())
     return dense_title
 
 # %% ../nbs/09_retrieve.ipynb #379edc8f
@@ -148,32 +177,53 @@ def encodes_title(dense_title, encoder: str) -> bool:
 # %% ../nbs/09_retrieve.ipynb #54cccde2
 class FirstStage(Spec, ABC):
     "A parsed first-stage method: `str(spec)` is its canonical string and run identity."
+
     @classmethod
     @abstractmethod
     def parse(cls, name: str, arg: str) -> "FirstStage":
         "The spec for registry name `name` (a prefix such as `dense:`) and the text after it."
 
     @abstractmethod
-    def build(self, translator=None, cache=None, dense_title=None, dt_source: str = "auto", executor: Executor = LOCAL,
-              **options) -> Retriever:
+    def build(
+        self,
+        translator=None,
+        cache=None,
+        dense_title=None,
+        dt_source: str = "auto",
+        executor: Executor = LOCAL,
+        **options,
+    ) -> Retriever:
         "The retriever that runs this method (its model work on `executor`)."
 
     @abstractmethod
-    def label(self) -> str: "The row name in tables (BM25-QT, mE5-small, Hybrid (BM25-DT + M3))."
+    def label(self) -> str:
+        "The row name in tables (BM25-QT, mE5-small, Hybrid (BM25-DT + M3))."
 
     @abstractmethod
-    def describe(self, translator: str | None = None, dense_title=None) -> str: "One line for the dry-run plan."
+    def describe(self, translator: str | None = None, dense_title=None) -> str:
+        "One line for the dry-run plan."
 
-    def parts(self) -> tuple["FirstStage", ...]: return (self,)
+    def parts(self) -> tuple["FirstStage", ...]:
+        return (self,)
+
     def with_options(self, **options) -> "FirstStage":
         "This method with `options` (only methods that take options, such as `dense:hf:`, accept any)."
-        if options: raise ClirError(f"{self} takes no options (got {', '.join(options)})")
+        if options:
+            raise ClirError(f"{self} takes no options (got {', '.join(options)})")
         return self
-    def key(self) -> str: return str(self)
+
+    def key(self) -> str:
+        return str(self)
+
     @property
-    def translated(self) -> bool: "Reads translated queries or documents." ; return False
+    def translated(self) -> bool:
+        "Reads translated queries or documents."
+        return False
+
     @property
-    def encoders(self) -> tuple[str, ...]: "The dense encoders it runs." ; return ()
+    def encoders(self) -> tuple[str, ...]:
+        "The dense encoders it runs."
+        return ()
 
 # %% ../nbs/09_retrieve.ipynb #c2a0b101
 @patch
@@ -198,8 +248,11 @@ def own_quirks(self: FirstStage, names) -> tuple[str, ...]:
 @patch
 def hub_models(self: FirstStage) -> list[tuple[str, str]]:
     "(what, Hub id) of every model its encoders download from the Hub."
-    return [(f"encoder {e}{' base' if i else ''}", m) for e in dict.fromkeys(self.encoders)
-            for i, m in enumerate(get_encoder_spec(e).hub_models())]
+    return [
+        (f"encoder {e}{' base' if i else ''}", m)
+        for e in dict.fromkeys(self.encoders)
+        for i, m in enumerate(get_encoder_spec(e).hub_models())
+    ]
 
 # %% ../nbs/09_retrieve.ipynb #fb33335c
 @patch(cls_method=True)
@@ -210,13 +263,16 @@ def paper_first_stage(cls: FirstStage) -> dict:
 # %% ../nbs/09_retrieve.ipynb #37296008
 FIRST_STAGES = Registry("first-stage method", contract=FirstStage)
 
+
 def parse_method(method) -> FirstStage:
     """Parse a method string (or pass a `FirstStage` through): the one place a first-stage string is read. A mapping
     `{method: <string>, <option>: <value>, ...}` (a configuration's long form) gives the method's options apart."""
-    if isinstance(method, FirstStage): return method
+    if isinstance(method, FirstStage):
+        return method
     if isinstance(method, dict):
         opts = dict(method)
-        if not isinstance(opts.get("method"), str): raise ClirError(f"a method mapping needs a 'method' string, got {method!r}")
+        if not isinstance(opts.get("method"), str):
+            raise ClirError(f"a method mapping needs a 'method' string, got {method!r}")
         return parse_method(opts.pop("method")).with_options(**opts)
     entry, arg = FIRST_STAGES.lookup(method)
     return entry.obj.parse(entry.name, arg)
@@ -228,69 +284,99 @@ def _own(ocls, options: dict, also: tuple = ()) -> dict:
     return {k: v for k, v in options.items() if k in names and v is not None}
 
 # %% ../nbs/09_retrieve.ipynb #3d655df6
-_BM25_WHAT = {"og": "original queries and documents", "qt": "queries translated into the document language",
-              "dt": "documents translated into the query language"}
+_BM25_WHAT = {
+    "og": "original queries and documents",
+    "qt": "queries translated into the document language",
+    "dt": "documents translated into the query language",
+}
 
-@FIRST_STAGES.register("bm25-dt", summary="BM25, documents in the query language (shipped translations, else the translator)")
+
+@FIRST_STAGES.register(
+    "bm25-dt", summary="BM25, documents in the query language (shipped translations, else the translator)"
+)
 @FIRST_STAGES.register("bm25-qt", summary="BM25, queries translated into the document language (needs a translator)")
 @FIRST_STAGES.register("bm25-og", summary="BM25 on the original queries and documents")
 class BM25Method(FirstStage):
     "Lucene BM25 (pyserini) on original (og), query-translated (qt) or document-translated (dt) text."
+
     view: Literal["og", "qt", "dt"]
 
     @classmethod
-    def parse(cls, name, arg): return cls(view=name[-2:])
-    def __str__(self): return f"bm25-{self.view}"
-    def label(self): return str(self).upper()
+    def parse(cls, name, arg):
+        return cls(view=name[-2:])
+
+    def __str__(self):
+        return f"bm25-{self.view}"
+
+    def label(self):
+        return str(self).upper()
+
     @property
-    def translated(self): return self.view != "og"
+    def translated(self):
+        return self.view != "og"
 
     def describe(self, translator=None, dense_title=None):
-        if self.view == "qt" and not translator: raise ClirError(f"{self} needs first_stage.translator")
+        if self.view == "qt" and not translator:
+            raise ClirError(f"{self} needs first_stage.translator")
         return f"Lucene BM25 (k1=0.9, b=0.4; pyserini) on {_BM25_WHAT[self.view]}, analyzer of the indexed language"
 
     def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
         if self.view != "og" and isinstance(translator, (str, TranslatorSpec)):
             translator = get_translator(translator, cache=cache, executor=executor)
         name = str(self) if self.view == "og" else translated_name("bm25", self.view, translator)
-        bm = BM25(BM25Options.from_flat(_own(BM25Options, kw), where=str(self)), name=name, cache=cache,
-                  progress=kw.get("progress", True))
+        bm = BM25(
+            BM25Options.from_flat(_own(BM25Options, kw), where=str(self)),
+            name=name,
+            cache=cache,
+            progress=kw.get("progress", True),
+        )
         return bm if self.view == "og" else Translated(bm, self.view, translator, dt_source=dt_source)
+
+# %% ../nbs/09_retrieve.ipynb #b9e52d95
+def _dense_description(s, title: bool) -> str:
+    "The methods table's line of a dense first stage: encoder spec `s`, with or without the documents' titles."
+    extra = f", base {s.base_model}" if s.base_model else ""
+    return (
+        f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
+        f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
+        "exact FAISS inner product" + (f"; {note}" if (note := s.revision_note()) else "")
+    )
 
 # %% ../nbs/09_retrieve.ipynb #21ba4b59
 @FIRST_STAGES.register("dense:", example="dense:<encoder>")
 class DenseMethod(FirstStage):
     "A bi-encoder of the encoder registry with exact FAISS inner-product search."
+
     encoder: str
 
     @field_validator("encoder")
     @classmethod
     def _known(cls, v):
-        return get_encoder_spec(v).name     # raises the registry's error naming the known encoders
+        return get_encoder_spec(v).name  # raises the registry's error naming the known encoders
 
     @classmethod
-    def parse(cls, name, arg): return validated(cls, dict(encoder=arg), where=f"{name}{arg}")
-    def __str__(self): return f"dense:{self.encoder}"
-    @property
-    def encoders(self): return (self.encoder,)
+    def parse(cls, name, arg):
+        return validated(cls, dict(encoder=arg), where=f"{name}{arg}")
 
-    def label(self): return get_encoder_spec(self.encoder).label.split(" (")[0]
+    encoders = property(lambda self: (self.encoder,))
 
-    def describe(self, translator=None, dense_title=None):
-        s, title = get_encoder_spec(self.encoder), encodes_title(dense_title, self.encoder)
-        extra = f", base {s.base_model}" if s.base_model else ""
-        return (f"dense {s.label} = {s.model}{extra} ({s.pooling} pooling, query prefix {s.query_prefix!r}, "
-                f"document prefix {s.doc_prefix!r}, {'title + text' if title else 'text only'}, max {s.doc_max_length} tokens), "
-                "exact FAISS inner product" + (f"; {note}" if (note := s.revision_note()) else ""))
+    def label(self):
+        return get_encoder_spec(self.encoder).label.split(" (")[0]
 
     @property
-    def is_hf(self) -> bool: "An encoder named by Hugging Face id or folder (`dense:hf:`)." ; return self.encoder.startswith("hf:")
+    def is_hf(self) -> bool:
+        "An encoder named by Hugging Face id or folder (`dense:hf:`)."
+        return self.encoder.startswith("hf:")
 
     def with_options(self, **options):
         "`dense:hf:` encoders take their options (pooling, prefixes, max_length, dtype, title, revision) apart too."
-        if not options: return self
-        if not self.is_hf: raise ClirError(f"{self}: options are for dense:hf:<model> encoders (a registry encoder's settings are its entry)")
-        family, arg = ENCODER_FAMILIES.find(self.encoder)   # the `hf:` family (dense_hf, a plugin of the registry)
+        if not options:
+            return self
+        if not self.is_hf:
+            raise ClirError(
+                f"{self}: options are for dense:hf:<model> encoders (a registry encoder's settings are its entry)"
+            )
+        family, arg = ENCODER_FAMILIES.find(self.encoder)  # the `hf:` family (dense_hf, a plugin of the registry)
         return type(self)(encoder=family.obj(arg, **options).name)
 
     @classmethod
@@ -299,19 +385,33 @@ class DenseMethod(FirstStage):
         return {"dense_quirks": list(encoder_quirks())}
 
     def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
-        dkw = _own(DenseOptions, kw, also=("quirks",))   # quirks: names (--quirk, first_stage.dense_quirks) or EncoderQuirks
+        # quirks: names (--quirk, first_stage.dense_quirks) or EncoderQuirks
+        dkw = _own(DenseOptions, kw, also=("quirks",))
         encoder = self.encoder
         if (title := _dense_title(dense_title, self.encoder)) is not None:
-            if self.is_hf: encoder = self.with_options(title=bool(title)).encoder   # in the encoder's name, so in the run's
-            else: dkw["title"] = bool(title)
-        if half := (kw.get("dense_dtype") or {}).get(self.encoder): dkw["half"] = half   # first_stage.dense_dtype
-        return Dense(encoder, options_from(DenseOptions, dkw, str(self)), cache=cache, executor=executor,
-                     progress=kw.get("progress", True))
+            # in the encoder's name, so in the run's
+            if self.is_hf:
+                encoder = self.with_options(title=bool(title)).encoder
+            else:
+                dkw["title"] = bool(title)
+        if half := (kw.get("dense_dtype") or {}).get(self.encoder):
+            dkw["half"] = half  # first_stage.dense_dtype
+        opts = options_from(DenseOptions, dkw, str(self))
+        return Dense(encoder, opts, cache=cache, executor=executor, progress=kw.get("progress", True))
+
+    def describe(self, translator=None, dense_title=None):
+        return _dense_description(get_encoder_spec(self.encoder), encodes_title(dense_title, self.encoder))
+
+# %% ../nbs/09_retrieve.ipynb #93b6e238
+@patch
+def __str__(self: DenseMethod):
+    return f"dense:{self.encoder}"
 
 # %% ../nbs/09_retrieve.ipynb #dedfd146
 @FIRST_STAGES.register("rrf:", example="rrf:<method>+<method>[+...]")
 class FusionMethod(FirstStage):
     "Reciprocal rank fusion (k=60) of two or more first-stage methods."
+
     methods: tuple[FirstStage, ...]
     k: int = 60
 
@@ -319,29 +419,47 @@ class FusionMethod(FirstStage):
     def parse(cls, name, arg):
         parts = [p for p in arg.split("+") if p.strip()]
         if len(parts) < 2:
-            raise ClirError(f"rrf needs two or more methods joined by '+', e.g. rrf:bm25-dt+dense:e5-small; got {name}{arg!r}")
+            raise ClirError(
+                f"rrf needs two or more methods joined by '+', e.g. rrf:bm25-dt+dense:e5-small; got {name}{arg!r}"
+            )
         methods = tuple(parse_method(p) for p in parts)
-        if len(set(map(str, methods))) < len(methods): raise ClirError(f"rrf fuses distinct methods: {name}{arg} names one twice")
+        if len(set(map(str, methods))) < len(methods):
+            raise ClirError(f"rrf fuses distinct methods: {name}{arg} names one twice")
         return cls(methods=methods)
 
-    def __str__(self): return "rrf:" + "+".join(map(str, self.methods))
-    def parts(self): return self.methods
-    def label(self): return "Hybrid (" + " + ".join(m.label() for m in self.methods) + ")"
+    def __str__(self):
+        return "rrf:" + "+".join(map(str, self.methods))
+
+    def parts(self):
+        return self.methods
+
+    def label(self):
+        return "Hybrid (" + " + ".join(m.label() for m in self.methods) + ")"
+
     @property
-    def translated(self): return any(m.translated for m in self.methods)
+    def translated(self):
+        return any(m.translated for m in self.methods)
+
     @property
-    def encoders(self): return tuple(e for m in self.methods for e in m.encoders)
+    def encoders(self):
+        return tuple(e for m in self.methods for e in m.encoders)
 
     def describe(self, translator=None, dense_title=None):
-        return f"reciprocal rank fusion (k={self.k}) of " + "; ".join(m.describe(translator, dense_title) for m in self.methods)
+        return f"reciprocal rank fusion (k={self.k}) of " + "; ".join(
+            m.describe(translator, dense_title) for m in self.methods
+        )
 
     def build(self, translator=None, cache=None, dense_title=None, dt_source="auto", executor=LOCAL, **kw):
-        if isinstance(translator, (str, TranslatorSpec)): translator = get_translator(translator, cache=cache, executor=executor)
-        return Fusion([m.build(translator, cache, dense_title, dt_source, executor, **kw) for m in self.methods], k=self.k)
+        if isinstance(translator, (str, TranslatorSpec)):
+            translator = get_translator(translator, cache=cache, executor=executor)
+        return Fusion(
+            [m.build(translator, cache, dense_title, dt_source, executor, **kw) for m in self.methods], k=self.k
+        )
 
 # %% ../nbs/09_retrieve.ipynb #3ef4dadc
-def get_retriever(method, translator=None, cache=None, dense_title=None, dt_source: str = "auto", executor: Executor = LOCAL,
-                  **kw) -> Retriever:
+def get_retriever(
+    method, translator=None, cache=None, dense_title=None, dt_source: str = "auto", executor: Executor = LOCAL, **kw
+) -> Retriever:
     """A first-stage retriever for `method` (a string or a `FirstStage` spec). `translator`: a `Translator` or a spec
     such as 'dict:freedict'; `dense_title`: None | bool | {encoder: bool}, whether dense encoders see document titles;
     `dt_source`: where DT documents come from (`docs_view`); `executor`: where model batches run (encoders, a
@@ -352,5 +470,6 @@ def get_retriever(method, translator=None, cache=None, dense_title=None, dt_sour
 def paper_first_stage(translator=None) -> dict:
     "The first-stage configuration keys the authors' scripts imply: every registered method's, and `translator`'s kind's."
     out = {}
-    for cls in dict.fromkeys(FIRST_STAGES.values()): out |= cls.paper_first_stage()
+    for cls in dict.fromkeys(FIRST_STAGES.values()):
+        out |= cls.paper_first_stage()
     return out | (TranslatorSpec.parse(translator).paper_first_stage() if translator else {})

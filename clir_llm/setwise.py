@@ -19,33 +19,42 @@ __all__ = ['LABELS', 'SETWISE_SORTS', 'setwise_heapsort', 'setwise_bubblesort', 
            'SetwiseOptions', 'SetwiseReranker']
 
 # %% ../nbs/11d_setwise.ipynb #a53d7993
-LABELS = ALPHA[:23]   # llm-rankers' CHARACTERS, A..W ("Passage X" and "Passage Y" tokenise into 3 tokens, so it stops at W)
+# llm-rankers' CHARACTERS, A..W ("Passage X" and "Passage Y" tokenise into 3 tokens, so it stops at W)
+LABELS = ALPHA[:23]
+
 
 def setwise_heapsort(docids: Sequence, k: int = 10, c: int = 3) -> Sort:
     "llm-rankers' setwise heapsort: a heap with `c` children per node; stops once the best `k` are popped; the rest keep their order."
-    if c < 1 or c + 1 > len(LABELS): raise ClirError(f"num_child must be between 1 and {len(LABELS) - 1}, got {c}")
+    if c < 1 or c + 1 > len(LABELS):
+        raise ClirError(f"num_child must be between 1 and {len(LABELS) - 1}, got {c}")
     arr, n = list(docids), len(docids)
+
     def heapify(size, i):
-        while c * i + 1 < size:                               # i has children
+        while c * i + 1 < size:  # i has children
             inds = [i] + list(range(c * i + 1, min(c * (i + 1) + 1, size)))
             best = yield [arr[j] for j in inds]
             largest = inds[best] if best is not None and 0 <= best < len(inds) else i
-            if largest == i: return
+            if largest == i:
+                return
             arr[i], arr[largest] = arr[largest], arr[i]
             i = largest
-    for i in range(n // c, -1, -1): yield from heapify(n, i)  # llm-rankers starts at n // c (a few leaves: no prompt)
+
+    for i in range(n // c, -1, -1):
+        yield from heapify(n, i)  # llm-rankers starts at n // c (a few leaves: no prompt)
     ranked = 0
     for i in range(n - 1, 0, -1):
         arr[i], arr[0] = arr[0], arr[i]
         ranked += 1
-        if ranked == k: break
+        if ranked == k:
+            break
         yield from heapify(i, 0)
     return _keep_rest(list(reversed(arr))[:k], docids)
 
 # %% ../nbs/11d_setwise.ipynb #9a08ab32
 def setwise_bubblesort(docids: Sequence, k: int = 10, c: int = 3) -> Sort:
     "llm-rankers' setwise bubblesort: k passes of windows of `c` + 1 moving up by `c`, each window's best to its top."
-    if c < 1 or c + 1 > len(LABELS): raise ClirError(f"num_child must be between 1 and {len(LABELS) - 1}, got {c}")
+    if c < 1 or c + 1 > len(LABELS):
+        raise ClirError(f"num_child must be between 1 and {len(LABELS) - 1}, got {c}")
     ranking, n = list(docids), len(docids)
     last_start = n - (c + 1)
     for i in range(k):
@@ -59,11 +68,15 @@ def setwise_bubblesort(docids: Sequence, k: int = 10, c: int = 3) -> Sort:
                 ranking[start], ranking[start + b] = ranking[start + b], ranking[start]
                 if not changed:
                     changed = True
-                    if last_start != n - (c + 1) and b == len(window) - 1: last_start += len(window) - 1
-            if start == i: break
-            if not changed: last_start -= c
+                    if last_start != n - (c + 1) and b == len(window) - 1:
+                        last_start += len(window) - 1
+            if start == i:
+                break
+            if not changed:
+                last_start -= c
             start, end = start - c, end - c
     return _keep_rest(ranking[:k], docids)
+
 
 SETWISE_SORTS = {"heapsort": setwise_heapsort, "bubblesort": setwise_bubblesort}
 
@@ -75,45 +88,70 @@ def run_setwise(sort: Sort, best: Callable[[list], int | None]) -> list:
 # %% ../nbs/11d_setwise.ipynb #048059c6
 def setwise_judges(rng, grades: dict) -> dict[str, Callable[[list], int | None]]:
     "Plain set judges for tests (`docids -> index`): an oracle with known grades, a seeded random one, always the first, always the last."
-    def oracle(ids): g = [grades[d] for d in ids]; return g.index(max(g)) if ids else None
+
+    def oracle(ids):
+        g = [grades[d] for d in ids]
+        return g.index(max(g)) if ids else None
+
     memo = {}
-    def random_(ids): return memo.setdefault(tuple(ids), rng.randrange(len(ids))) if ids else None
-    return {"oracle": oracle, "random": random_, "first": lambda ids: 0 if ids else None,
-            "last": lambda ids: len(ids) - 1 if ids else None}
+
+    def random_(ids):
+        return memo.setdefault(tuple(ids), rng.randrange(len(ids))) if ids else None
+
+    return {
+        "oracle": oracle,
+        "random": random_,
+        "first": lambda ids: 0 if ids else None,
+        "last": lambda ids: len(ids) - 1 if ids else None,
+    }
 
 # %% ../nbs/11d_setwise.ipynb #0363b309
 def parse_label(answer: str, n: int) -> int | None:
     "The 0-based index of the label (A, B, ...) a setwise answer names ('C', ' Passage b', 'Passage: A'), None if unreadable or beyond `n`."
     m = re.match(r"\s*(?:passage\s*)?:?\s*([A-Za-z])(?![A-Za-z])", answer, re.I)
-    if not m: return None
+    if not m:
+        return None
     i = ord(m.group(1).upper()) - ord("A")
     return i if 0 <= i < min(n, len(LABELS)) else None
 
 # %% ../nbs/11d_setwise.ipynb #f5050edd
 class SetwiseOptions(RerankerOptions):
     "The options of setwise reranking, each default written once (llm-rankers' defaults: c = 3, the top 10)."
+
     k: int = opt(10, "how many top documents to sort (after them: first-stage order)", gt=0, le=10_000, flag="--sort-k")
-    num_child: int = opt(3, "c: children compared with their parent in one prompt (a prompt shows up to c + 1 passages)",
-                         ge=1, lt=len(LABELS))
-    scoring: Literal["generation", "likelihood"] = opt("generation", "read the generated label, or compare the labels' likelihoods")
+    num_child: int = opt(
+        3,
+        "c: children compared with their parent in one prompt (a prompt shows up to c + 1 passages)",
+        ge=1,
+        lt=len(LABELS),
+    )
+    scoring: Literal["generation", "likelihood"] = opt(
+        "generation", "read the generated label, or compare the labels' likelihoods"
+    )
     query_tokens: int = opt(128, "query cut (backend tokens)", gt=0, le=1_000_000)
     passage_tokens: int = opt(300, "passage cut (backend tokens)", gt=0, le=1_000_000)
 
 # %% ../nbs/11d_setwise.ipynb #630d36bf
 class SetwiseReranker(Reranker):
     "Setwise reranking (Zhuang et al. 2024): heapsort or bubblesort over sets of c + 1 passages judged by an LLM."
+
     Options, family, prompt_kind = SetwiseOptions, "setwise", "setwise"
     variants = {f"setwise-{s}": s for s in SETWISE_SORTS}  # method -> sort
 
-    def __init__(self, options: SetwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    def __init__(
+        self, options: SetwiseOptions | None = None, backend=None, method: str | None = None, progress: bool = True
+    ):
         super().__init__(options, backend, method, progress)
         self.sort = self.variants[self.method]
-        if self.options.scoring == "likelihood": check_scoring(backend, self.method, "prefixed", hint="use scoring=generation")
+        if self.options.scoring == "likelihood":
+            check_scoring(backend, self.method, "prefixed", hint="use scoring=generation")
 
     @property
     def name(self) -> str:
         o = self.options
-        return f"setwise-{self.sort}{o.k}c{o.num_child}-{o.scoring[:3]}[{self.backend.name}]" + ("" if o.doc_title else "[no-title]")
+        return f"setwise-{self.sort}{o.k}c{o.num_child}-{o.scoring[:3]}[{self.backend.name}]" + (
+            "" if o.doc_title else "[no-title]"
+        )
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` with setwise sorting; documents after the sorted ones keep their order."
@@ -125,15 +163,20 @@ class SetwiseReranker(Reranker):
             sorts[q] = SETWISE_SORTS[self.sort](ids, k=o.k, c=o.num_child)
             self.diagnostics[q].update(sets=0, trivial_sets=0)
         bar = tqdm(desc=f"rerank setwise-{self.sort}", unit="set", disable=not self.progress, leave=False)
+
         def judge(pending):
             bar.update(len(pending))
             asked = {q: ids for q, ids in pending.items() if len(ids) > 1}
             for q, ids in pending.items():
                 self.diagnostics[q]["sets"] += 1
-                if len(ids) < 2: self.diagnostics[q]["trivial_sets"] += 1
-            best = self._ask([queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()])
+                if len(ids) < 2:
+                    self.diagnostics[q]["trivial_sets"] += 1
+            best = self._ask(
+                [queries[q] for q in asked], list(asked), [[texts[q][d] for d in ids] for q, ids in asked.items()]
+            )
             self._show_hits(bar)
             return {q: (0 if ids else None) for q, ids in pending.items()} | dict(zip(asked, best))
+
         batch = o.batch_queries and self.backend.supports_batching
         heads = drive_sorts(sorts, judge, groups=[list(sorts)] if batch else [[q] for q in sorts])
         bar.close()
@@ -141,24 +184,32 @@ class SetwiseReranker(Reranker):
 
 # %% ../nbs/11d_setwise.ipynb #152bcef2
 @patch(cls_method=True)
-def default_prompt(cls: SetwiseReranker, method: str) -> str: return "setwise"
+def default_prompt(cls: SetwiseReranker, method: str) -> str:
+    return "setwise"
 
 # %% ../nbs/11d_setwise.ipynb #b5c91995
 def _asked(sort, truth) -> list:
     "The sets a setwise sort asks under a judge that knows `truth` (docid -> value)."
     asked = []
-    run_setwise(sort, lambda ids: asked.append(ids) or (max(range(len(ids)), key=lambda i: truth[ids[i]]) if ids else None))
+    run_setwise(
+        sort, lambda ids: asked.append(ids) or (max(range(len(ids)), key=lambda i: truth[ids[i]]) if ids else None)
+    )
     return asked
 
 # %% ../nbs/11d_setwise.ipynb #4e3e3dd7
 @patch(cls_method=True)
-def simulate(cls: SetwiseReranker, method: str, n: int, k: int, c: int, trials: int = 10, seed: int = 0) -> tuple[float, float]:
+def simulate(
+    cls: SetwiseReranker, method: str, n: int, k: int, c: int, trials: int = 10, seed: int = 0
+) -> tuple[float, float]:
     "(prompts, passages per prompt) per query of setwise `method` over `n` documents, the mean over `trials` random true orders."
     rng, sets, shown = random.Random(seed), 0, 0
     for _ in range(trials):
         truth = dict(zip(range(n), rng.sample(range(n), n)))
-        asked = [ids for ids in _asked(SETWISE_SORTS[cls.variants[method]](list(range(n)), k=k, c=c), truth) if len(ids) > 1]
-        sets += len(asked); shown += sum(map(len, asked))
+        asked = [
+            ids for ids in _asked(SETWISE_SORTS[cls.variants[method]](list(range(n)), k=k, c=c), truth) if len(ids) > 1
+        ]
+        sets += len(asked)
+        shown += sum(map(len, asked))
     return sets / trials, shown / max(sets, 1)
 
 # %% ../nbs/11d_setwise.ipynb #e99cfb88
@@ -171,22 +222,29 @@ def estimate(cls: SetwiseReranker, options: SetwiseOptions, method: str, stats) 
     frame = stats.template_tokens(t["prompt"].format(query="", passages="") + str(t.get("answer_prefix") or ""))
     label = stats.template_tokens(t["passage"].format(label="A", passage=""))
     prefix = stats.template_tokens(t["prompt"].split("{passages}")[0].format(query="")) + q
-    out = 0.0 if options.scoring == "likelihood" else ((2.0 if stats.encoder_decoder else 1.0) if stats.prefill else 4.0)   # `_ask`'s budgets
+    # `_ask`'s budgets
+    out = (
+        0.0 if options.scoring == "likelihood" else ((2.0 if stats.encoder_decoder else 1.0) if stats.prefill else 4.0)
+    )
     return CallLoad(calls, frame + q + per * (p + label), out, prefix)
 
 # %% ../nbs/11d_setwise.ipynb #0ed8a010
 @patch
 def _cut(self: SetwiseReranker, collection, q: str, ids: list[str]) -> tuple[str, dict[str, str]]:
     "The query `q` and the passages of `ids` cut to `query_tokens` and `passage_tokens`; truncations recorded."
-    return self.backend.truncate(collection.queries[q].text, self.options.query_tokens), self.cut_passages(collection, q, ids)
+    return self.backend.truncate(collection.queries[q].text, self.options.query_tokens), self.cut_passages(
+        collection, q, ids
+    )
 
 # %% ../nbs/11d_setwise.ipynb #b1b3f566
 @patch
 def _prompt(self: SetwiseReranker, query: str, passages: list[str]):
     "The setwise prompt of one set in the backend's form, and whether it ends in the answer prefix (prefill)."
     t, b = self.template, self.backend
-    text = t["prompt"].format(query=query, passages=t["separator"].join(
-        t["passage"].format(label=LABELS[i], passage=p) for i, p in enumerate(passages)))
+    text = t["prompt"].format(
+        query=query,
+        passages=t["separator"].join(t["passage"].format(label=LABELS[i], passage=p) for i, p in enumerate(passages)),
+    )
     pre = t.get("decoder_prefix" if b.is_encoder_decoder else "answer_prefix")
     if (b.is_encoder_decoder or b.is_chat) and pre and b.supports_prefill:
         return [{"role": "user", "content": text}, {"role": "assistant", "content": pre}], True
@@ -199,7 +257,7 @@ def _ask(self: SetwiseReranker, queries: list[str], qids: list[str], sets: list[
     out, b = [], self.backend
     bs = (self.options.batch_size or len(sets) or 1) if b.supports_batching else 1
     for i in range(0, len(sets), bs):
-        chunk, owners = sets[i:i + bs], qids[i:i + bs]
+        chunk, owners = sets[i : i + bs], qids[i : i + bs]
         built = [self._prompt(queries[j], s) for j, s in enumerate(chunk, i)]
         prompts, n_out = [p for p, _ in built], [0] * len(chunk)
         if self.options.scoring == "generation":
@@ -210,18 +268,27 @@ def _ask(self: SetwiseReranker, queries: list[str], qids: list[str], sets: list[
             n_out = [b.count_tokens(a) for a in answers]
         else:
             best, groups = [None] * len(chunk), {}
-            for j, ((_, prefilled), s) in enumerate(zip(built, chunk)): groups.setdefault((len(s), prefilled), []).append(j)
-            for (n, prefilled), idx in groups.items():   # one call per set size (the candidates differ)
+            for j, ((_, prefilled), s) in enumerate(zip(built, chunk)):
+                groups.setdefault((len(s), prefilled), []).append(j)
+            for (n, prefilled), idx in groups.items():  # one call per set size (the candidates differ)
                 cands = [(" " if prefilled else "Passage ") + LABELS[x] for x in range(n)]
-                for j, sc in zip(idx, b.score([prompts[j] for j in idx], cands, **_quiet(b.score))): best[j] = sc.index(max(sc))
+                for j, sc in zip(idx, b.score([prompts[j] for j in idx], cands, **_quiet(b.score))):
+                    best[j] = sc.index(max(sc))
         out += best
         for j, q in enumerate(owners):
             d = self.diagnostics[q]
-            d["prompts"] += 1; d["tokens_in"] += prompt_tokens(b, prompts[j]); d["tokens_out"] += n_out[j]
+            d["prompts"] += 1
+            d["tokens_in"] += prompt_tokens(b, prompts[j])
+            d["tokens_out"] += n_out[j]
             d["parse_failures"] += best[j] is None
-        for q in dict.fromkeys(owners): self.diagnostics[q]["calls"] += 1
+        for q in dict.fromkeys(owners):
+            self.diagnostics[q]["calls"] += 1
     return out
 
 # %% ../nbs/11d_setwise.ipynb #282c8949
 for _method, _sort in SetwiseReranker.variants.items():
-    RERANKERS.register(_method, SetwiseReranker, summary=f"setwise prompting (llm-rankers), {_sort} over sets of num_child + 1 passages")
+    RERANKERS.register(
+        _method,
+        SetwiseReranker,
+        summary=f"setwise prompting (llm-rankers), {_sort} over sets of num_child + 1 passages",
+    )

@@ -23,13 +23,18 @@ def first_token_order(logprobs: Sequence[float]) -> list[int]:
 # %% ../nbs/11f_singletoken.ipynb #dd2cfb79
 class SingleTokenListwiseReranker(ListwiseReranker):
     "FIRST single-token listwise reranking: each sliding window ranked by its identifiers' first-token log-probabilities."
-    variants = {"listwise-first": "first"}   # method -> prompt
+
+    variants = {"listwise-first": "first"}  # method -> prompt
 
     def __init__(self, options=None, backend=None, method: str | None = None, progress: bool = True):
         check_scoring(backend, "listwise-first", "prefixed")
         super().__init__(options, backend, method, progress)
-        if self.template.get("identifiers") != "alpha": raise ClirError(f"template {self.template.name!r}: single-token ranking needs alphabetical identifiers (identifiers: alpha)")
-        if self.options.window > len(ALPHA): raise ClirError(f"window {self.options.window}: single-token ranking has {len(ALPHA)} identifiers (A-Z)")
+        if self.template.get("identifiers") != "alpha":
+            raise ClirError(
+                f"template {self.template.name!r}: single-token ranking needs alphabetical identifiers (identifiers: alpha)"
+            )
+        if self.options.window > len(ALPHA):
+            raise ClirError(f"window {self.options.window}: single-token ranking has {len(ALPHA)} identifiers (A-Z)")
 
     @property
     def name(self) -> str:
@@ -37,7 +42,8 @@ class SingleTokenListwiseReranker(ListwiseReranker):
         return n if t == "first" else n.replace(f"{t}-w", f"{t}-first-w", 1)
 
     @property
-    def params(self) -> dict: return {**super().params, "scoring": "first-token"}
+    def params(self) -> dict:
+        return {**super().params, "scoring": "first-token"}
 
 # %% ../nbs/11f_singletoken.ipynb #a3ee2fad
 @patch(cls_method=True)
@@ -47,32 +53,38 @@ def estimate(cls: SingleTokenListwiseReranker, options, method: str, stats) -> C
 
 # %% ../nbs/11f_singletoken.ipynb #f2f67002
 @patch
-def _rank_windows(self: SingleTokenListwiseReranker, queries, texts: dict, jobs: list[tuple[str, list]], cuts: dict) -> list[list[int]]:
+def _rank_windows(
+    self: SingleTokenListwiseReranker, queries, texts: dict, jobs: list[tuple[str, list]], cuts: dict
+) -> list[list[int]]:
     "The permutations of the windows `jobs` ((qid, docids) each) from one `score` call per window size; diagnostics and word cuts recorded."
     pre, prompts = self.template.get("answer_prefix") or "", []
     for q, ids in jobs:
         prompt, n, w = self.build_prompt(queries[q].text, [texts[d] for d in ids])
-        if isinstance(prompt, list) and self.backend.supports_prefill: prompt = prompt + [{"role": "assistant", "content": pre}]
-        elif not isinstance(prompt, list): prompt = prompt + pre
+        if isinstance(prompt, list) and self.backend.supports_prefill:
+            prompt = prompt + [{"role": "assistant", "content": pre}]
+        elif not isinstance(prompt, list):
+            prompt = prompt + pre
         prompts.append(prompt)
-        dq = self.diagnostics[q]; dq["prompts"] += 1; dq["tokens_in"] += n
-        dq["words_cut_to"] = min(dq.get("words_cut_to", self.options.max_words), w)
-        for d in ids:
-            if len(texts[d].split()) > w: cuts[q, d] = min(w, cuts.get((q, d), w))
+        self._note_prompt(q, ids, texts, n, w, cuts)
     perms, by_size = [None] * len(jobs), {}
-    for i, (q, ids) in enumerate(jobs): by_size.setdefault(len(ids), []).append(i)
+    for i, (q, ids) in enumerate(jobs):
+        by_size.setdefault(len(ids), []).append(i)
     for n, idx in by_size.items():
         prefilled = not (isinstance(prompts[idx[0]], list) and prompts[idx[0]][-1]["role"] != "assistant")
         cands = [("" if prefilled else pre) + ALPHA[i] for i in range(n)]
         bs = (self.options.batch_size or len(idx)) if self.backend.supports_batching else 1
         for s in range(0, len(idx), bs):
-            part = idx[s:s + bs]
+            part = idx[s : s + bs]
             for i, lp in zip(part, self.backend.score([prompts[i] for i in part], cands, **_quiet(self.backend.score))):
                 perms[i] = first_token_order(lp)
-            for q in dict.fromkeys(jobs[i][0] for i in part): self.diagnostics[q]["calls"] += 1
+            for q in dict.fromkeys(jobs[i][0] for i in part):
+                self.diagnostics[q]["calls"] += 1
     return perms
 
 # %% ../nbs/11f_singletoken.ipynb #564d668a
 for _method, _prompt in SingleTokenListwiseReranker.variants.items():
-    RERANKERS.register(_method, SingleTokenListwiseReranker,
-                       summary=f"single-token listwise (FIRST, rank_llm): windows ranked by first-identifier logits, {_prompt} prompt")
+    RERANKERS.register(
+        _method,
+        SingleTokenListwiseReranker,
+        summary=f"single-token listwise (FIRST, rank_llm): windows ranked by first-identifier logits, {_prompt} prompt",
+    )

@@ -9,7 +9,10 @@ from .evaluate import Cell, ResultTable
 from pathlib import Path
 from .core import ClirError, atomic_write
 from typing import TYPE_CHECKING
-if TYPE_CHECKING: from clir_llm.pipeline import Pipeline   # annotations only: a table reads a built pipeline, never builds one
+
+# annotations only: a table reads a built pipeline, never builds one
+if TYPE_CHECKING:
+    from clir_llm.pipeline import Pipeline
 
 # %% auto #0
 __all__ = ['COST_COLUMNS', 'TIMING_COLUMNS', 'references', 'reference_cells', 'reference_notes', 'first_stage_table',
@@ -28,8 +31,10 @@ def reference_cells(ref, pairs) -> list:
 # %% ../nbs/13c_tables.ipynb #82659abf
 def reference_notes(cfg, table: str, measure: str | None = None) -> list[str]:
     "One note line per reference row of `table`: where its numbers come from, and that clir-llm did not compute them."
-    return [f"{r.row}: published numbers copied from {r.source}, as the paper did; not computed by clir-llm, not tested."
-            for r in references(cfg, table, measure)]
+    return [
+        f"{r.row}: published numbers copied from {r.source}, as the paper did; not computed by clir-llm, not tested."
+        for r in references(cfg, table, measure)
+    ]
 
 # %% ../nbs/13c_tables.ipynb #51d283a0
 def first_stage_table(pipe: Pipeline, measure: str | None = None):
@@ -38,7 +43,8 @@ def first_stage_table(pipe: Pipeline, measure: str | None = None):
     for m in pipe.cfg.first_stage.methods:
         for pair in pipe.cfg.pairs:
             run = pipe.first_stage(pair, m)
-            if run is not None: cells.append(Cell(m.label(), pair, pipe.scores(pair, run, measure)))
+            if run is not None:
+                cells.append(Cell(m.label(), pair, pipe.scores(pair, run, measure)))
         cells += [c for r in refs if r.after == str(m) for c in reference_cells(r, pipe.cfg.pairs)]
     cells += [c for r in refs if r.after is None for c in reference_cells(r, pipe.cfg.pairs)]
     return ResultTable(cells, measure=measure or pipe.cfg.measure, avg_rule=pipe.cfg.avg_rule)
@@ -50,6 +56,24 @@ def _rerank_rows(pipe: Pipeline, kind: str):
         if rc.family == kind:
             for fs in rc.first_stages:
                 yield rc, fs
+
+# %% ../nbs/13c_tables.ipynb #de5e6635
+def _cost_row(pipe, pair, run, rc, fs, docs, measure, qids, scores, refs) -> dict:
+    "A cost row of `rerank_table`: the reranked run's score beside its first stage's and oracle's (`refs`), and its work."
+    u, nq = pipe.usage(pair, run), max(1, len(run))
+    c = u.counters
+    row = dict(row=f"{fs.label()} » {rc.name} {docs.upper()}", pair=pair, reranker=rc.name, method=rc.method)
+    row.update(first_stage=fs.label(), docs=docs.upper(), measure=measure, score=float(scores.mean()))
+    row.update(first_stage_score=float(refs[0].mean()), oracle_score=float(refs[1].mean()), top_k=rc.top_k)
+    row.update(judged_at_20=float(pipe.scores(pair, run, "Judged@20", qids).mean()))
+    # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
+    row.update({f"{k}_per_query": c.get(k, 0) / nq for k in ("calls", "prompts", "tokens_in", "tokens_out")})
+    row.update(parse_failures=c.get("parse_failures", 0))
+    # machine- and cache-dependent: reported in the timing table only
+    row.update(
+        seconds_per_query=u.seconds / nq, usd_per_query=u.cost_usd / nq, model_calls=u.calls, cache_hits=u.cache_hits
+    )
+    return row
 
 # %% ../nbs/13c_tables.ipynb #edb129ac
 def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: bool = True):
@@ -65,37 +89,43 @@ def rerank_table(pipe: Pipeline, kind: str, measure: str | None = None, oracle: 
         for pair in pipe.cfg.reranker_pairs(rc):
             qids = pipe.query_subset(pair, rc)
             base = pipe.first_stage(pair, fs)
-            if base is None: continue
-            if (base_row, pair, rc.top_k) not in refs:   # the first stage and the oracle on these queries: scored once
+            if base is None:
+                continue
+            if (base_row, pair, rc.top_k) not in refs:  # the first stage and the oracle on these queries: scored once
                 orc = pipe.oracle(pair, fs, rc.top_k, [q for q in qids if q in base])
-                refs[(base_row, pair, rc.top_k)] = (pipe.scores(pair, base, measure, qids), pipe.scores(pair, orc, measure, qids))
+                refs[(base_row, pair, rc.top_k)] = (
+                    pipe.scores(pair, base, measure, qids),
+                    pipe.scores(pair, orc, measure, qids),
+                )
             base_scores, oracle_scores = refs[(base_row, pair, rc.top_k)]
             if (base_row, pair) not in seen:
                 seen.add((base_row, pair))
                 cells.append(Cell(base_row, pair, base_scores))
-                if oracle: cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, oracle_scores))
+                if oracle:
+                    cells.append(Cell(f"{base_row} » oracle top-{rc.top_k}", pair, oracle_scores))
             for docs in rc.docs:
                 run = pipe.rerank(pair, rc, fs, docs)
                 row = f"{fs.label()} » {rc.name} {docs.upper()}"
                 scores = pipe.scores(pair, run, measure, qids)
                 cells.append(Cell(row, pair, scores, baseline=base_row))
-                u = pipe.usage(pair, run); nq = max(1, len(run)); c = u.counters
-                # logical work (what the reranker asked, cached or not): identical on a cold, warm or resumed run
-                cost.append(dict(row=row, pair=pair, reranker=rc.name, method=rc.method, first_stage=fs.label(), docs=docs.upper(),
-                                 measure=measure, score=float(scores.mean()), first_stage_score=float(base_scores.mean()),
-                                 oracle_score=float(oracle_scores.mean()), top_k=rc.top_k,
-                                 judged_at_20=float(pipe.scores(pair, run, "Judged@20", qids).mean()),
-                                 calls_per_query=c.get("calls", 0) / nq, prompts_per_query=c.get("prompts", 0) / nq,
-                                 tokens_in_per_query=c.get("tokens_in", 0) / nq, tokens_out_per_query=c.get("tokens_out", 0) / nq,
-                                 parse_failures=c.get("parse_failures", 0),
-                                 # machine- and cache-dependent: reported in the timing table only
-                                 seconds_per_query=u.seconds / nq, usd_per_query=u.cost_usd / nq, model_calls=u.calls, cache_hits=u.cache_hits))
+                cost.append(
+                    _cost_row(pipe, pair, run, rc, fs, docs, measure, qids, scores, refs[(base_row, pair, rc.top_k)])
+                )
     return ResultTable(cells, measure=measure, avg_rule=pipe.cfg.avg_rule), pd.DataFrame(cost)
 
 # %% ../nbs/13c_tables.ipynb #4e22dc35
-COST_COLUMNS = ["score", "first_stage_score", "oracle_score", "judged_at_20", "calls_per_query", "prompts_per_query",
-                "tokens_in_per_query", "tokens_out_per_query"]
+COST_COLUMNS = [
+    "score",
+    "first_stage_score",
+    "oracle_score",
+    "judged_at_20",
+    "calls_per_query",
+    "prompts_per_query",
+    "tokens_in_per_query",
+    "tokens_out_per_query",
+]
 TIMING_COLUMNS = ["seconds_per_query", "usd_per_query", "model_calls", "cache_hits"]
+
 
 def cost_summary(cost, columns=COST_COLUMNS) -> "pd.DataFrame":
     """Per-query cost averaged over pairs, one row per reranked row, each row of a reranker × first stage (its OG
@@ -103,7 +133,8 @@ def cost_summary(cost, columns=COST_COLUMNS) -> "pd.DataFrame":
     with like. The default columns count the reranker's logical work (deterministic); `TIMING_COLUMNS` (seconds,
     dollars, actual model calls, cache hits) depend on the machine and on what the cache already held. The score
     columns are named after the measure (`MAP`, `MAP first stage`, `MAP oracle`) when the cost rows name it."""
-    if cost is None or not len(cost): return cost
+    if cost is None or not len(cost):
+        return cost
     if {"reranker", "first_stage", "pair"} <= set(cost.columns):
         keep = []
         for _, g in cost.groupby(["reranker", "first_stage"], sort=False):
@@ -113,9 +144,12 @@ def cost_summary(cost, columns=COST_COLUMNS) -> "pd.DataFrame":
     columns = [c for c in columns if c in cost.columns]
     agg = {c: ("sum" if c in ("model_calls", "cache_hits") else "mean") for c in columns}
     out = cost.groupby("row", sort=False)[columns].agg(agg)
-    if "pair" in cost.columns: out.insert(0, "pairs", cost.groupby("row", sort=False)["pair"].agg(lambda p: ", ".join(dict.fromkeys(p))))
+    if "pair" in cost.columns:
+        out.insert(0, "pairs", cost.groupby("row", sort=False)["pair"].agg(lambda p: ", ".join(dict.fromkeys(p))))
     m = cost["measure"].iloc[0] if "measure" in cost.columns else None
-    names = {"judged_at_20": "Judged@20"} | ({"score": m, "first_stage_score": f"{m} first stage", "oracle_score": f"{m} oracle"} if m else {})
+    names = {"judged_at_20": "Judged@20"} | (
+        {"score": m, "first_stage_score": f"{m} first stage", "oracle_score": f"{m} oracle"} if m else {}
+    )
     return out.rename(columns=names)
 
 # %% ../nbs/13c_tables.ipynb #882b33d4
@@ -127,7 +161,8 @@ def doc_length_label(reranker: str, first_stage, docs: str) -> str:
 def doc_length_table(pipe: Pipeline, measure: str | None = None):
     "The document-length study: rows `doc_length_label` ('<reranker> / <first stage> · <OG|DT> docs'), columns the passage lengths, values the pair average."
     dl = pipe.cfg.doc_length
-    if dl is None: raise ClirError(f"config {pipe.cfg.name!r} has no doc_length section")
+    if dl is None:
+        raise ClirError(f"config {pipe.cfg.name!r} has no doc_length section")
     rows = {}
     for name in dl.rerankers:
         rc = pipe.cfg.reranker(name)
@@ -138,10 +173,14 @@ def doc_length_table(pipe: Pipeline, measure: str | None = None):
                     vals = []
                     for pair in pipe.cfg.reranker_pairs(rc):
                         run = pipe.rerank(pair, rc, fs, docs, passage_tokens=t)
-                        if run is not None: vals.append(float(pipe.scores(pair, run, measure, pipe.query_subset(pair, rc)).mean()))
+                        if run is not None:
+                            vals.append(float(pipe.scores(pair, run, measure, pipe.query_subset(pair, rc)).mean()))
                     rows.setdefault(label, {})[str(t)] = sum(vals) / len(vals) if vals else float("nan")
     out = pd.DataFrame.from_dict(rows, orient="index")
-    out.index.name, out.columns.name = f"{measure or pipe.cfg.measure}: reranker / first stage · documents", "passage tokens"
+    out.index.name, out.columns.name = (
+        f"{measure or pipe.cfg.measure}: reranker / first stage · documents",
+        "passage tokens",
+    )
     return out
 
 # %% ../nbs/13c_tables.ipynb #b4442892
@@ -150,7 +189,11 @@ def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:
     d = Path(out_dir) / "tables"
     means = table.means if hasattr(table, "means") else table
     paths = {"csv": atomic_write(d / f"{name}.csv", means.to_csv(float_format="%.4f"))}
-    md = table.to_markdown() if hasattr(table, "to_markdown") and not isinstance(table, pd.DataFrame) else means.to_markdown(floatfmt=".3f") + "\n"
+    md = (
+        table.to_markdown()
+        if hasattr(table, "to_markdown") and not isinstance(table, pd.DataFrame)
+        else means.to_markdown(floatfmt=".3f") + "\n"
+    )
     paths["md"] = atomic_write(d / f"{name}.md", md + (f"\n{note}\n" if note else ""))
     tex = table.to_latex() if hasattr(table, "tests") else means.to_latex(float_format="%.3f")
     paths["tex"] = atomic_write(d / f"{name}.tex", tex)
@@ -160,5 +203,6 @@ def save_table(table, out_dir, name: str, note: str = "") -> dict[str, Path]:
 def load_table(out_dir, name: str):
     "Read back the raw means of table `name`."
     p = Path(out_dir) / "tables" / f"{name}.csv"
-    if not p.exists(): raise ClirError(f"{p}: table not found (run `clir-llm reproduce` first)")
+    if not p.exists():
+        raise ClirError(f"{p}: table not found (run `clir-llm reproduce` first)")
     return pd.read_csv(p, index_col=0)

@@ -20,42 +20,45 @@ __all__ = ['PROMPT_FIELDS', 'PROMPT_CHECKS', 'ALPHA', 'prompts_dir', 'register_p
 # %% ../nbs/11a_prompts.ipynb #71bff1a8
 PROMPT_FIELDS = {  # method -> field -> (allowed placeholders, required placeholders, field required?)
     "listwise": {
-        "system":            (set(), set(), True),
-        "prefix":            ({"num", "query"}, {"query"}, True),
-        "rank_llm_prefix":   ({"num", "query"}, {"query"}, False),   # rank_llm 0.21.0's variant (the `rank_llm_prefix` quirk)
-        "prefix_assistant":  (set(), set(), False),
-        "passage":           ({"rank", "passage"}, {"rank", "passage"}, True),
+        "system": (set(), set(), True),
+        "prefix": ({"num", "query"}, {"query"}, True),
+        # rank_llm 0.21.0's variant (the `rank_llm_prefix` quirk)
+        "rank_llm_prefix": ({"num", "query"}, {"query"}, False),
+        "prefix_assistant": (set(), set(), False),
+        "passage": ({"rank", "passage"}, {"rank", "passage"}, True),
         "passage_assistant": ({"rank"}, set(), False),
-        "suffix":            ({"num", "query"}, set(), True),
-        "chat_format":       ({"system", "user", "dialogue"}, {"system"}, True),
-        "answer_prefix":     (set(), set(), False),   # the answer starts with it (single-token listwise: "[")
+        "suffix": ({"num", "query"}, set(), True),
+        "chat_format": ({"system", "user", "dialogue"}, {"system"}, True),
+        "answer_prefix": (set(), set(), False),  # the answer starts with it (single-token listwise: "[")
     },
     "pairwise": {
-        "prompt":         ({"query", "a", "b"}, {"query", "a", "b"}, True),
-        "answer_prefix":  (set(), set(), False),
+        "prompt": ({"query", "a", "b"}, {"query", "a", "b"}, True),
+        "answer_prefix": (set(), set(), False),
         "decoder_prefix": (set(), set(), False),
     },
     "setwise": {
-        "prompt":         ({"query", "passages"}, {"query", "passages"}, True),
-        "passage":        ({"label", "passage"}, {"label", "passage"}, True),
-        "separator":      (set(), set(), True),
-        "answer_prefix":  (set(), set(), False),
+        "prompt": ({"query", "passages"}, {"query", "passages"}, True),
+        "passage": ({"label", "passage"}, {"label", "passage"}, True),
+        "separator": (set(), set(), True),
+        "answer_prefix": (set(), set(), False),
         "decoder_prefix": (set(), set(), False),
     },
     "pointwise": {
-        "prompt":         ({"query", "passage"}, {"passage"}, True),
-        "target":         ({"query"}, set(), False),   # qlm: the continuation scored (the query)
-        "answer_prefix":  (set(), set(), False),       # a plain-text (not chat) prompt ends with it
-        "system":         (set(), set(), False),       # a chat model's system turn (Qwen3-Reranker)
-        "prefill":        (set(), set(), False),       # the assistant turn's start, the label after it (Qwen3: an empty think block)
+        "prompt": ({"query", "passage"}, {"passage"}, True),
+        "target": ({"query"}, set(), False),  # qlm: the continuation scored (the query)
+        "answer_prefix": (set(), set(), False),  # a plain-text (not chat) prompt ends with it
+        "system": (set(), set(), False),  # a chat model's system turn (Qwen3-Reranker)
+        # the assistant turn's start, the label after it (Qwen3: an empty think block)
+        "prefill": (set(), set(), False),
     },
-    "reasoning": {   # a reasoning trace, then the judgement (clir_llm.reasoning)
-        "prompt":         ({"query", "passage"}, {"query", "passage"}, True),
-        "think_end":      (set(), set(), True),        # what closes the trace
-        "closed":         ({"trace"}, {"trace"}, True),   # the continuation scored when the model closed its trace
-        "forced":         ({"trace"}, {"trace"}, True),   # ... when its thinking budget ran out first
+    "reasoning": {  # a reasoning trace, then the judgement (clir_llm.reasoning)
+        "prompt": ({"query", "passage"}, {"query", "passage"}, True),
+        "think_end": (set(), set(), True),  # what closes the trace
+        "closed": ({"trace"}, {"trace"}, True),  # the continuation scored when the model closed its trace
+        "forced": ({"trace"}, {"trace"}, True),  # ... when its thinking budget ran out first
     },
 }
+
 
 def prompts_dir() -> Path:
     "The folder of the shipped prompt templates (`clir_llm/prompts`)."
@@ -66,10 +69,15 @@ def _placeholders(s: str) -> set[str]:
     "The `{name}` placeholders of template text `s`; a conversion (`{a!r}`), a format spec (`{a:>9}`) or an index is a ValueError."
     out = set()
     for _, name, spec, conv in string.Formatter().parse(s):
-        if name is None: continue
-        if conv or spec: raise ValueError(f"placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}} "
-                                          "has a conversion or format spec; a template's placeholders are plain {name}")
-        if not name.isidentifier(): raise ValueError(f"placeholder {{{name}}} is not a plain name")
+        if name is None:
+            continue
+        if conv or spec:
+            raise ValueError(
+                f"placeholder {{{name}{'!' + conv if conv else ''}{':' + spec if spec else ''}}} "
+                "has a conversion or format spec; a template's placeholders are plain {name}"
+            )
+        if not name.isidentifier():
+            raise ValueError(f"placeholder {{{name}}} is not a plain name")
         out.add(name)
     return out
 
@@ -77,10 +85,17 @@ def _placeholders(s: str) -> set[str]:
 def _check_pointwise(p: Path, data: dict, line_of) -> None:
     "A pointwise template's `scoring` and what it needs (yes/no `choices`, or a `target` with `{query}`), else a `FormatError`."
     sc = data.get("scoring")
-    if sc not in ("yes_no", "qlm"): raise FormatError(p, line_of("scoring"), f"scoring must be 'yes_no' or 'qlm', got {sc!r}")
+    if sc not in ("yes_no", "qlm"):
+        raise FormatError(p, line_of("scoring"), f"scoring must be 'yes_no' or 'qlm', got {sc!r}")
     ch = data.get("choices")
-    if sc == "yes_no" and not (isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())):
-        raise FormatError(p, line_of("choices"), "choices must map yes and no to their answer tokens, e.g. {'yes': Yes, 'no': No} (keys quoted: YAML reads a bare yes as true)")
+    if sc == "yes_no" and not (
+        isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())
+    ):
+        raise FormatError(
+            p,
+            line_of("choices"),
+            "choices must map yes and no to their answer tokens, e.g. {'yes': Yes, 'no': No} (keys quoted: YAML reads a bare yes as true)",
+        )
     if sc == "qlm" and "query" not in _placeholders(data.get("target") or ""):
         raise FormatError(p, line_of("target"), "a qlm template needs a target with {query} (the continuation scored)")
 
@@ -90,40 +105,60 @@ def _check_listwise(p: Path, data: dict, line_of) -> None:
     if data.get("turns") not in ("single", "multi"):
         raise FormatError(p, line_of("turns"), f"turns must be 'single' or 'multi', got {data.get('turns')!r}")
     if data.get("identifiers", "numeric") not in ("numeric", "alpha"):
-        raise FormatError(p, line_of("identifiers"), f"identifiers must be 'numeric' or 'alpha', got {data.get('identifiers')!r}")
+        raise FormatError(
+            p, line_of("identifiers"), f"identifiers must be 'numeric' or 'alpha', got {data.get('identifiers')!r}"
+        )
 
 # %% ../nbs/11a_prompts.ipynb #2f579440
 def _check_pairwise(p: Path, data: dict, line_of) -> None:
     "A pairwise template's `choices`: the answer tokens of A and B, else a `FormatError`."
     ch = data.get("choices")
-    if not (isinstance(ch, dict) and set(ch) == {"A", "B"} and all(isinstance(v, str) and v.strip() for v in ch.values())):
-        raise FormatError(p, line_of("choices"), "choices must map A and B to their answer tokens, e.g. {A: ' A', B: ' B'}")
+    if not (
+        isinstance(ch, dict) and set(ch) == {"A", "B"} and all(isinstance(v, str) and v.strip() for v in ch.values())
+    ):
+        raise FormatError(
+            p, line_of("choices"), "choices must map A and B to their answer tokens, e.g. {A: ' A', B: ' B'}"
+        )
 
 # %% ../nbs/11a_prompts.ipynb #55f2fc7e
-PROMPT_CHECKS = {"listwise": _check_listwise, "pairwise": _check_pairwise, "pointwise": _check_pointwise}   # kind -> its own rules
+# kind -> its own rules
+PROMPT_CHECKS = {"listwise": _check_listwise, "pairwise": _check_pairwise, "pointwise": _check_pointwise}
 
 # %% ../nbs/11a_prompts.ipynb #ed79767c
 def _check_template(p: Path, data: dict, text: str) -> str:
     "The method of the template `data` read from `p`, or a `FormatError` at the offending line."
+
     def line_of(key):
         return next((i for i, l in enumerate(text.splitlines(), 1) if l.startswith(f"{key}:")), None)
+
     braces = lambda names: ", ".join("{" + n + "}" for n in sorted(names))
     method = data.get("method")
     if method not in PROMPT_FIELDS:
         raise FormatError(p, line_of("method"), f"method must be one of {', '.join(PROMPT_FIELDS)}, got {method!r}")
-    if not data.get("source"): raise FormatError(p, None, "a prompt template must cite its source (field 'source')")
+    if not data.get("source"):
+        raise FormatError(p, None, "a prompt template must cite its source (field 'source')")
     for key, (allowed, required, needed) in PROMPT_FIELDS[method].items():
         if key not in data or data[key] is None:
-            if needed: raise FormatError(p, None, f"missing field {key!r} (a {method} template needs it)")
+            if needed:
+                raise FormatError(p, None, f"missing field {key!r} (a {method} template needs it)")
             continue
-        if not isinstance(data[key], str): raise FormatError(p, line_of(key), f"field {key!r} must be a string")
-        try: used = _placeholders(data[key])
-        except ValueError as e: raise FormatError(p, line_of(key), f"field {key!r}: bad braces ({e})") from None
+        if not isinstance(data[key], str):
+            raise FormatError(p, line_of(key), f"field {key!r} must be a string")
+        try:
+            used = _placeholders(data[key])
+        except ValueError as e:
+            raise FormatError(p, line_of(key), f"field {key!r}: bad braces ({e})") from None
         if used - allowed:
-            raise FormatError(p, line_of(key), f"field {key!r} uses unknown placeholder(s) {braces(used - allowed)}; "
-                                               f"allowed: {braces(allowed) or 'none'}")
-        if required - used: raise FormatError(p, line_of(key), f"field {key!r} lacks placeholder(s) {braces(required - used)}")
-    if check := PROMPT_CHECKS.get(method): check(p, data, line_of)   # the kind's own rules beyond placeholders
+            raise FormatError(
+                p,
+                line_of(key),
+                f"field {key!r} uses unknown placeholder(s) {braces(used - allowed)}; "
+                f"allowed: {braces(allowed) or 'none'}",
+            )
+        if required - used:
+            raise FormatError(p, line_of(key), f"field {key!r} lacks placeholder(s) {braces(required - used)}")
+    if check := PROMPT_CHECKS.get(method):
+        check(p, data, line_of)  # the kind's own rules beyond placeholders
     return method
 
 # %% ../nbs/11a_prompts.ipynb #06abf25d
@@ -131,24 +166,30 @@ def register_prompt_kind(kind: str, fields: dict, check=None) -> None:
     """Prompt files of `method: kind` have `fields` (field -> (allowed placeholders, required placeholders, field
     required?)) and pass `check(path, data, line_of)` if given (raise `FormatError`). Registering the same kind again
     with other fields is an error."""
-    if not (isinstance(kind, str) and kind.isidentifier()): raise ClirError(f"a prompt kind is a plain name, got {kind!r}")
+    if not (isinstance(kind, str) and kind.isidentifier()):
+        raise ClirError(f"a prompt kind is a plain name, got {kind!r}")
     if kind in PROMPT_FIELDS and PROMPT_FIELDS[kind] != fields:
         raise ClirError(f"prompt kind {kind!r} is registered already with other fields")
     PROMPT_FIELDS[kind] = fields
-    if check is not None: PROMPT_CHECKS[kind] = check
+    if check is not None:
+        PROMPT_CHECKS[kind] = check
 
 # %% ../nbs/11a_prompts.ipynb #c99552f7
 @dataclass(frozen=True)
 class PromptTemplate:
     "A prompt template loaded from a YAML data file and checked for its placeholders."
+
     name: str
     method: str
     source: str
     fields: dict
     path: str = ""
 
-    def __getitem__(self, key): return self.fields[key]
-    def get(self, key, default=None): return self.fields.get(key, default)
+    def __getitem__(self, key):
+        return self.fields[key]
+
+    def get(self, key, default=None):
+        return self.fields.get(key, default)
 
     @classmethod
     def load(cls, name_or_path) -> "PromptTemplate":
@@ -159,15 +200,26 @@ class PromptTemplate:
             if not p.exists():
                 known = sorted(x.stem for x in prompts_dir().glob("*.yaml"))
                 raise ClirError(f"unknown prompt template {str(name_or_path)!r} (shipped: {', '.join(known)})")
-        if not p.exists(): raise ClirError(f"{p}: no such prompt template file")
-        if not p.is_file(): raise ClirError(f"{p}: a prompt template is a YAML file, not a folder")
-        try: text = p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")   # a byte-order mark and CRLF line ends are accepted
-        except UnicodeDecodeError as e: raise FormatError(p, None, f"not UTF-8 text (byte {e.start}); save the template as UTF-8") from None
-        data = load_yaml(p)   # strict: a key given twice, an alias bomb or a huge value is refused with its line
-        if not isinstance(data, dict): raise FormatError(p, None, "a prompt template is a YAML mapping")
+        if not p.exists():
+            raise ClirError(f"{p}: no such prompt template file")
+        if not p.is_file():
+            raise ClirError(f"{p}: a prompt template is a YAML file, not a folder")
+        # a byte-order mark and CRLF line ends are accepted
+        try:
+            text = p.read_bytes().decode("utf-8-sig").replace("\r\n", "\n")
+        except UnicodeDecodeError as e:
+            raise FormatError(p, None, f"not UTF-8 text (byte {e.start}); save the template as UTF-8") from None
+        data = load_yaml(p)  # strict: a key given twice, an alias bomb or a huge value is refused with its line
+        if not isinstance(data, dict):
+            raise FormatError(p, None, "a prompt template is a YAML mapping")
         method = _check_template(p, data, text)
-        return cls(name=data.get("name") or p.stem, method=method, source=" ".join(str(data["source"]).split()),
-                   fields=data, path=str(p))
+        return cls(
+            name=data.get("name") or p.stem,
+            method=method,
+            source=" ".join(str(data["source"]).split()),
+            fields=data,
+            path=str(p),
+        )
 
 # %% ../nbs/11a_prompts.ipynb #5c034065
 def prompt_text(prompt) -> str:
@@ -185,24 +237,36 @@ def cut_words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 # %% ../nbs/11a_prompts.ipynb #ea8188e1
-ALPHA = [chr(ord("A") + i) for i in range(26)]   # alphabetical identifiers (rank_llm's use_alpha; llm-rankers' setwise labels)
+# alphabetical identifiers (rank_llm's use_alpha; llm-rankers' setwise labels)
+ALPHA = [chr(ord("A") + i) for i in range(26)]
+
 
 def listwise_messages(t: PromptTemplate, query: str, passages: Sequence[str], prefix: str = "prefix") -> list[dict]:
     "The chat messages of one window (passages already cut); `prefix`: the template field that opens it."
     num = len(passages)
-    if t.get("replace_number"): passages = [re.sub(r"\[(\d+)\]", r"(\1)", p) for p in passages]
-    if t.get("identifiers") == "alpha": passages = dict(zip(ALPHA, passages))   # [A], [B], ... as rank_llm's use_alpha
+    if t.get("replace_number"):
+        passages = [re.sub(r"\[(\d+)\]", r"(\1)", p) for p in passages]
+    if t.get("identifiers") == "alpha":
+        passages = dict(zip(ALPHA, passages))  # [A], [B], ... as rank_llm's use_alpha
     msgs = [{"role": "system", "content": t["system"]}]
     if t["turns"] == "multi":
         msgs.append({"role": "user", "content": t[prefix].format(num=num, query=query)})
-        if t.get("prefix_assistant"): msgs.append({"role": "assistant", "content": t["prefix_assistant"]})
-        for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1)):
+        if t.get("prefix_assistant"):
+            msgs.append({"role": "assistant", "content": t["prefix_assistant"]})
+        for r, p in passages.items() if isinstance(passages, dict) else enumerate(passages, 1):
             msgs.append({"role": "user", "content": t["passage"].format(rank=r, passage=p)})
-            if t.get("passage_assistant"): msgs.append({"role": "assistant", "content": t["passage_assistant"].format(rank=r)})
+            if t.get("passage_assistant"):
+                msgs.append({"role": "assistant", "content": t["passage_assistant"].format(rank=r)})
         msgs.append({"role": "user", "content": t["suffix"].format(num=num, query=query)})
     else:
-        user = t[prefix].format(num=num, query=query) + "".join(
-            t["passage"].format(rank=r, passage=p) for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1))) + t["suffix"].format(num=num, query=query)
+        user = (
+            t[prefix].format(num=num, query=query)
+            + "".join(
+                t["passage"].format(rank=r, passage=p)
+                for r, p in (passages.items() if isinstance(passages, dict) else enumerate(passages, 1))
+            )
+            + t["suffix"].format(num=num, query=query)
+        )
         msgs.append({"role": "user", "content": user})
     return msgs
 
@@ -222,8 +286,10 @@ def prompt_tokens(backend, prompt, template: PromptTemplate | None = None, speci
     if hasattr(backend, "render_text"):
         text = backend.render_text(prompt)
         return len(backend.tokenizer(text)["input_ids"]) if special else backend.count_tokens(text)
-    if isinstance(prompt, str): return backend.count_tokens(prompt)
-    if template is not None and template.get("chat_format"): return backend.count_tokens(render_text(template, prompt))
+    if isinstance(prompt, str):
+        return backend.count_tokens(prompt)
+    if template is not None and template.get("chat_format"):
+        return backend.count_tokens(render_text(template, prompt))
     return backend.count_tokens(prompt_text(prompt)) + 4 * len(prompt)
 
 # %% ../nbs/11a_prompts.ipynb #3ef2fff3
@@ -231,11 +297,16 @@ def parse_permutation(answer: str, n: int) -> tuple[list[int], dict]:
     "Parse `[i] > [j] ...` into a 0-based permutation of `range(n)`, with counts of the repairs made."
     order, seen, rep = [], set(), {"duplicates": 0, "out_of_range": 0, "missing": 0, "unparsed": 0}
     nums = [int(x) for x in re.findall(r"\d+", answer)]
-    if not nums: rep["unparsed"] = 1
+    if not nums:
+        rep["unparsed"] = 1
     for x in nums:
-        if not 1 <= x <= n: rep["out_of_range"] += 1
-        elif x - 1 in seen: rep["duplicates"] += 1
-        else: seen.add(x - 1); order.append(x - 1)
+        if not 1 <= x <= n:
+            rep["out_of_range"] += 1
+        elif x - 1 in seen:
+            rep["duplicates"] += 1
+        else:
+            seen.add(x - 1)
+            order.append(x - 1)
     missing = [i for i in range(n) if i not in seen]
     rep["missing"] = len(missing)
     return order + missing, rep

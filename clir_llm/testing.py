@@ -17,96 +17,164 @@ __all__ = ['make_tiny_hf_model', 'make_tiny_mt_model', 'FakeOpenAIServer', 'Tiny
            'QrelsOracle']
 
 # %% ../nbs/15_testing.ipynb #823b9c99
-_CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-_TINY_TEXT = ["Given a query, which of the following two passages is more relevant to the query?",
-              "Passage A: the cat sat on the mat. Passage B: ein Hund lief durch den Park.",
-              "Output Passage A or Passage B: A B [1] > [2] > [3] 0 1 2 3 4 5 6 7 8 9",
-              "Rank the passages based on their relevance to the search query. Die Katze schläft.",
-              "kissa nukkuu sohvalla; il gatto dorme; кошка спит на диване."]
+_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_TINY_TEXT = [
+    "Given a query, which of the following two passages is more relevant to the query?",
+    "Passage A: the cat sat on the mat. Passage B: ein Hund lief durch den Park.",
+    "Output Passage A or Passage B: A B [1] > [2] > [3] 0 1 2 3 4 5 6 7 8 9",
+    "Rank the passages based on their relevance to the search query. Die Katze schläft.",
+    "kissa nukkuu sohvalla; il gatto dorme; кошка спит на диване.",
+]
+
 
 def _tiny_bpe(arch: str, vocab_size: int):
     "A byte-level BPE tokenizer (`tokenizers`) trained on `_TINY_TEXT`, with the special tokens of `arch`."
-    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders   # heavy: only when a tiny model is built
+    # heavy: only when a tiny model is built
+    from tokenizers import Tokenizer, models, trainers, pre_tokenizers, decoders
+
     specials = ["<pad>", "</s>", "<unk>"] if arch == "mt5" else ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tk = Tokenizer(models.BPE(unk_token="<unk>" if arch == "mt5" else None))
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     text = _TINY_TEXT + (_QWEN3_TEXT if arch.startswith("qwen3") else [])
-    tk.train_from_iterator(text * 3, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tk.train_from_iterator(
+        text * 3,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     return tk
+
+# %% ../nbs/15_testing.ipynb #94e88dec
+def _decoder_dims(hidden_size: int, num_layers: int, tok) -> dict:
+    "The sizes and special tokens the tiny decoder-only models share (4 heads, 2 key-value heads, tied embeddings)."
+    d = dict(hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=num_layers)
+    d.update(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, eos_token_id=tok.eos_token_id)
+    return d | dict(pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
 
 # %% ../nbs/15_testing.ipynb #a783a857
 def _tiny_arch(arch: str, tk, seed: int, hidden_size: int, num_layers: int):
     "(tokenizer, model) of a tiny randomly initialised `arch` around the trained BPE `tk`."
-    import torch, transformers   # heavy: only when a tiny model is built
-    from tokenizers import processors   # heavy: as above
+    import torch, transformers  # heavy: only when a tiny model is built
+    from tokenizers import processors  # heavy: as above
+
     if arch == "mt5":
         tk.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-        tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-        cfg = transformers.MT5Config(vocab_size=tk.get_vocab_size(), d_model=hidden_size, d_kv=hidden_size // 4,
-                                     d_ff=2 * hidden_size, num_layers=num_layers, num_decoder_layers=num_layers, num_heads=4, pad_token_id=0, eos_token_id=1,
-                                     decoder_start_token_id=0, tie_word_embeddings=False)
-        torch.manual_seed(seed); return tok, transformers.MT5ForConditionalGeneration(cfg)
+        tok = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tk, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+        )
+        cfg = transformers.MT5Config(
+            vocab_size=tk.get_vocab_size(),
+            d_model=hidden_size,
+            d_kv=hidden_size // 4,
+            d_ff=2 * hidden_size,
+            num_layers=num_layers,
+            num_decoder_layers=num_layers,
+            num_heads=4,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+            tie_word_embeddings=False,
+        )
+        torch.manual_seed(seed)
+        return tok, transformers.MT5ForConditionalGeneration(cfg)
     if arch == "qwen2":
-        tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        tok = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        )
         tok.chat_template = _CHATML
-        cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                                       num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                                       max_position_embeddings=512, eos_token_id=tok.eos_token_id,
-                                       pad_token_id=tok.pad_token_id, tie_word_embeddings=True, initializer_range=0.2)
-        torch.manual_seed(seed); return tok, transformers.Qwen2ForCausalLM(cfg)
-    if arch in ("qwen3", "qwen3-embedding"): return _tiny_qwen3(tk, seed, hidden_size, num_layers, embedding=arch == "qwen3-embedding")
+        cfg = transformers.Qwen2Config(vocab_size=tk.get_vocab_size(), **_decoder_dims(hidden_size, num_layers, tok))
+        torch.manual_seed(seed)
+        return tok, transformers.Qwen2ForCausalLM(cfg)
+    if arch in ("qwen3", "qwen3-embedding"):
+        return _tiny_qwen3(tk, seed, hidden_size, num_layers, embedding=arch == "qwen3-embedding")
     raise ClirError(f"make_tiny_hf_model: arch must be 'qwen2', 'qwen3', 'qwen3-embedding' or 'mt5', got {arch!r}")
 
 # %% ../nbs/15_testing.ipynb #4e1769a1
-_QWEN3_CHAT = ("{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
-               "{%- for m in messages %}{%- if m.role == 'user' or (m.role == 'system' and not loop.first) or m.role == 'assistant' %}"
-               "{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
-               "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
-               "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}")
-_QWEN3_TEXT = ["yes", "no", "yes no true false", "Judge whether the Document meets the requirements. Answer yes or no.",
-               "Determine if the following passage is relevant to the query. Answer only with true or false."] * 4
+_QWEN3_CHAT = (
+    "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'user' or (m.role == 'system' and not loop.first) or m.role == 'assistant' %}"
+    "{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}{%- endif %}"
+)
+_QWEN3_TEXT = [
+    "yes",
+    "no",
+    "yes no true false",
+    "Judge whether the Document meets the requirements. Answer yes or no.",
+    "Determine if the following passage is relevant to the query. Answer only with true or false.",
+] * 4
+
 
 def _tiny_qwen3(tk, seed: int, hidden_size: int, num_layers: int, embedding: bool = False):
     "(tokenizer, model) of a tiny Qwen3ForCausalLM around the trained BPE `tk` (Qwen3-Embedding's tokenizer with `embedding`)."
-    import torch, transformers   # heavy: only when a tiny model is built
-    from tokenizers import processors   # heavy: as above
+    import torch, transformers  # heavy: only when a tiny model is built
+    from tokenizers import processors  # heavy: as above
+
     if embedding:
-        tk.post_processor = processors.TemplateProcessing(single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", 0)])
+        tk.post_processor = processors.TemplateProcessing(
+            single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", 0)]
+        )
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.add_tokens(["<think>", "</think>"])   # not special: decoding keeps them
+    tok.add_tokens(["<think>", "</think>"])  # not special: decoding keeps them
     tok.chat_template = _QWEN3_CHAT
-    cfg = transformers.Qwen3Config(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size, head_dim=8,
-                                   num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                                   max_position_embeddings=512, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                   tie_word_embeddings=True, initializer_range=0.2)
-    torch.manual_seed(seed); return tok, transformers.Qwen3ForCausalLM(cfg)
+    cfg = transformers.Qwen3Config(vocab_size=len(tok), head_dim=8, **_decoder_dims(hidden_size, num_layers, tok))
+    torch.manual_seed(seed)
+    return tok, transformers.Qwen3ForCausalLM(cfg)
 
 # %% ../nbs/15_testing.ipynb #eb2fc516
-def make_tiny_hf_model(path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32,
-                       num_layers: int = 2) -> Path:
+def make_tiny_hf_model(
+    path, arch: str = "qwen2", seed: int = 0, vocab_size: int = 400, hidden_size: int = 32, num_layers: int = 2
+) -> Path:
     """Save a tiny randomly initialised `arch` (`qwen2` decoder-only with a chat template, `qwen3` / `qwen3-embedding` with
     Qwen3's tokens and template, or `mt5` encoder-decoder) and its tokenizer under `path`."""
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     tok, model = _tiny_arch(arch, _tiny_bpe(arch, vocab_size), seed, hidden_size, num_layers)
     model.generation_config.eos_token_id = model.config.eos_token_id
-    model.save_pretrained(path); tok.save_pretrained(path)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
     return path
 
 # %% ../nbs/15_testing.ipynb #e2999317
-_TINY_MT_TEXT = ["the cat sleeps on the sofa.", "die Katze schläft auf dem Sofa.", "the dog runs in the park.",
-                 "ein Hund läuft im Park.", "water of the river and the city.", "Wasser des Flusses und der Stadt.",
-                 "kissa nukkuu sohvalla.", "il gatto dorme.", "кошка спит на диване."]
+_TINY_MT_TEXT = [
+    "the cat sleeps on the sofa.",
+    "die Katze schläft auf dem Sofa.",
+    "the dog runs in the park.",
+    "ein Hund läuft im Park.",
+    "water of the river and the city.",
+    "Wasser des Flusses und der Stadt.",
+    "kissa nukkuu sohvalla.",
+    "il gatto dorme.",
+    "кошка спит на диване.",
+]
+
 
 def _tiny_spm(path: Path) -> list[str]:
     "Train a tiny unigram SentencePiece model into `path`; returns its pieces."
-    import sentencepiece as spm   # heavy: only when a tiny translation model is built
+    import sentencepiece as spm  # heavy: only when a tiny translation model is built
+
     buf = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(_TINY_MT_TEXT * 5), model_writer=buf, vocab_size=80, model_type="unigram",
-                                   character_coverage=1.0, pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0, hard_vocab_limit=False,
-                                   minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(_TINY_MT_TEXT * 5),
+        model_writer=buf,
+        vocab_size=80,
+        model_type="unigram",
+        character_coverage=1.0,
+        pad_id=-1,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     path.write_bytes(buf.getvalue())
     sp = spm.SentencePieceProcessor(model_file=str(path))
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
@@ -114,144 +182,235 @@ def _tiny_spm(path: Path) -> list[str]:
 # %% ../nbs/15_testing.ipynb #42623c3b
 def make_tiny_mt_model(path, arch: str = "marian", seed: int = 0, d_model: int = 16) -> Path:
     "Save a tiny random `marian` (one direction, `source.spm`/`target.spm`) or `m2m100` (language codes) model and tokenizer under `path`."
-    import torch, transformers as T   # heavy: only when a tiny translation model is built
-    path = Path(path); path.mkdir(parents=True, exist_ok=True)
+    import torch, transformers as T  # heavy: only when a tiny translation model is built
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
     src = Path(tempfile.mkdtemp())
-    small = dict(d_model=d_model, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                 encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model, max_position_embeddings=128)
+    small = dict(
+        d_model=d_model,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=128,
+    )
     if arch == "marian":
-        pieces = _tiny_spm(src / "source.spm"); (src / "target.spm").write_bytes((src / "source.spm").read_bytes())
+        pieces = _tiny_spm(src / "source.spm")
+        (src / "target.spm").write_bytes((src / "source.spm").read_bytes())
         vocab = {"</s>": 0, "<unk>": 1}
-        for p in pieces: vocab.setdefault(p, len(vocab))
+        for p in pieces:
+            vocab.setdefault(p, len(vocab))
         vocab["<pad>"] = len(vocab)
         (src / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         tok = T.MarianTokenizer(str(src / "source.spm"), str(src / "target.spm"), str(src / "vocab.json"))
-        cfg = T.MarianConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=0, decoder_start_token_id=tok.pad_token_id, **small)
-        torch.manual_seed(seed); model = T.MarianMTModel(cfg)
+        cfg = T.MarianConfig(
+            vocab_size=len(tok),
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=0,
+            decoder_start_token_id=tok.pad_token_id,
+            **small,
+        )
+        torch.manual_seed(seed)
+        model = T.MarianMTModel(cfg)
     elif arch == "m2m100":
         pieces = _tiny_spm(src / "sentencepiece.bpe.model")
         vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-        for p in pieces: vocab.setdefault(p, len(vocab))
+        for p in pieces:
+            vocab.setdefault(p, len(vocab))
         (src / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
         tok = T.M2M100Tokenizer(str(src / "vocab.json"), str(src / "sentencepiece.bpe.model"))
-        cfg = T.M2M100Config(vocab_size=max(tok.lang_token_to_id.values()) + 1 + tok.num_madeup_words, pad_token_id=1,
-                             bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, **small)
-        torch.manual_seed(seed); model = T.M2M100ForConditionalGeneration(cfg)
-    else: raise ClirError(f"make_tiny_mt_model: arch must be 'marian' or 'm2m100', got {arch!r}")
-    tok.save_pretrained(path); model.eval().save_pretrained(path)
+        cfg = T.M2M100Config(
+            vocab_size=max(tok.lang_token_to_id.values()) + 1 + tok.num_madeup_words,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+            **small,
+        )
+        torch.manual_seed(seed)
+        model = T.M2M100ForConditionalGeneration(cfg)
+    else:
+        raise ClirError(f"make_tiny_mt_model: arch must be 'marian' or 'm2m100', got {arch!r}")
+    tok.save_pretrained(path)
+    model.eval().save_pretrained(path)
     return path
 
 # %% ../nbs/15_testing.ipynb #745898dc
 def _scripted_fault(h, outer: "FakeOpenAIServer", body: dict, fault) -> bool:
     "Answer the scripted `fault` on handler `h` (True), or go on (False): HTTP errors, a dropped or malformed answer, a slow one."
     err = lambda m: json.dumps({"error": {"message": m, "type": "test"}}).encode()
-    if fault == "429": h._send(429, err("rate limited"))
-    elif fault and fault.startswith("429:"): h._send(429, err("rate limited"), [("Retry-After", fault[4:])])
-    elif fault == "500": h._send(500, err("server error"))
-    elif fault == "401": h._send(401, err(f"Incorrect API key provided: {h.headers.get('Authorization')}"))
-    elif fault == "drop": h.close_connection = True; h.connection.shutdown(2)
-    elif fault == "malformed": h._send(200, b'{"id": "x", "choices": [{"message": ')
-    elif fault == "deep": h._send(200, b'{"id": ' + b'[' * 100_000 + b']' * 100_000 + b'}')   # valid JSON, 100,000 deep
-    elif fault == "empty": h._send(200, json.dumps({"id": "x", "object": "chat.completion", "created": 0,
-                                                    "model": body.get("model"), "choices": []}).encode())
+    if fault == "429":
+        h._send(429, err("rate limited"))
+    elif fault and fault.startswith("429:"):
+        h._send(429, err("rate limited"), [("Retry-After", fault[4:])])
+    elif fault == "500":
+        h._send(500, err("server error"))
+    elif fault == "401":
+        h._send(401, err(f"Incorrect API key provided: {h.headers.get('Authorization')}"))
+    elif fault == "drop":
+        h.close_connection = True
+        h.connection.shutdown(2)
+    elif fault == "malformed":
+        h._send(200, b'{"id": "x", "choices": [{"message": ')
+    elif fault == "deep":
+        h._send(200, b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")  # valid JSON, 100,000 deep
+    elif fault == "empty":
+        h._send(
+            200,
+            json.dumps(
+                {"id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"), "choices": []}
+            ).encode(),
+        )
     else:
-        if fault and fault.startswith("slow:"): time.sleep(float(fault[5:]))
-        if fault == "hold": outer.holding.set(); outer.release.wait(60)
+        if fault and fault.startswith("slow:"):
+            time.sleep(float(fault[5:]))
+        if fault == "hold":
+            outer.holding.set()
+            outer.release.wait(60)
         return False
     return True
+
+# %% ../nbs/15_testing.ipynb #9529f8c7
+def _chat_logprobs(top: dict, k: int) -> dict:
+    "OpenAI's `logprobs` of one generated token: the most likely of `top` (token -> log-probability) and the first `k`."
+    best = max(top, key=top.get)
+    alts = [{"token": t, "logprob": l, "bytes": None} for t, l in list(top.items())[:k]]
+    return {"content": [{"token": best, "logprob": top[best], "bytes": None, "top_logprobs": alts}]}
+
+# %% ../nbs/15_testing.ipynb #d564ce95
+def _chat_answer(h, outer: "FakeOpenAIServer", body: dict, msgs: list, fault):
+    "Answer one `/chat/completions` request of the fake server (handler `h`), its scripted fault first."
+    if h._fault(body, fault):
+        return
+    text = outer.responder(msgs, body)
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if body.get("logprobs"):
+        choice["logprobs"] = _chat_logprobs(outer.top(msgs), body.get("top_logprobs", 5))
+    n_in = sum(len(m["content"].split()) for m in msgs)
+    h._ok("chat.completion", body, [choice], n_in, len(text.split()))
 
 # %% ../nbs/15_testing.ipynb #955f7811
 def _fake_handler(outer: "FakeOpenAIServer") -> type:
     "The request handler of `outer`: answers `/chat/completions` and `/completions`, consuming one scripted fault per request."
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
-        def log_message(self, *a): pass
+
+        def log_message(self, *a):
+            pass
+
         def _send(self, code, body: bytes, headers=()):
             self.send_response(code)
-            self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(body)))
-            for k, v in headers: self.send_header(k, v)
-            self.end_headers(); self.wfile.write(body)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in headers:
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_POST(self):
-            if outer.dead: self.close_connection = True; self.connection.shutdown(2); return   # a killed server
+            if outer.dead:
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return  # a killed server
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             chat = self.path.endswith("/chat/completions")
-            if not chat and not self.path.endswith("/completions"): return self._send(404, b'{"error": {"message": "not found"}}')
+            if not chat and not self.path.endswith("/completions"):
+                return self._send(404, b'{"error": {"message": "not found"}}')
             msgs = body.get("messages", []) if chat else []
             with outer._lock:
                 fault = outer.faults.pop(0) if outer.faults else None
-                outer.requests.append({"time": time.time(), "prompt": (msgs[-1]["content"] if msgs else "") if chat else body.get("prompt"),
-                                       "endpoint": "chat" if chat else "completions", "fault": fault,
-                                       "auth": bool(self.headers.get("Authorization")), "body": body})
-                outer.inflight += 1; outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                prompt = (msgs[-1]["content"] if msgs else "") if chat else body.get("prompt")
+                rec = dict(time=time.time(), prompt=prompt, endpoint="chat" if chat else "completions", fault=fault)
+                outer.requests.append({**rec, "auth": bool(self.headers.get("Authorization")), "body": body})
+                outer.inflight += 1
+                outer.max_inflight = max(outer.max_inflight, outer.inflight)
             try:
-                with outer._capacity:              # a server answers `capacity` requests at a time, each in `latency` s
-                    if outer.latency: time.sleep(outer.latency)
-                    self._answer(body, msgs, fault) if chat else _completions(self, outer, body, fault)
+                with outer._capacity:  # a server answers `capacity` requests at a time, each in `latency` s
+                    if outer.latency:
+                        time.sleep(outer.latency)
+                    _chat_answer(self, outer, body, msgs, fault) if chat else _completions(self, outer, body, fault)
             finally:
-                with outer._lock: outer.inflight -= 1
-        def _fault(self, body, fault) -> bool: return _scripted_fault(self, outer, body, fault)
-        def _answer(self, body, msgs, fault):
-            if self._fault(body, fault): return
-            text = outer.responder(msgs, body)
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-            if body.get("logprobs"):
-                top = outer.top(msgs)
-                best = max(top, key=top.get)
-                choice["logprobs"] = {"content": [{"token": best, "logprob": top[best], "bytes": None, "top_logprobs":
-                    [{"token": t, "logprob": l, "bytes": None} for t, l in list(top.items())[:body.get("top_logprobs", 5)]]}]}
-            n_in = sum(len(m["content"].split()) for m in msgs)
-            self._ok("chat.completion", body, [choice], n_in, len(text.split()))
+                with outer._lock:
+                    outer.inflight -= 1
+
+        def _fault(self, body, fault) -> bool:
+            return _scripted_fault(self, outer, body, fault)
+
         def _ok(self, obj, body, choices, n_in, n_out):
-            resp = {"id": "cmpl-test", "object": obj, "created": int(time.time()), "model": body.get("model"),
-                    "choices": choices, "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}}
-            try: self._send(200, json.dumps(resp).encode())
-            except OSError: pass   # the client went away (killed, or timed out)
+            usage = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
+            resp = {"id": "cmpl-test", "object": obj, "created": int(time.time()), "model": body.get("model")}
+            resp.update(choices=choices, usage=usage)
+            try:
+                self._send(200, json.dumps(resp).encode())
+            except OSError:
+                pass  # the client went away (killed, or timed out)
+
     return Handler
 
 # %% ../nbs/15_testing.ipynb #9ac50fc1
 def _completions(self, outer: "FakeOpenAIServer", body: dict, fault):
     "`/completions`: one choice per prompt (text or token ids); `echo=True` with `logprobs` returns the prompt's logprobs."
-    if self._fault(body, fault): return
+    if self._fault(body, fault):
+        return
     prompts = body.get("prompt")
-    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)): prompts = [prompts]
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
     choices, n_in, n_out = [], 0, 0
     for k, p in enumerate(prompts):
         text, out_ids = outer.completer(p, body)
         ch = {"index": k, "text": text, "finish_reason": "stop", "logprobs": None}
         if body.get("echo") and body.get("logprobs") is not None:
-            if isinstance(p, str): return self._send(400, b'{"error": {"message": "echo needs token ids in this test server"}}')
+            if isinstance(p, str):
+                return self._send(400, b'{"error": {"message": "echo needs token ids in this test server"}}')
             seq = list(p) + list(out_ids)
             lps = outer.prompt_logprobs(seq)
-            ch["logprobs"] = {"tokens": [f"token_id:{t}" for t in seq], "token_logprobs": lps,
-                              "top_logprobs": [None] + [{f"token_id:{t}": lp} for t, lp in zip(seq[1:], lps[1:])],
-                              "text_offset": list(range(len(seq)))}
+            ch["logprobs"] = {
+                "tokens": [f"token_id:{t}" for t in seq],
+                "token_logprobs": lps,
+                "top_logprobs": [None] + [{f"token_id:{t}": lp} for t, lp in zip(seq[1:], lps[1:])],
+                "text_offset": list(range(len(seq))),
+            }
         choices.append(ch)
-        n_in += len(p) if not isinstance(p, str) else len(p.split()); n_out += len(out_ids)
+        n_in += len(p) if not isinstance(p, str) else len(p.split())
+        n_out += len(out_ids)
     self._ok("text_completion", body, choices, n_in, n_out)
 
 # %% ../nbs/15_testing.ipynb #d1580917
 class _HFEngine:
     "A local HF causal LM answering completions requests as a vLLM server would: greedy text, and prompt logprobs."
+
     def __init__(self, path):
-        import torch, transformers   # heavy: only when a tiny model is built
+        import torch, transformers  # heavy: only when a tiny model is built
+
         self.tok = transformers.AutoTokenizer.from_pretrained(str(path))
         self.model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
         self._lock = threading.Lock()
 
     def complete(self, prompt, body) -> tuple[str, list[int]]:
-        import torch   # heavy: only in the fake server's model engine
+        import torch  # heavy: only in the fake server's model engine
+
         ids = self.tok(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else list(prompt)
         eos = self.model.generation_config.eos_token_id
         with self._lock, torch.inference_mode():
-            out = self.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                      max_new_tokens=int(body.get("max_tokens") or 16), do_sample=False,
-                                      pad_token_id=self.tok.pad_token_id, eos_token_id=eos)[0, len(ids):].tolist()
+            out = self.model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=int(body.get("max_tokens") or 16),
+                do_sample=False,
+                pad_token_id=self.tok.pad_token_id,
+                eos_token_id=eos,
+            )[0, len(ids) :].tolist()
         eos = set(eos if isinstance(eos, list) else [eos])
         n = next((j + 1 for j, t in enumerate(out) if t in eos), len(out))
         return self.tok.decode(out[:n], skip_special_tokens=True), out[:n]
 
     def prompt_logprobs(self, seq: list[int]) -> list:
-        import torch   # heavy: only in the fake server's model engine
+        import torch  # heavy: only in the fake server's model engine
+
         with self._lock, torch.inference_mode():
             lp = torch.log_softmax(self.model(torch.tensor([seq])).logits[0].float(), -1)
         return [None] + [float(lp[j - 1, t]) for j, t in enumerate(seq) if j > 0]
@@ -266,14 +425,26 @@ class FakeOpenAIServer:
     """A real HTTP server on 127.0.0.1 speaking the chat-completions and completions protocols, with scripted faults,
     a fixed per-request `latency` and `capacity` (requests answered at a time), for tests, demos and benchmarks.
     `model=`: a local HF model folder that answers completions (greedy) and prompt logprobs, as vLLM would."""
-    def __init__(self, responder: Callable | None = None, top: Callable | None = None, faults: Sequence = (),
-                 completer: Callable | None = None, prompt_logprobs: Callable | None = None, model=None,
-                 latency: float = 0.0, capacity: int | None = None):
+
+    def __init__(
+        self,
+        responder: Callable | None = None,
+        top: Callable | None = None,
+        faults: Sequence = (),
+        completer: Callable | None = None,
+        prompt_logprobs: Callable | None = None,
+        model=None,
+        latency: float = 0.0,
+        capacity: int | None = None,
+    ):
         self.responder = responder or (lambda msgs, body: "echo: " + msgs[-1]["content"])
         self.top = top or (lambda msgs: {"A": -0.5, "B": -1.5, " C": -3.0})
         self.engine = _HFEngine(model) if model is not None else None
-        self.completer = completer or (self.engine.complete if self.engine else
-                                       lambda p, body: ("echo: " + (p if isinstance(p, str) else " ".join(map(str, p[-3:]))), []))
+        self.completer = completer or (
+            self.engine.complete
+            if self.engine
+            else lambda p, body: ("echo: " + (p if isinstance(p, str) else " ".join(map(str, p[-3:]))), [])
+        )
         self.prompt_logprobs = prompt_logprobs or (self.engine.prompt_logprobs if self.engine else _toy_logprobs)
         self.latency, self._capacity = latency, threading.BoundedSemaphore(capacity or 10_000)
         self.faults, self.requests, self.inflight, self.max_inflight = list(faults), [], 0, 0
@@ -283,46 +454,69 @@ class FakeOpenAIServer:
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+
         self.httpd = Server(("127.0.0.1", 0), _fake_handler(self))
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self): self._thread.start(); return self
+    def __enter__(self):
+        self._thread.start()
+        return self
+
     def __exit__(self, *a):
         self.release.set()
-        if not self.dead: self.httpd.shutdown(); self.httpd.server_close()
+        if not self.dead:
+            self.httpd.shutdown()
+            self.httpd.server_close()
 
     def kill(self):
         "Stop answering now, as a crashed server: new connections are refused, open ones are dropped."
-        self.dead = True; self.release.set(); self.httpd.shutdown(); self.httpd.server_close()
+        self.dead = True
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
     def count(self, prompt: str) -> int:
         "How many requests asked `prompt` (as the last message)."
-        with self._lock: return sum(r["prompt"] == prompt for r in self.requests)
+        with self._lock:
+            return sum(r["prompt"] == prompt for r in self.requests)
 
 # %% ../nbs/15_testing.ipynb #76fc9d48
 import random
 from .core import Document, Query, Qrels, Run
 from .collections import Collection
 
+
 class TinyCollection(Collection):
     "In-memory collection: a test double that honours the `Collection` contract."
+
     def __init__(self, queries, docs, qrels, doc_lang="de", name="tiny"):
         self.queries, self._docs, self.qrels, self.doc_lang, self.name = queries, docs, qrels, doc_lang, name
         self.query_lang, self.key, self.pair = "en", name, f"en-{doc_lang}"
-    def iter_docs(self): return iter(self._docs.values())
-    def get_docs(self, docids): return [self._docs[d] for d in docids]
-    def get_doc(self, docid): return self._docs[docid]
+
+    def iter_docs(self):
+        return iter(self._docs.values())
+
+    def get_docs(self, docids):
+        return [self._docs[d] for d in docids]
+
+    def get_doc(self, docid):
+        return self._docs[docid]
 
 # %% ../nbs/15_testing.ipynb #15b8686e
 def tiny_setup(n_queries=2, n_docs=30, seed=0):
     "A `TinyCollection` of random passages with random grades (0-3) and a shuffled first-stage run of them."
     rng = random.Random(seed)
-    queries = {f"q{i}": Query(f"q{i}", f"topic {i} about subject number {i} and its history", "en") for i in range(n_queries)}
+    queries = {
+        f"q{i}": Query(f"q{i}", f"topic {i} about subject number {i} and its history", "en") for i in range(n_queries)
+    }
     docs, qrels, run = {}, Qrels(), {}
     for i in range(n_queries):
         ids = [f"q{i}d{j:02d}" for j in range(n_docs)]
-        for d in ids: docs[d] = Document(d, f"passage {d} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(40)), lang="de")
+        for d in ids:
+            docs[d] = Document(
+                d, f"passage {d} " + " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(40)), lang="de"
+            )
         qrels[f"q{i}"] = {d: rng.choice([0, 0, 0, 1, 2, 3]) for d in ids}
         rng.shuffle(ids)
         run[f"q{i}"] = ids
@@ -335,11 +529,14 @@ from .llm import Backend
 from .rerank import RERANKERS
 from .templates import PromptTemplate, prompt_text, prompts_dir, squash
 
+
 def template_pattern(text: str, last_greedy: bool = False) -> re.Pattern:
     "A regex of template `text`: its literal text as written, each `{name}` a group (a repeated name matches the same text)."
     out, seen, parts = "", set(), re.split(r"\{(\w+)\}", text)
     for i, part in enumerate(parts):
-        if i % 2 == 0: out += re.escape(part); continue
+        if i % 2 == 0:
+            out += re.escape(part)
+            continue
         last = i == len(parts) - 2 and not parts[-1]
         out += f"(?P={part})" if part in seen else f"(?P<{part}>.*)" if last and last_greedy else f"(?P<{part}>.*?)"
         seen.add(part)
@@ -350,16 +547,20 @@ def _shipped_templates() -> dict[str, list[PromptTemplate]]:
     "Every shipped prompt template, by kind (listwise, pairwise, setwise, pointwise)."
     out: dict[str, list[PromptTemplate]] = {}
     for p in sorted(prompts_dir().glob("*.yaml")):
-        try: t = PromptTemplate.load(p.stem)
-        except ClirError: continue   # a prompt of another kind of stage (translation)
+        try:
+            t = PromptTemplate.load(p.stem)
+        except ClirError:
+            continue  # a prompt of another kind of stage (translation)
         out.setdefault(t.method, []).append(t)
     return out
 
 # %% ../nbs/15_testing.ipynb #1ae57e3d
 class QrelsOracle(Backend):
     "A backend that answers listwise, PRP, setwise, pointwise and reasoning prompts from the qrels of `collection` (whitespace tokens)."
+
     supports_logprobs = supports_batching = is_chat = supports_prefill = scores_sequences = True
-    scores_pairs = True   # a cross-encoder too (`rank_pairs`)
+    scores_pairs = True  # a cross-encoder too (`rank_pairs`)
+
     def __init__(self, collection, qrels=None, name: str = "oracle:qrels", templates=()):
         "`templates`: prompt templates (names, paths or `PromptTemplate`s) read before the shipped ones, for prompts of one's own."
         self.collection, self.qrels, self.name = collection, qrels if qrels is not None else collection.qrels, name
@@ -369,8 +570,11 @@ class QrelsOracle(Backend):
         for t in reversed([t if isinstance(t, PromptTemplate) else PromptTemplate.load(t) for t in templates]):
             self.templates.setdefault(t.method, []).insert(0, t)
 
-    def count_tokens(self, text) -> int: return len(prompt_text(text).split())
-    def truncate(self, text: str, max_tokens: int) -> str: return " ".join(text.split()[:max_tokens])
+    def count_tokens(self, text) -> int:
+        return len(prompt_text(text).split())
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        return " ".join(text.split()[:max_tokens])
 
     def generate(self, prompts, max_new_tokens: int = 64, **params) -> list[str]:
         self.usage.calls += 1
@@ -380,14 +584,15 @@ class QrelsOracle(Backend):
     def score(self, prompts, candidates: list[str], **params) -> list[list[float]]:
         "Log-likelihood stand-ins: 0 for the label the qrels prefer, -1 for the others; grades for identifiers, Yes, queries."
         self.usage.calls += 1
-        return [self._answer(p, candidates)[1][:len(candidates)] for p in prompts]
+        return [self._answer(p, candidates)[1][: len(candidates)] for p in prompts]
 
 # %% ../nbs/15_testing.ipynb #c2e2f952
 @patch
 def _query(self: QrelsOracle, prompt: str) -> str:
     "The query id whose text (its first 60 characters) the prompt contains."
     hits = [q for q, t in self.queries.items() if t[:60] and t[:60] in prompt]
-    if not hits: raise ClirError(f"{self.name}: no known query in prompt {prompt[:120]!r}")
+    if not hits:
+        raise ClirError(f"{self.name}: no known query in prompt {prompt[:120]!r}")
     return max(hits, key=lambda q: len(self.queries[q]))
 
 # %% ../nbs/15_testing.ipynb #85cd9ac4
@@ -397,12 +602,15 @@ def _grade(self: QrelsOracle, qid: str, passage: str) -> int:
     key = lambda s: tuple(squash(s).replace("(", "[").replace(")", "]").split()[:8])
     if qid not in self._grades:
         judged = self.qrels.get(qid, {})
-        self._grades[qid] = {key(t): judged[d.docid] for d in self.collection.get_docs(list(judged))
-                             for t in (d.text, d.full_text)}   # a reranker may show the title or not
+        self._grades[qid] = {
+            key(t): judged[d.docid] for d in self.collection.get_docs(list(judged)) for t in (d.text, d.full_text)
+        }  # a reranker may show the title or not
     words = key(passage)
-    if words in self._grades[qid]: return self._grades[qid][words]
+    if words in self._grades[qid]:
+        return self._grades[qid][words]
     for dw, g in self._grades[qid].items():  # a passage cut to fewer than 8 words
-        if words and len(words) < 8 and dw[:len(words)] == words: return g
+        if words and len(words) < 8 and dw[: len(words)] == words:
+            return g
     return 0
 
 # %% ../nbs/15_testing.ipynb #0a26f75a
@@ -410,16 +618,20 @@ def _grade(self: QrelsOracle, qid: str, passage: str) -> int:
 def _match(self: QrelsOracle, kind: str, text: str, field: str = "prompt"):
     "The first template of `kind` whose `field` matches `text`: (template, match), or None."
     for t in self.templates.get(kind, []):
-        if t.get(field) and (m := template_pattern(t[field], last_greedy=True).search(text)): return t, m   # a passage at the end: to the end
+        # a passage at the end: to the end
+        if t.get(field) and (m := template_pattern(t[field], last_greedy=True).search(text)):
+            return t, m
     return None
 
 # %% ../nbs/15_testing.ipynb #59ea080e
 @patch
 def _pointwise(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
     "A pointwise answer: query likelihood (the query is the candidate) or Yes/No by grade."
-    if (hit := self._match("pointwise", text)) is None: return None
+    if (hit := self._match("pointwise", text)) is None:
+        return None
     t, m = hit
-    if t["scoring"] == "qlm": return "", [float(self._grade(self._query(squash(c)), m["passage"])) for c in candidates]
+    if t["scoring"] == "qlm":
+        return "", [float(self._grade(self._query(squash(c)), m["passage"])) for c in candidates]
     g = self._grade(self._query(squash(text)), m["passage"])
     return ("Yes" if g > 0 else "No"), [float(g), 0.0]
 
@@ -427,7 +639,8 @@ def _pointwise(self: QrelsOracle, text: str, candidates) -> tuple[str, list[floa
 @patch
 def _pairwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] | None:
     "The PRP answer: the passage of the higher grade ('Passage A' on a tie)."
-    if (hit := self._match("pairwise", text)) is None: return None
+    if (hit := self._match("pairwise", text)) is None:
+        return None
     ga, gb = self._grade(qid, hit[1]["a"]), self._grade(qid, hit[1]["b"])
     return ("Passage B" if gb > ga else "Passage A"), [0.0 if ga >= gb else -1.0, 0.0 if gb > ga else -1.0]
 
@@ -435,7 +648,8 @@ def _pairwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
 @patch
 def _setwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]] | None:
     "The setwise answer: the label of the first passage of the highest grade."
-    if (hit := self._match("setwise", text)) is None: return None
+    if (hit := self._match("setwise", text)) is None:
+        return None
     t, m = hit
     one = template_pattern(t["passage"], last_greedy=True)
     g = [self._grade(qid, one.fullmatch(p)["passage"]) for p in m["passages"].split(t["separator"])]
@@ -449,9 +663,13 @@ def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
     passages = []
     for t in self.templates.get("listwise", []):
         line = template_pattern(t["passage"].rstrip("\n"), last_greedy=True).pattern
-        passages = [(m["rank"], m["passage"]) for m in re.finditer("(?m)^" + line.replace(".*)", "[^\n]+)") + "$", text)]
-        if passages: break
-    if not passages: raise ClirError(f"{self.name}: no prompt template it knows matches the prompt {text[:120]!r}")
+        passages = [
+            (m["rank"], m["passage"]) for m in re.finditer("(?m)^" + line.replace(".*)", "[^\n]+)") + "$", text)
+        ]
+        if passages:
+            break
+    if not passages:
+        raise ClirError(f"{self.name}: no prompt template it knows matches the prompt {text[:120]!r}")
     grades = [self._grade(qid, p) for _, p in passages]
     order = sorted(range(len(passages)), key=lambda i: -grades[i])  # stable: ties in input order
     return " > ".join(f"[{passages[i][0]}]" for i in order), [float(x) for x in grades]
@@ -460,7 +678,8 @@ def _listwise(self: QrelsOracle, text: str, qid: str) -> tuple[str, list[float]]
 @patch
 def _reasoning(self: QrelsOracle, text: str, candidates) -> tuple[str, list[float]] | None:
     "A reasoning answer: a one-sentence trace closed by the template's `think_end`, then its yes or no label by grade."
-    if (hit := self._match("reasoning", text)) is None: return None
+    if (hit := self._match("reasoning", text)) is None:
+        return None
     t, m = hit
     g = self._grade(self._query(squash(m["query"])), m["passage"])
     return f"The passage has grade {g}.{t['think_end']}{t['choices']['yes' if g > 0 else 'no']}", [float(g), 0.0]
@@ -470,10 +689,14 @@ def _reasoning(self: QrelsOracle, text: str, candidates) -> tuple[str, list[floa
 def _answer(self: QrelsOracle, prompt, candidates=()) -> tuple[str, list[float]]:
     "The oracle's answer to `prompt` and its scores of `candidates`, whatever the kind of prompt: a registered family's `oracle_answer`, else the shipped kinds'."
     text = prompt_text(prompt)
-    for family in dict.fromkeys(RERANKERS.values()):   # a family's own answer first (an outside package's: `Reranker.oracle_answer`)
-        if (hook := getattr(family, "oracle_answer", None)) and (out := hook(self, text, candidates)) is not None: return out
-    if (out := self._pointwise(text, candidates)) is not None: return out
-    if (out := self._reasoning(text, candidates)) is not None: return out
+    # a family's own answer first (an outside package's: `Reranker.oracle_answer`)
+    for family in dict.fromkeys(RERANKERS.values()):
+        if (hook := getattr(family, "oracle_answer", None)) and (out := hook(self, text, candidates)) is not None:
+            return out
+    if (out := self._pointwise(text, candidates)) is not None:
+        return out
+    if (out := self._reasoning(text, candidates)) is not None:
+        return out
     qid = self._query(squash(text))
     return self._pairwise(text, qid) or self._setwise(text, qid) or self._listwise(text, qid)
 

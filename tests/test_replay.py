@@ -1,6 +1,7 @@
 """Recorded LLM calls (clir_llm.replay), issue 16: the demo's LLM calls are committed as recorded responses (configs/recorded/demo-llm.jsonl), `reproduce`
 seeds the cache from them, a missing or edited line is a one-line error, and (slow) a random sample of them computed
 again with the real stand-in gives the same answers."""
+
 import json, os, random, subprocess, sys
 from pathlib import Path
 import pytest, yaml
@@ -16,14 +17,42 @@ DEMO_RECORDED = R.ROOT / "configs" / "recorded" / "demo-llm.jsonl"
 def _config(tmp: Path, model: Path) -> Path:
     "A small configuration with a tiny random Qwen2 as its LLM: a listwise (generate) and a PRP (score) reranker."
     llm = f"hf:{model}"
-    cfg = dict(name="recorded", collection="fixture", pairs=["en-de"], measure="MAP", extra_measures=["nDCG@20"],
-               first_stage=dict(translator="dict:freedict", depth=4, methods=["dense:e5-small"]),
-               rerankers=[dict(name="Tiny listwise", llm=llm, method="listwise", prompt="rankzephyr", first_stages=["dense:e5-small"],
-                               docs=["og", "dt"], top_k=3, window=3, step=3, max_words=12),
-                          dict(name="Tiny PRP", llm=llm, method="pairwise-bubblesort", k=1, scoring="likelihood",
-                               first_stages=["dense:e5-small"], docs=["og"], top_k=3, passage_tokens=12)],
-               experiments=["2_listwise", "3_pairwise"], recorded="recorded.jsonl",
-               stand_in_note="Test with a tiny random model: numbers test the machinery only.")
+    cfg = dict(
+        name="recorded",
+        collection="fixture",
+        pairs=["en-de"],
+        measure="MAP",
+        extra_measures=["nDCG@20"],
+        first_stage=dict(translator="dict:freedict", depth=4, methods=["dense:e5-small"]),
+        rerankers=[
+            dict(
+                name="Tiny listwise",
+                llm=llm,
+                method="listwise",
+                prompt="rankzephyr",
+                first_stages=["dense:e5-small"],
+                docs=["og", "dt"],
+                top_k=3,
+                window=3,
+                step=3,
+                max_words=12,
+            ),
+            dict(
+                name="Tiny PRP",
+                llm=llm,
+                method="pairwise-bubblesort",
+                k=1,
+                scoring="likelihood",
+                first_stages=["dense:e5-small"],
+                docs=["og"],
+                top_k=3,
+                passage_tokens=12,
+            ),
+        ],
+        experiments=["2_listwise", "3_pairwise"],
+        recorded="recorded.jsonl",
+        stand_in_note="Test with a tiny random model: numbers test the machinery only.",
+    )
     path = tmp / "recorded.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -32,9 +61,16 @@ def _config(tmp: Path, model: Path) -> Path:
 def _run(cfg: Path, tmp: Path, tag: str, *flags):
     cache = R.seed_cache(tmp / f"cache-{tag}")
     res = tmp / f"res-{tag}"
-    p = subprocess.run([*R.reproduce_cmd(cfg, res, res / "figures"), *flags], capture_output=True, text=True,
-                       timeout=900, env=R.env_for(cache))
-    tables = {f.name: f.read_bytes() for f in sorted((res / "recorded" / "tables").glob("*"))} if p.returncode == 0 else {}
+    p = subprocess.run(
+        [*R.reproduce_cmd(cfg, res, res / "figures"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=R.env_for(cache),
+    )
+    tables = (
+        {f.name: f.read_bytes() for f in sorted((res / "recorded" / "tables").glob("*"))} if p.returncode == 0 else {}
+    )
     return p, tables
 
 
@@ -48,18 +84,23 @@ def test_record_wipe_replay_and_bad_lines(tmp_path):
     assert cold.returncode == 0, cold.stderr[-2000:]
     calls = read_llm_calls(rec)
     assert {c["op"] for c in calls} == {"generate", "score"} and f"recorded {len(calls)} LLM calls" in cold.stdout
-    assert [c["key"] for c in calls] == sorted({c["key"] for c in calls})          # sorted, one line per call
+    assert [c["key"] for c in calls] == sorted({c["key"] for c in calls})  # sorted, one line per call
     # a wiped cache replays the recorded calls: the same tables, no model call
     warm, warm_tables = _run(cfg, tmp_path, "replay")
     assert warm.returncode == 0, warm.stderr[-2000:]
     assert f"{len(calls)} calls from {rec} seeded" in warm.stdout and warm_tables == cold_tables and cold_tables
     # an edited line: one line naming it, before any notebook runs
     lines = rec.read_text().splitlines()
-    edited = json.loads(lines[0]); edited["response"]["tokens_in"] += 1
+    edited = json.loads(lines[0])
+    edited["response"]["tokens_in"] += 1
     rec.write_text("\n".join([json.dumps(edited, ensure_ascii=False, sort_keys=True)] + lines[1:]) + "\n")
     bad, _ = _run(cfg, tmp_path, "edited")
     err = bad.stderr.strip().splitlines()
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr and "line 1: the line does not match its check hash" in err[-1], bad.stderr[-800:]
+    assert (
+        bad.returncode != 0
+        and "Traceback" not in bad.stderr
+        and "line 1: the line does not match its check hash" in err[-1]
+    ), bad.stderr[-800:]
 
 
 def test_record_wipe_replay_rerankers(tmp_path, monkeypatch):
@@ -69,18 +110,24 @@ def test_record_wipe_replay_rerankers(tmp_path, monkeypatch):
     from clir_llm.replay import export_llm_calls, seed_llm_calls
     from clir_llm.rerank import get_reranker
     from clir_llm.testing import tiny_setup
+
     model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
     coll, run = tiny_setup(n_queries=3, n_docs=8)
+
     def rerank_all(cache):
         b = get_backend(f"hf:{model}", cache)
         lw = get_reranker("listwise", b, progress=False, window=4, step=2, max_words=12).rerank(coll, run, k=6)
-        prp = get_reranker("pairwise-bubblesort", b, progress=False, k=2, scoring="likelihood", passage_tokens=12).rerank(coll, run, k=4)
+        prp = get_reranker(
+            "pairwise-bubblesort", b, progress=False, k=2, scoring="likelihood", passage_tokens=12
+        ).rerank(coll, run, k=4)
         return {q: lw.docids(q) for q in lw}, {q: prp.docids(q) for q in prp}, b
+
     *cold, b = rerank_all(Cache(tmp_path / "cold"))
     res = export_llm_calls(b.cache, tmp_path / "rec.jsonl", [b])
     ops = {c["op"] for c in read_llm_calls(tmp_path / "rec.jsonl")}
     assert res["calls"] == b.usage.calls > 0 and ops == {"generate", "score"}
-    fresh = Cache(tmp_path / "fresh"); assert seed_llm_calls(fresh, tmp_path / "rec.jsonl") == res["calls"]
+    fresh = Cache(tmp_path / "fresh")
+    assert seed_llm_calls(fresh, tmp_path / "rec.jsonl") == res["calls"]
     monkeypatch.setenv("CLIR_LLM_REPLAY_STAGES", "llm")
     *warm, b2 = rerank_all(fresh)
     assert warm == cold and b2.usage.calls == 0 and b2.usage.cache_hits == res["calls"]
@@ -91,16 +138,20 @@ def test_missing_recorded_call_is_an_error(tmp_path, monkeypatch):
     from clir_llm.cache import Cache, CacheMiss
     from clir_llm.llm import get_backend
     from clir_llm.replay import export_llm_calls, seed_llm_calls
+
     model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
     b = get_backend(f"hf:{model}", Cache(tmp_path / "c1"))
     b.generate(["one", "two"], max_new_tokens=2, progress=False)
     export_llm_calls(b.cache, tmp_path / "r.jsonl", [b])
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     (tmp_path / "r.jsonl").write_text(lines[0] + "\n")
-    fresh = Cache(tmp_path / "c2"); assert seed_llm_calls(fresh, tmp_path / "r.jsonl") == 1
-    monkeypatch.setenv("CLIR_LLM_REPLAY_STAGES", "llm"); monkeypatch.setenv("CLIR_LLM_REPLAY_HINT", "record them again")
+    fresh = Cache(tmp_path / "c2")
+    assert seed_llm_calls(fresh, tmp_path / "r.jsonl") == 1
+    monkeypatch.setenv("CLIR_LLM_REPLAY_STAGES", "llm")
+    monkeypatch.setenv("CLIR_LLM_REPLAY_HINT", "record them again")
     b2 = get_backend(f"hf:{model}", fresh)
-    with pytest.raises(CacheMiss) as e: b2.generate(["one", "two"], max_new_tokens=2, progress=False)
+    with pytest.raises(CacheMiss) as e:
+        b2.generate(["one", "two"], max_new_tokens=2, progress=False)
     assert "1 of 2" in str(e.value) and str(e.value).endswith("; record them again") and "\n" not in str(e.value)
     assert b2.usage.calls == 0
 
@@ -129,15 +180,19 @@ def test_call_keys_name_the_recorded_lines(tmp_path):
     from clir_llm.core import ClirError
     from clir_llm.llm import call_key, get_backend
     from clir_llm.replay import export_llm_calls
+
     model = make_tiny_hf_model(tmp_path / "tiny", "qwen2", hidden_size=32, num_layers=2)
     b = get_backend(f"hf:{model}", Cache(tmp_path / "c"))
-    b.generate(["one"], max_new_tokens=2, progress=False); b.score(["two"], [" A", " B"], progress=False)
+    b.generate(["one"], max_new_tokens=2, progress=False)
+    b.score(["two"], [" A", " B"], progress=False)
     assert export_llm_calls(b.cache, tmp_path / "r.jsonl", [b]) == {"calls": 2, "skipped": 0}
     for c in read_llm_calls(tmp_path / "r.jsonl"):
         assert call_key(b, c["op"], c["params"], c["prompt"], c.get("candidates")) == c["key"]
-    other = get_backend(f"hf:{model}", Cache(tmp_path / "c"), double_bos=True)      # a quirk on: other keys
+    other = get_backend(f"hf:{model}", Cache(tmp_path / "c"), double_bos=True)  # a quirk on: other keys
     with pytest.raises(ClirError, match="none of .* gives its key"):
-        export_llm_calls(b.cache, tmp_path / "r2.jsonl", [other], keys=[c["key"] for c in read_llm_calls(tmp_path / "r.jsonl")])
+        export_llm_calls(
+            b.cache, tmp_path / "r2.jsonl", [other], keys=[c["key"] for c in read_llm_calls(tmp_path / "r.jsonl")]
+        )
 
 
 @pytest.mark.slow
@@ -145,6 +200,7 @@ def test_every_recorded_demo_key_is_reproduced():
     "Byte-identical cache keys: the stand-in renders every prompt of the committed demo calls to its recorded key (no model run)."
     from clir_llm.cache import Cache
     from clir_llm.llm import call_key, get_backend
+
     calls = read_llm_calls(DEMO_RECORDED)
     b = get_backend("hf:qwen2.5-coder-0.5b-offline", Cache(mode="off"))
     bad = [c["key"] for c in calls if call_key(b, c["op"], c["params"], c["prompt"], c.get("candidates")) != c["key"]]
@@ -157,10 +213,24 @@ def test_a_planted_response_of_the_wrong_shape_is_refused_with_its_line(tmp_path
     with one line naming the file and line, before it reaches the cache (it was five different tracebacks later)."""
     from clir_llm.core import ClirError
     from clir_llm.replay import _check
-    d = {"key": "k" * 16, "backend": "hf:x", "op": "generate", "params": {"max_new_tokens": 8}, "prompt": "p", "response": response}
+
+    d = {
+        "key": "k" * 16,
+        "backend": "hf:x",
+        "op": "generate",
+        "params": {"max_new_tokens": 8},
+        "prompt": "p",
+        "response": response,
+    }
     d["check"] = _check(d)
-    p = tmp_path / "rec.jsonl"; p.write_text(json.dumps(d) + "\n")
-    try: read_llm_calls(p); msg = None
-    except ClirError as e: msg = str(e)
-    R.hostile("configs", f"a recorded: line planting a cache row ({str(response)[:20]})", msg is not None and "\n" not in msg)
+    p = tmp_path / "rec.jsonl"
+    p.write_text(json.dumps(d) + "\n")
+    try:
+        read_llm_calls(p)
+        msg = None
+    except ClirError as e:
+        msg = str(e)
+    R.hostile(
+        "configs", f"a recorded: line planting a cache row ({str(response)[:20]})", msg is not None and "\n" not in msg
+    )
     assert msg and f"{p} line 1: response" in msg and "is not a generate record" in msg, msg
