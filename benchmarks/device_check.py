@@ -10,6 +10,9 @@ check fails:
   few times what the CPU measured for batching noise in that dtype (nbs/10h_prefix_cache: bf16 0.017, fp16 0.0028).
 - `prefix-reuse-cuda`: prefix reuse against the plain path in float32 (bound 1e-4: float rounding) and, reported, in
   bfloat16 with `prefix_cache=true` beside the plain path's own batching noise (the default reuses only in float32).
+- `stop-strings-cuda`: Rank1's call (issue 38 item 4): greedy generation stopped by strings taken from the model's own
+  answers, with the last generated token's top 20 log-probabilities, in a batch of 8 against one at a time: in float32
+  (prefix reuse on, its default there) the same texts, strings met and token counts, top-20 |Δ| <= 1e-4; float16 reported.
 - `crossencoder-padded`: the cross-encoder's padded attention (one masked call per batch, the GPU default) against
   per-pair attention one pair at a time, in float32 (bound 1e-4) and float16 (bound 2e-2).
 - `nvembed-cuda`: NV-Embed-v2 without remote code (tests/fixtures/nvembed: the published code's float32 outputs) on the
@@ -27,8 +30,8 @@ import numpy as np
 import torch
 import _smoke
 
-TARGETS = ["padded-attention-fp16", "padded-attention-bf16", "prefix-reuse-cuda", "crossencoder-padded", "nvembed-cuda",
-           "repllama-autocast", "nllb-device-string"]
+TARGETS = ["padded-attention-fp16", "padded-attention-bf16", "prefix-reuse-cuda", "stop-strings-cuda", "crossencoder-padded",
+           "nvembed-cuda", "repllama-autocast", "nllb-device-string"]
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [[{"role": "user", "content": f"Given a query \"{q}\", which of the following two passages is more relevant?\n\n"
              f"Passage A: \"{a}\"\n\nPassage B: \"{b}\"\n\nOutput Passage A or Passage B:"}]
@@ -142,6 +145,26 @@ def nllb(tmp: Path, device: str):
            f"{names[0]} -> {dtypes[0]}, {names[1]} -> {dtypes[1]}; translations equal: {outs[0] == outs[1]}")
 
 
+def stop_strings(tmp: Path, device: str):
+    from clir_llm.llm import get_backend
+    from clir_llm.testing import make_tiny_hf_model
+    model, prompts = make_tiny_hf_model(tmp / "qwen2s", "qwen2", seed=2), [p[0]["content"] for p in PROMPTS]
+    def run(dtype, bs, **kw):
+        return get_backend(f"hf:{model}", device=device, dtype=dtype, batch_size=bs, chat=False).complete(prompts, max_new_tokens=16,
+                                                                                                          progress=False, **kw)
+    stop = sorted({r["text"][6:10] for r in run("float32", 1) if len(r["text"]) >= 10})   # strings the answers write
+    line = []
+    for dtype in ("float32", "float16"):
+        a, b = run(dtype, 8, stop=stop, top_logprobs=20), run(dtype, 1, stop=stop, top_logprobs=20)
+        same = [x["text"] == y["text"] and x.get("stop") == y.get("stop") and x["tokens_out"] == y["tokens_out"] for x, y in zip(a, b)]
+        d = max((abs(x["top_logprobs"][t] - y["top_logprobs"][t]) for x, y, s in zip(a, b, same) if s
+                 for t in set(x["top_logprobs"]) & set(y["top_logprobs"])), default=0.0)
+        line.append((dtype, sum(same), sum("stop" in x for x in a), d))
+    _, eq, met, d = line[0]   # float32 decides; float16 is reported
+    report("stop-strings-cuda", eq == len(prompts) and met > 0 and d <= 1e-4, "; ".join(
+        f"{t}: batch 8 vs 1 equal {e}/{len(prompts)}, stopped {m}, top-20 max |d| {x:.3g}" for t, e, m, x in line) + " (float32 bound 1e-4)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default=None, help="cuda (default when there is one) or cpu")
@@ -159,6 +182,7 @@ def main():
         padded_attention(tmp, device, "float16", 1e-2)
         padded_attention(tmp, device, "bfloat16", 6e-2)
         prefix_reuse(tmp, device)
+        stop_strings(tmp, device)
         crossencoder(tmp, device)
         nvembed(device)
         repllama(tmp, device)
