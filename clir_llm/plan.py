@@ -576,16 +576,17 @@ def _dt_text(cfg: Config) -> str:
     return own if not shipped else f"shipped translations on {', '.join(shipped)}, else {own}"
 
 # %% ../nbs/13f_plan.ipynb #55d7d391
-def _near(cfg: Config, p) -> bool:
-    "Whether path `p` exists as given (from the working folder) or relative to the configuration file."
-    p = Path(p).expanduser()
-    return p.exists() or (not p.is_absolute() and cfg.path is not None and (cfg.path.parent / p).exists())
+def _near(cfg: Config, p, folder: bool = False) -> bool:
+    "Whether path `p` exists (as a folder: `folder`) as given (from the working folder) or relative to the configuration file."
+    p, there = Path(p).expanduser(), Path.is_dir if folder else Path.exists
+    return there(p) or (not p.is_absolute() and cfg.path is not None and there(cfg.path.parent / p))
 
 # %% ../nbs/13f_plan.ipynb #4496e2d5
 def check_files(cfg: Config):
     "The files a run will read exist and load: the data `root`, `gguf:` model files, the regression file (one ClirError line each)."
     where = f"{cfg.path}: " if cfg.path else ""
-    if cfg.root and not _near(cfg, cfg.root): raise ClirError(f"{where}root: no such folder {cfg.root!r}")
+    if cfg.root and not _near(cfg, cfg.root, folder=True):   # a file passed as 'nothing missing' until the run loaded it
+        raise ClirError(f"{where}root: {'not a folder' if _near(cfg, cfg.root) else 'no such folder'} {cfg.root!r}")
     for r in cfg.rerankers:
         files = [l for l in r.llm.backend_class.missing(r.llm) if l.startswith("files:")] if r.llm is not None else []
         if files and not _near(cfg, r.llm.model):   # a model file may also be given relative to the configuration

@@ -305,3 +305,19 @@ def test_two_rows_of_one_reranker_name_share_no_cell(tmp_path):
     q.write_text(yaml.safe_dump(_demo(x=lambda c: c["rerankers"].append({**c["rerankers"][0], "pairs": ["en-fi"]}))))
     from clir_llm.config import load_config
     assert [r.name for r in load_config(q).rerankers].count("Qwen-0.5B listwise") == 3
+
+
+
+@pytest.mark.parametrize("root", ["file", "nowhere"])
+def test_a_root_that_is_no_folder_is_refused_by_the_dry_run(tmp_path, root):
+    """Sweep of issue 39 item 6 (this session): `root:` naming a file passed the dry run as 'missing: nothing (data,
+    credentials and models are here)' (a missing path was refused; a file only had to exist), and the run failed when
+    it loaded the collection. One line now; a folder, relative to the configuration too, is still accepted."""
+    given = {"file": "run.trec", "nowhere": str(tmp_path / "no" / "such")}[root]
+    (tmp_path / "run.trec").write_text("t1 Q0 de-1 1 1.0 x\n")
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump(_demo(root=given)))
+    rc, err = R.dry_run(p)
+    R.expect_rc(f"root: {root}", rc, err, f"root: {'not a folder' if root == 'file' else 'no such folder'} {given!r}")
+    (tmp_path / "data").mkdir()
+    q = tmp_path / "d.yaml"; q.write_text(yaml.safe_dump(_demo(root="data")))
+    assert R.run_main("reproduce", q, "--dry-run").returncode == 0
