@@ -5,7 +5,7 @@
 # %% ../nbs/16_pyterrier.ipynb #a49c6548
 from __future__ import annotations
 from fastcore.basics import patch
-from .core import ClirError, Run
+from .core import MAX_DEPTH, ClirError, Run
 from .cache import Cache
 from .collections import Collection, load_collection
 from .executor import LOCAL, Executor
@@ -105,8 +105,8 @@ class ClirRetriever(pt.Transformer):
         progress: bool = False,
         **options,
     ):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ClirError(f"k must be a positive integer, got {k!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_DEPTH:  # 10**11: a Java traceback
+            raise ClirError(f"k must be a positive integer of at most {MAX_DEPTH:,} (documents per query), got {k!r}")
         self.method, opts = _first_stage(method, dict(options))
         self.collection = _collection(collection, pair, root)
         if self.collection is None:
@@ -194,11 +194,13 @@ def _backend(llm, cache, cache_mode: str) -> Backend | None:
 
 # %% ../nbs/16_pyterrier.ipynb #fd2e83f2
 def _check_docs_top_k(docs, top_k):
-    "`docs` is og or dt, `top_k` a positive integer (not a bool), else one error naming the value."
+    "`docs` is og or dt, `top_k` a positive integer (not a bool) of at most `MAX_DEPTH`, else one error naming the value."
     if docs not in ("og", "dt"):
         raise ClirError(f"docs must be 'og' or 'dt', got {docs!r}")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ClirError(f"top_k must be a positive integer, got {top_k!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= MAX_DEPTH:  # as rerank --top-k
+        raise ClirError(
+            f"top_k must be a positive integer of at most {MAX_DEPTH:,} (documents per query), got {top_k!r}"
+        )
 
 # %% ../nbs/16_pyterrier.ipynb #c9c3671e
 class ClirReranker(pt.Transformer):
