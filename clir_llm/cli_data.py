@@ -29,6 +29,10 @@ def _list_entry(e, n: str, a, broken: list):
     pairs = src.pair_list(COLLECTIONS.lookup(n)[1])
     if isinstance(pairs, AnyPair):
         pairs = [p for p in a.pairs] if a.pairs else []
+    elif a.pairs:  # --pair shows those pairs of every collection (a pair no collection has: an error at the end)
+        if not (pairs := [p for p in pairs if p in a.pairs]):
+            return
+    a.shown.update(pairs)
     if src.env and not os.environ.get(src.env):  # no Hub look-ups (and their retries) just to list
         print(f"{n:<10} {'-':<6} {'':>7} {'':>9} {'':>7} {'':>8}  {desc} (set ${src.env} to a local copy to list it)")
         return
@@ -65,12 +69,12 @@ def cli_datasets(argv=None) -> int:
         dest="pairs",
         action="append",
         default=[],
-        help="pair to show of a collection that takes any pair (files:)",
+        help="show only this pair (a collection that takes any pair, files:, needs one)",
     )
     a = ap.parse_args(argv)
     entries = [(COLLECTIONS.lookup(n)[0], n) for n in a.names] or [(e, e.name) for e in COLLECTIONS.entries()]
     print(f"{'collection':<10} {'pair':<6} {'queries':>7} {'docs':>9} {'judged':>7} {'relevant':>8}  description")
-    broken = []
+    broken, a.shown = [], set()
     for e, n in entries:
         _list_entry(e, n, a, broken)
     print(f"\n--collection and the config key collection: accept {', '.join(e.example for e in COLLECTIONS.entries())}")
@@ -80,6 +84,8 @@ def cli_datasets(argv=None) -> int:
         print(f"  {e.example:<{w}}  {COLLECTIONS.options_line(e.name) or '-'}")
     if broken:
         raise ClirError(f"not available: {', '.join(broken)} (the reason is on its line above)")
+    if none := [p for p in a.pairs if p not in a.shown]:  # --pair xx-yy listed every pair, exit 0
+        raise ClirError(f"--pair {none[0]!r}: no collection {'shown ' if a.names else ''}has this pair")
     return 0
 
 # %% ../nbs/14c_cli_data.ipynb #36473520

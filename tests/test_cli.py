@@ -447,3 +447,15 @@ def test_a_95_kb_model_name_is_refused_before_any_call(tmp_path):
     assert ok, (p.returncode, len(p.stderr), p.stderr[:400])
     from clir_llm.llm import BackendSpec
     assert BackendSpec.parse("openai:gpt-4o-mini").model == "gpt-4o-mini"   # a normal name as before
+
+
+@pytest.mark.parametrize("args,says", [(["fixture", "--pair", "xx-yy"], "--pair 'xx-yy': no collection shown has this pair"),
+                                       (["--pair", "zz-qq"], "--pair 'zz-qq': no collection has this pair")])
+def test_datasets_pair_that_no_collection_has_is_an_error(args, says):
+    """Sweep of issue 39 item 6 (this session): `datasets fixture --pair xx-yy` listed every pair of the fixture and
+    exited 0 (--pair was read only for files:). --pair now shows that pair of each collection; a pair none has is one line."""
+    p = R.run_main("datasets", *args)
+    R.expect_one_line_error(f"datasets {' '.join(args)}", p, "arguments", says)
+    ok = R.run_main("datasets", "fixture", "--pair", "en-de")
+    rows = [l for l in ok.stdout.splitlines() if l.startswith("fixture")]
+    assert ok.returncode == 0 and len(rows) == 1 and rows[0].split()[1] == "en-de", ok.stdout[:600]
