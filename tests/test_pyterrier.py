@@ -319,12 +319,12 @@ HOSTILE_FRAMES = [  # issue 39 item 6: each was silently wrong (a NaN id became 
         "qid '1' comes with 2 different query texts",
     ),
     ("k=True (retriever)", lambda c: ClirRetriever("bm25-og", c, k=True), "(documents per query), got True"),
-    (   # sweep of issue 39 item 6 (this session): a Java NumberFormatException traceback from Lucene's -hits
+    (  # sweep of issue 39 item 6 (this session): a Java NumberFormatException traceback from Lucene's -hits
         "k=10**11 (retriever)",
         lambda c: ClirRetriever("bm25-og", c, k=10**11)(pd.DataFrame({"qid": ["1"], "query": ["a cat"]})),
         "k must be a positive integer of at most 10,000 (documents per query), got 100000000000",
     ),
-    (   # sweep of issue 39 item 6 (this session): accepted, where rerank --top-k refuses it
+    (  # sweep of issue 39 item 6 (this session): accepted, where rerank --top-k refuses it
         "top_k=10**11 (reranker)",
         lambda c: ClirReranker("listwise", llm=QrelsOracle(c), collection=c, top_k=10**11),
         "top_k must be a positive integer of at most 10,000",
