@@ -515,7 +515,9 @@ def regression_path(cfg: Config | ConfigHead) -> Path:
 def load_regression(path) -> Regression:
     "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
     path = Path(path)
-    if not path.is_file(): raise ClirError(f"{path}: regression file not found" + (" (it is a folder)" if path.is_dir() else ""))
+    if not path.is_file():   # what is there instead is named (a FIFO was 'not found' alone)
+        what = "a folder" if path.is_dir() else "a named pipe" if path.is_fifo() else "a socket or device"
+        raise ClirError(f"{path}: regression file not found" + (f" (it is {what})" if path.exists() else ""))
     data = load_yaml(path, "regression file is not valid YAML")
     if not isinstance(data, dict):
         raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")

@@ -321,3 +321,14 @@ def test_a_root_that_is_no_folder_is_refused_by_the_dry_run(tmp_path, root):
     (tmp_path / "data").mkdir()
     q = tmp_path / "d.yaml"; q.write_text(yaml.safe_dump(_demo(root="data")))
     assert R.run_main("reproduce", q, "--dry-run").returncode == 0
+
+
+def test_a_regression_file_that_is_a_named_pipe_is_named_so(tmp_path):
+    """Sweep of issue 39 item 6 (this session): `check` on a configuration whose regression file is a FIFO said
+    'regression file not found' (it is there); the line names what is there, and nothing waits on the pipe."""
+    import time
+    os.mkfifo(tmp_path / "reg.yaml")
+    p = tmp_path / "c.yaml"; p.write_text(yaml.safe_dump({**_demo(), "regression": "reg.yaml"}))
+    t0 = time.monotonic(); r = R.run_main("check", p)
+    R.expect_rc("regression: a named pipe", r.returncode, r.stderr, "reg.yaml: regression file not found (it is a named pipe)")
+    assert time.monotonic() - t0 < 30
