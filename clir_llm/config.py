@@ -9,8 +9,22 @@ from pathlib import Path
 from typing import Annotated, Callable, Literal, Optional, Union
 import yaml
 from fastcore.basics import patch
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr, SerializeAsAny,
-                      StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    SerializeAsAny,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from .core import MAX_DEPTH, ClirError, load_yaml, repo_root
 from .languages import parse_pair
 from .llm import BackendSpec
@@ -30,32 +44,44 @@ __all__ = ['Method', 'MethodName', 'Translator', 'Backend', 'MODULE_NAME', 'NOTE
 
 # %% ../nbs/13a_config.ipynb #72388b06
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)   # strict types: `top_k: true` or `depth: "5"` is an error, not 1 or 5
+    # strict types: `top_k: true` or `depth: "5"` is an error, not 1 or 5
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 # %% ../nbs/13a_config.ipynb #68337faf
 def _field(parse):
     "A pydantic validator from a spec parser: its ClirError becomes a ValueError that pydantic reports at the field."
+
     def check(v):
-        try: return parse(v)
-        except ClirError as e: raise ValueError(str(e)) from None
+        try:
+            return parse(v)
+        except ClirError as e:
+            raise ValueError(str(e)) from None
+
     return check
 
+
 Method = Annotated[FirstStage, BeforeValidator(_field(parse_method)), PlainSerializer(str, return_type=str)]
-MethodName = Annotated[str, AfterValidator(_field(lambda s: str(parse_method(s))))]   # a method as a mapping key
-Translator = Annotated[TranslatorSpec, BeforeValidator(_field(TranslatorSpec.parse)), PlainSerializer(str, return_type=str)]
+MethodName = Annotated[str, AfterValidator(_field(lambda s: str(parse_method(s))))]  # a method as a mapping key
+Translator = Annotated[
+    TranslatorSpec, BeforeValidator(_field(TranslatorSpec.parse)), PlainSerializer(str, return_type=str)
+]
 Backend = Annotated[BackendSpec, BeforeValidator(_field(BackendSpec.parse)), PlainSerializer(str, return_type=str)]
 
 # %% ../nbs/13a_config.ipynb #2618aa49
-MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"   # a plugin: a dotted module name, nothing else
-NOTEBOOK_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"            # an experiment: a notebook's name in nbs/experiments
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # a plugin: a dotted module name, nothing else
+NOTEBOOK_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"  # an experiment: a notebook's name in nbs/experiments
 
-NAME_MAX = 100   # characters of a configuration's name: a folder, and the start of its files' names (255 bytes at most)
+NAME_MAX = 100  # characters of a configuration's name: a folder, and the start of its files' names (255 bytes at most)
+
 
 def plain_name(v: str) -> str:
     "A configuration's name: a folder under `--results`, so a plain file name, never a path out of it."
     if not v.strip() or v in (".", "..") or any(c in v for c in "/\\\0") or v.startswith("."):
         raise ValueError("name must be a plain file name (no '/', '\\', leading '.')")
-    if len(v) > NAME_MAX: raise ValueError(f"name must be at most {NAME_MAX} characters (it names a folder and its files), got {len(v):,}")
+    if len(v) > NAME_MAX:
+        raise ValueError(
+            f"name must be at most {NAME_MAX} characters (it names a folder and its files), got {len(v):,}"
+        )
     return plain_label(v)
 
 # %% ../nbs/13a_config.ipynb #bfaaa169
@@ -67,28 +93,39 @@ def _beside(v: str) -> str:
     return v
 
 # %% ../nbs/13a_config.ipynb #b7e2c401
-LABEL_MAX = 200   # characters of a row label in a table
+LABEL_MAX = 200  # characters of a row label in a table
+
 
 def plain_label(v: str) -> str:
     "A name shown in tables and messages (a configuration's, a reranker row's): one line, no control characters, at most `LABEL_MAX`."
     if bad := next((c for c in v if ord(c) < 32 or 127 <= ord(c) < 160), None):
         raise ValueError(f"a name must not hold control characters (a newline, ESC, ...): {bad!r} in {v[:40]!r}")
-    if len(v) > LABEL_MAX: raise ValueError(f"a name must be at most {LABEL_MAX} characters, got {len(v):,}")
+    if len(v) > LABEL_MAX:
+        raise ValueError(f"a name must be at most {LABEL_MAX} characters, got {len(v):,}")
     return v
 
 # %% ../nbs/13a_config.ipynb #82c695e0
 class FirstStageConfig(_Strict):
     "Which first-stage runs to make (method strings of `clir-llm retrieve`, parsed into `FirstStage` specs)."
+
     methods: list[Method] = Field(min_length=1)
-    translator: Optional[Translator] = None     # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
+    # QT/DT translator spec, e.g. "dict:freedict" or "nllb:facebook/nllb-200-1.3B"
+    translator: Optional[Translator] = None
     depth: int = Field(100, gt=0, le=MAX_DEPTH)
-    only_pairs: dict[MethodName, list[str]] = {}   # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
-    dt_source: Literal[DT_SOURCES] = "auto"   # DT documents (first stage and rerankers): shipped translations, else the translator
-    dense_doc_max_length: Optional[int] = Field(None, gt=0, le=1_000_000)  # cut documents for dense encoders (None: the registry's 512; the demo uses 256)
-    dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None  # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
-    dense_quirks: list[str] = []   # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
-    dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}   # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
-    nllb_output: Literal["256-new-tokens", "model-max-length"] = "256-new-tokens"   # NLLB's output cap; the authors': the model's max_length (200)
+    # method -> the pairs it runs on (e.g. a dictionary that covers en-de, en-fi only)
+    only_pairs: dict[MethodName, list[str]] = {}
+    # DT documents (first stage and rerankers): shipped translations, else the translator
+    dt_source: Literal[DT_SOURCES] = "auto"
+    # cut documents for dense encoders (None: the registry's 512; the demo uses 256)
+    dense_doc_max_length: Optional[int] = Field(None, gt=0, le=1_000_000)
+    # dense encoders see titles? None: registry default; bool: all; {encoder: bool}
+    dense_title: Optional[Union[StrictBool, dict[str, StrictBool]]] = None
+    # the authors' dense quirks to switch on by name (e5-no-prefix, repllama-128): see dense.encoder_quirks()
+    dense_quirks: list[str] = []
+    # {encoder: GPU dtype}; default: the authors' (dense.ENCODERS' `half`)
+    dense_dtype: dict[str, Literal["float16", "bfloat16", "float32"]] = {}
+    # NLLB's output cap; the authors': the model's max_length (200)
+    nllb_output: Literal["256-new-tokens", "model-max-length"] = "256-new-tokens"
 
     @field_validator("dense_dtype", "dense_title")
     @classmethod
@@ -100,18 +137,24 @@ class FirstStageConfig(_Strict):
     @field_validator("dense_quirks")
     @classmethod
     def _quirks(cls, v):
-        try: EncoderQuirks.named(v)
-        except ClirError as e: raise ValueError(str(e)) from None
+        try:
+            EncoderQuirks.named(v)
+        except ClirError as e:
+            raise ValueError(str(e)) from None
         return v
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.nllb_output != "256-new-tokens" and not (self.translator and "nllb_output" in self.translator.translator_class.Options.flat_fields()):
+        if self.nllb_output != "256-new-tokens" and not (
+            self.translator and "nllb_output" in self.translator.translator_class.Options.flat_fields()
+        ):
             raise ValueError(f"nllb_output {self.nllb_output!r} needs an nllb: translator (got {self.translator})")
         if dup := sorted({str(m) for m in self.methods if list(map(str, self.methods)).count(str(m)) > 1}):
             raise ValueError(f"methods: {', '.join(dup)} given twice (one row each)")
         if bad := [m for m in self.only_pairs if m not in map(str, self.methods)]:
-            raise ValueError(f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})")
+            raise ValueError(
+                f"only_pairs names {', '.join(map(repr, bad))}, not in methods ({', '.join(map(str, self.methods))})"
+            )
         return self
 
 # %% ../nbs/13a_config.ipynb #e8752e98
@@ -130,7 +173,8 @@ def dtypes_of(self: FirstStageConfig, method) -> tuple[str, ...]:
     for e in parse_method(method).encoders:
         spec = get_encoder_spec(e)
         d = self.dense_dtype.get(e) or (spec.half if not spec.stand_in else "float16")
-        if d != "float16": out.append(f"{e}={d}")
+        if d != "float16":
+            out.append(f"{e}={d}")
     return tuple(out)
 
 # %% ../nbs/13a_config.ipynb #7560372b
@@ -145,7 +189,8 @@ def method(self: FirstStageConfig, m) -> FirstStage:
     "The spec of first stage `m` (a spec or its string) of this configuration."
     key = str(parse_method(m))
     for x in self.methods:
-        if str(x) == key: return x
+        if str(x) == key:
+            return x
     raise ClirError(f"first stage {key!r} is not in first_stage.methods ({', '.join(map(str, self.methods))})")
 
 # %% ../nbs/13a_config.ipynb #29b55699
@@ -163,35 +208,46 @@ def runs_on(self: FirstStageConfig, method: FirstStage, pair: str) -> bool:
 # %% ../nbs/13a_config.ipynb #87c75deb
 _ROW_FIELDS = ("name", "llm", "method", "first_stages", "docs", "pairs", "top_k", "max_queries", "options")
 
+
 class RerankerConfig(_Strict):
     """One reranker row of a table: its label, LLM backend and what it reranks, and a reranker spec: the method and
     the options of its family (`rerank.RERANKERS`), written flat in the row (`window: 10`, `heapsort_ties: llm-rankers`)."""
-    name: Annotated[str, AfterValidator(plain_label)]   # row label, e.g. "RankZephyr"
-    llm: Optional[Backend] = None        # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full" (None: a reranker without LLM)
-    method: str                          # a registered reranker
-    first_stages: list[Method]           # first-stage methods to rerank
+
+    name: Annotated[str, AfterValidator(plain_label)]  # row label, e.g. "RankZephyr"
+    # backend spec, e.g. "hf:castorini/rank_zephyr_7b_v1_full" (None: a reranker without LLM)
+    llm: Optional[Backend] = None
+    method: str  # a registered reranker
+    first_stages: list[Method]  # first-stage methods to rerank
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
-    pairs: Optional[list[str]] = None    # the pairs this reranker runs on (default: all pairs of the config)
+    pairs: Optional[list[str]] = None  # the pairs this reranker runs on (default: all pairs of the config)
     top_k: int = Field(100, gt=0, le=MAX_DEPTH)
-    max_queries: Optional[int] = Field(None, gt=0, le=10_000_000)   # demo: rerank only the first N queries of each pair (sorted qids)
-    options: SerializeAsAny[RerankerOptions]         # the family's options (the row's other keys)
+    # demo: rerank only the first N queries of each pair (sorted qids)
+    max_queries: Optional[int] = Field(None, gt=0, le=10_000_000)
+    options: SerializeAsAny[RerankerOptions]  # the family's options (the row's other keys)
 
     @model_validator(mode="before")
     @classmethod
     def _family_options(cls, data):
         "The row's keys that are not the row's own become the options of the method's family (strict, as the whole file)."
-        if not isinstance(data, dict) or "options" in data or not isinstance(data.get("method"), str): return data
-        own, rest = {k: v for k, v in data.items() if k in _ROW_FIELDS}, {k: v for k, v in data.items() if k not in _ROW_FIELDS}
+        if not isinstance(data, dict) or "options" in data or not isinstance(data.get("method"), str):
+            return data
+        own, rest = (
+            {k: v for k, v in data.items() if k in _ROW_FIELDS},
+            {k: v for k, v in data.items() if k not in _ROW_FIELDS},
+        )
         try:
             rcls = RERANKERS.lookup(data["method"])[0].obj
             _unknown_options(rcls, data["method"], rest)
             return own | {"options": rcls.options_for(data["method"]).from_flat(rest, strict=True)}
-        except ClirError as e: raise ValueError(str(e)) from None
+        except ClirError as e:
+            raise ValueError(str(e)) from None
 
     @model_validator(mode="after")
     def _valid(self):
-        try: self.spec
-        except ClirError as e: raise ValueError(str(e)) from None
+        try:
+            self.spec
+        except ClirError as e:
+            raise ValueError(str(e)) from None
         if self.llm is None and self.reranker.needs_backend:
             raise ValueError(f"reranker {self.name!r}: method {self.method!r} needs an LLM backend (llm: ...)")
         return self
@@ -210,11 +266,13 @@ def spec(self: RerankerConfig) -> RerankerSpec:
 
 # %% ../nbs/13a_config.ipynb #4950433d
 @patch(as_prop=True)
-def reranker(self: RerankerConfig): return self.spec.reranker
+def reranker(self: RerankerConfig):
+    return self.spec.reranker
 
 # %% ../nbs/13a_config.ipynb #87b6d05f
 @patch(as_prop=True)
-def family(self: RerankerConfig) -> str: return self.spec.family
+def family(self: RerankerConfig) -> str:
+    return self.spec.family
 
 # %% ../nbs/13a_config.ipynb #8bcce76a
 @patch
@@ -230,22 +288,28 @@ def run_identity(self: RerankerConfig, passage_tokens: int | None = None) -> dic
     the length also as `max_words`, as the first release named them (so run files made then keep their names)."""
     ident = run_identity(self.method, self.options_at(passage_tokens), self.llm.quirks() if self.llm else {})
     ident |= {"llm": str(self.llm) if self.llm else None, "pairs": self.pairs, "top_k": self.top_k}
-    if passage_tokens is not None: ident |= {"passage_tokens": passage_tokens, "max_words": passage_tokens}
-    if ident.get("doc_title") is True: del ident["doc_title"]
+    if passage_tokens is not None:
+        ident |= {"passage_tokens": passage_tokens, "max_words": passage_tokens}
+    if ident.get("doc_title") is True:
+        del ident["doc_title"]
     return ident
 
 # %% ../nbs/13a_config.ipynb #bb94eb15
 @patch
 def switches(self: RerankerConfig) -> dict:
     "What this row sets beyond the first release's options (quirks, the backend's quirks, later options), name -> value: the dry run names them."
-    return {k: v for k, v in run_identity(self.method, self.options, self.llm.quirks() if self.llm else {}).items()
-            if k not in V1_OPTIONS and k != "method"}
+    return {
+        k: v
+        for k, v in run_identity(self.method, self.options, self.llm.quirks() if self.llm else {}).items()
+        if k not in V1_OPTIONS and k != "method"
+    }
 
 # %% ../nbs/13a_config.ipynb #094e8999
 class DocLengthConfig(_Strict):
     "The document-length study: rerankers × first stages × OG/DT at several passage lengths."
+
     tokens: list[Annotated[int, Field(gt=0)]] = [64, 128, 256]
-    rerankers: list[str]                 # names of rerankers defined above
+    rerankers: list[str]  # names of rerankers defined above
     first_stages: list[Method]
     docs: list[Literal["og", "dt"]] = ["og", "dt"]
 
@@ -253,17 +317,19 @@ class DocLengthConfig(_Strict):
 class ReferenceRow(_Strict):
     """Published numbers shown as a row of a result table, copied as the paper copied them (never computed here):
     CIRAL's BM25-QT with Google MT, Adeyemi et al. 2024. The row label must say it is copied."""
-    table: Literal["first_stage"] = "first_stage"   # the table it goes to
-    measure: str                         # the measure of the values (the row goes only to tables of this measure)
-    row: Annotated[str, AfterValidator(plain_label)]    # row label, e.g. "BM25-QT (Google MT, copied)"
-    after: Optional[MethodName] = None   # placed after this first stage's row (None: last)
-    values: dict[str, Annotated[float, Field(allow_inf_nan=False)]]   # pair -> published value
-    source: str                          # who published the values and how they were made
+
+    table: Literal["first_stage"] = "first_stage"  # the table it goes to
+    measure: str  # the measure of the values (the row goes only to tables of this measure)
+    row: Annotated[str, AfterValidator(plain_label)]  # row label, e.g. "BM25-QT (Google MT, copied)"
+    after: Optional[MethodName] = None  # placed after this first stage's row (None: last)
+    values: dict[str, Annotated[float, Field(allow_inf_nan=False)]]  # pair -> published value
+    source: str  # who published the values and how they were made
 
     @field_validator("row")
     @classmethod
     def _labelled(cls, v):
-        if "copied" not in v.lower(): raise ValueError(f"a reference row's label must say it is copied (e.g. '{v} (copied)'), got {v!r}")
+        if "copied" not in v.lower():
+            raise ValueError(f"a reference row's label must say it is copied (e.g. '{v} (copied)'), got {v!r}")
         return v
 
 # %% ../nbs/13a_config.ipynb #51b9e4af
@@ -274,19 +340,24 @@ def with_paper_quirks(row: dict) -> dict:
     try:
         rcls = RERANKERS.lookup(str(row.get("method", "")))[0].obj
         llm = BackendSpec.parse(row["llm"]) if row.get("llm") else None
-    except (ClirError, TypeError): return row   # the row is wrong: the configuration's validation says how
+    except (ClirError, TypeError):
+        return row  # the row is wrong: the configuration's validation says how
     out = {**rcls.paper(row["method"], row, llm.backend_class if llm else None), **row}
-    if llm is not None and rcls.upstream: out["llm"] = llm.with_paper_quirks(rcls.upstream)
+    if llm is not None and rcls.upstream:
+        out["llm"] = llm.with_paper_quirks(rcls.upstream)
     return out
 
 # %% ../nbs/13a_config.ipynb #0ddf37e6
 def _expand_paper_quirks(data):
     "With `paper_quirks: true`, each reranker and the first stage get the authors' settings (those the file does not set)."
-    if not isinstance(data, dict) or data.get("paper_quirks") is not True: return data
-    data = {"avg_rule": "rounded", **data}   # the paper's AVG rule (evaluate.ResultTable)
+    if not isinstance(data, dict) or data.get("paper_quirks") is not True:
+        return data
+    data = {"avg_rule": "rounded", **data}  # the paper's AVG rule (evaluate.ResultTable)
     if isinstance(fs := data.get("first_stage"), dict):
-        try: extra = paper_first_stage(fs.get("translator"))
-        except ClirError: extra = {}   # a bad translator string: the configuration's validation says how
+        try:
+            extra = paper_first_stage(fs.get("translator"))
+        except ClirError:
+            extra = {}  # a bad translator string: the configuration's validation says how
         data["first_stage"] = {**extra, **fs}
     if isinstance(data.get("rerankers"), list):
         data["rerankers"] = [with_paper_quirks(r) if isinstance(r, dict) else r for r in data["rerankers"]]
@@ -301,56 +372,93 @@ def _check_consistent(cfg: "Config"):
             raise ValueError(f"first_stage.only_pairs[{m!r}]: {', '.join(bad)} not in pairs ({', '.join(cfg.pairs)})")
     for r in cfg.rerankers:
         if bad := [str(f) for f in r.first_stages if str(f) not in methods]:
-            raise ValueError(f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods")
+            raise ValueError(
+                f"reranker {r.name!r}: first stage {', '.join(map(repr, bad))} is not in first_stage.methods"
+            )
         if r.pairs and (bad := [p for p in r.pairs if p not in cfg.pairs]):
             raise ValueError(f"reranker {r.name!r}: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
-    seen = {}   # rows of one name split its cells (pairs, first stages, OG/DT): a cell of two rows is one result
+    seen = {}  # rows of one name split its cells (pairs, first stages, OG/DT): a cell of two rows is one result
     for i, r in enumerate(cfg.rerankers):
         pairs = [p for p in cfg.pairs if r.pairs is None or p in r.pairs]
         for cell in itertools.product(pairs, map(str, r.first_stages), r.docs):
             if (j := seen.setdefault((r.name, *cell), i)) != i:
-                raise ValueError(f"reranker {r.name!r}: rows {j + 1} and {i + 1} both run pair {cell[0]}, first stage "
-                                 f"{cell[1]}, {cell[2].upper()} documents (rows of one name split its pairs, first stages "
-                                 "or documents)")
+                raise ValueError(
+                    f"reranker {r.name!r}: rows {j + 1} and {i + 1} both run pair {cell[0]}, first stage "
+                    f"{cell[1]}, {cell[2].upper()} documents (rows of one name split its pairs, first stages "
+                    "or documents)"
+                )
     for ref in cfg.references:
         if bad := [p for p in ref.values if p not in cfg.pairs]:
-            raise ValueError(f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})")
+            raise ValueError(
+                f"references[{ref.row!r}]: pairs {', '.join(bad)} are not in pairs ({', '.join(cfg.pairs)})"
+            )
         if ref.after is not None and ref.after not in methods:
             raise ValueError(f"references[{ref.row!r}]: after {ref.after!r} is not in first_stage.methods")
     if cfg.doc_length:
         names = {r.name for r in cfg.rerankers}
         for n in cfg.doc_length.rerankers:
-            if n not in names: raise ValueError(f"doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
+            if n not in names:
+                raise ValueError(f"doc_length.rerankers: {n!r} is not a reranker name ({', '.join(sorted(names))})")
         if bad := [str(f) for f in cfg.doc_length.first_stages if str(f) not in methods]:
             raise ValueError(f"doc_length.first_stages: {', '.join(map(repr, bad))} not in first_stage.methods")
     return cfg
 
+# %% ../nbs/13a_config.ipynb #fc006226
+def _check_measures(v):
+    "Measures parsed as the evaluation parses them: known to ir-measures, cutoffs >= 1, computable."
+    for m in [v] if isinstance(v, str) else v:
+        try:
+            parse_measures([m])
+        except ClirError as e:
+            raise ValueError(str(e)) from None
+    return v
+
+# %% ../nbs/13a_config.ipynb #608ac3ca
+def _check_pairs(v):
+    "Known language pairs, none given twice."
+    for p in v:
+        parse_pair(p)
+    if dup := sorted({p for p in v if v.count(p) > 1}):
+        raise ValueError(f"pair {', '.join(dup)} given twice")
+    return v
+
 # %% ../nbs/13a_config.ipynb #909f0264
 class Config(_Strict):
     "A reproduction configuration (see configs/*.yaml)."
+
     name: str
     description: str = ""
-    plugins: list[Annotated[str, Field(pattern=MODULE_NAME, max_length=NAME_MAX)]] = []   # modules imported before anything is resolved (they register their own methods)
+    # modules imported before anything is resolved (they register their own methods)
+    plugins: list[Annotated[str, Field(pattern=MODULE_NAME, max_length=NAME_MAX)]] = []
     collection: str
-    root: Optional[str] = None           # data folder (CLEF_HOME / CIRAL folder); None = the collection's default
+    root: Optional[str] = None  # data folder (CLEF_HOME / CIRAL folder); None = the collection's default
     pairs: list[str] = Field(min_length=1)
-    measure: str                         # the table measure: MAP (CLEF), nDCG@20 (CIRAL)
+    measure: str  # the table measure: MAP (CLEF), nDCG@20 (CIRAL)
     extra_measures: list[str] = ["Judged@20"]
     first_stage: FirstStageConfig
     rerankers: list[RerankerConfig] = []
     doc_length: Optional[DocLengthConfig] = None
-    references: list[ReferenceRow] = []  # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
-    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME, max_length=NAME_MAX)]]   # notebooks of nbs/experiments, in dependency order
-    regression: Optional[Annotated[str, AfterValidator(_beside)]] = None   # regression file, in the config's folder or below it
-    recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None     # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
-    stand_in_note: str = ""              # printed under every table of a config that uses stand-in models
-    paper_quirks: StrictBool = False     # true: the authors' settings on (`with_paper_quirks`, `retrieve.paper_first_stage`); a setting in the file wins
-    avg_rule: Literal[AVG_RULES] = "unrounded"   # the tables' AVG: mean of unrounded per-pair values, or the paper's rounded ones (paper_quirks)
-    execution: ExecutionSpec = ExecutionSpec()   # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
+    # published rows copied into a table (labelled as copied), e.g. CIRAL BM25-QT with Google MT
+    references: list[ReferenceRow] = []
+    # notebooks of nbs/experiments, in dependency order
+    experiments: list[Annotated[str, Field(pattern=NOTEBOOK_NAME, max_length=NAME_MAX)]]
+    # regression file, in the config's folder or below it
+    regression: Optional[Annotated[str, AfterValidator(_beside)]] = None
+    # recorded LLM responses (JSONL, beside the config): `reproduce` seeds the cache from them
+    recorded: Optional[Annotated[str, AfterValidator(_beside)]] = None
+    stand_in_note: str = ""  # printed under every table of a config that uses stand-in models
+    # true: the authors' settings on (`with_paper_quirks`, `retrieve.paper_first_stage`); a setting in the file wins
+    paper_quirks: StrictBool = False
+    # the tables' AVG: mean of unrounded per-pair values, or the paper's rounded ones (paper_quirks)
+    avg_rule: Literal[AVG_RULES] = "unrounded"
+    # where heavy work runs: {engine: local | ray, address, workers, gpus_per_worker}; never in run names
+    execution: ExecutionSpec = ExecutionSpec()
     _path: Optional[Path] = PrivateAttr(None)
+
     @model_validator(mode="before")
     @classmethod
-    def _expand_quirks(cls, data): return _expand_paper_quirks(data)   # paper_quirks: true
+    def _expand_quirks(cls, data):
+        return _expand_paper_quirks(data)  # paper_quirks: true
 
     @model_validator(mode="after")
     def _where(self, info: ValidationInfo):
@@ -358,39 +466,25 @@ class Config(_Strict):
         self._path = (info.context or {}).get("path")
         return self
 
-    @field_validator("name")
-    @classmethod
-    def _plain_name(cls, v): return plain_name(v)
+    _plain_name = field_validator("name")(lambda cls, v: plain_name(v))
 
-    @field_validator("measure", "extra_measures")
-    @classmethod
-    def _measures(cls, v):
-        "Measures parsed as the evaluation parses them: known to ir-measures, cutoffs >= 1, computable."
-        for m in ([v] if isinstance(v, str) else v):
-            try: parse_measures([m])
-            except ClirError as e: raise ValueError(str(e)) from None
-        return v
+    _measures = field_validator("measure", "extra_measures")(lambda cls, v: _check_measures(v))
 
-    @property
-    def path(self) -> Optional[Path]: return self._path
+    path = property(lambda self: self._path, doc="The file the configuration was read from.")
 
-    @field_validator("pairs")
-    @classmethod
-    def _pairs(cls, v):
-        "Known language pairs, none given twice."
-        for p in v: parse_pair(p)
-        if dup := sorted({p for p in v if v.count(p) > 1}): raise ValueError(f"pair {', '.join(dup)} given twice")
-        return v
+    _pairs = field_validator("pairs")(lambda cls, v: _check_pairs(v))
 
     @model_validator(mode="after")
-    def _consistent(self): return _check_consistent(self)   # pairs, first stages, reranker names defined where used
+    def _consistent(self):
+        return _check_consistent(self)  # pairs, first stages, reranker names defined where used
 
 # %% ../nbs/13a_config.ipynb #2c6af020
 @patch
 def reranker(self: Config, name: str) -> RerankerConfig:
     "The reranker called `name`."
     for r in self.rerankers:
-        if r.name == name: return r
+        if r.name == name:
+            return r
     raise ClirError(f"config {self.name!r}: no reranker named {name!r} ({', '.join(r.name for r in self.rerankers)})")
 
 # %% ../nbs/13a_config.ipynb #af95662f
@@ -403,29 +497,39 @@ def reranker_pairs(self: Config, rc: "RerankerConfig") -> list[str]:
 def resolve_config(name_or_path) -> Path:
     "A config path as given, or `configs/<name>.yaml` of the checkout (so notebooks can say `config = 'demo'`)."
     p = Path(name_or_path)
-    if p.exists() or p.suffix in (".yaml", ".yml"): return p
+    if p.exists() or p.suffix in (".yaml", ".yml"):
+        return p
     for root in (Path.cwd(), *Path.cwd().parents):
-        if (c := root / "configs" / f"{p.name}.yaml").exists(): return c
+        if (c := root / "configs" / f"{p.name}.yaml").exists():
+            return c
     raise ClirError(f"no configuration {name_or_path!r} (neither a file nor configs/{p.name}.yaml above {Path.cwd()})")
 
 # %% ../nbs/13a_config.ipynb #a643f8ad
 def _read(path) -> tuple[Path, dict]:
     "The configuration file `path` (or a name under configs/) read strictly (`core.load_yaml`): its path and its mapping."
     path = resolve_config(path)
-    if not path.exists(): raise ClirError(f"{path}: no such configuration file")
-    if not path.is_file(): raise ClirError(f"{path}: a configuration is a YAML file, not a folder")
+    if not path.exists():
+        raise ClirError(f"{path}: no such configuration file")
+    if not path.is_file():
+        raise ClirError(f"{path}: a configuration is a YAML file, not a folder")
     data = load_yaml(path)
-    if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
+    if not isinstance(data, dict):
+        raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
     return path, data
 
 # %% ../nbs/13a_config.ipynb #e3b8d101
 def _import_guarded(modules, announce: Callable[[list[str]], None] | None = None):
     """`import_plugins(modules)`, one by one, `announce(modules)` first (a command says it imports code before it does:
     a plugin that calls `os._exit` leaves that line); a plugin calling `sys.exit` while it is imported is an error naming it."""
-    if announce is not None: announce([str(m)[:80] for m in modules])
+    if announce is not None:
+        announce([str(m)[:80] for m in modules])
     for m in modules:
-        try: import_plugins([m])
-        except SystemExit as e: raise ClirError(f"plugin {str(m)[:80]!r} called sys.exit({str(e.code)[:40]}) while it was imported") from None
+        try:
+            import_plugins([m])
+        except SystemExit as e:
+            raise ClirError(
+                f"plugin {str(m)[:80]!r} called sys.exit({str(e.code)[:40]}) while it was imported"
+            ) from None
 
 # %% ../nbs/13a_config.ipynb #bfe8f335
 def load_config(path, plugins: bool = True, announce: Callable[[list[str]], None] | None = None) -> Config:
@@ -434,31 +538,48 @@ def load_config(path, plugins: bool = True, announce: Callable[[list[str]], None
     `plugins=False` imports none and refuses a configuration that lists any."""
     path, data = _read(path)
     if isinstance(data.get("plugins"), list) and data["plugins"]:
-        if not plugins: raise ClirError(f"{path}: imports code (plugins: {', '.join(str(m)[:80] for m in data['plugins'][:5])}"
-                                        f"{', ...' if len(data['plugins']) > 5 else ''}), which this command does not do")
+        if not plugins:
+            raise ClirError(
+                f"{path}: imports code (plugins: {', '.join(str(m)[:80] for m in data['plugins'][:5])}"
+                f"{', ...' if len(data['plugins']) > 5 else ''}), which this command does not do"
+            )
         bad = [m for m in data["plugins"] if not isinstance(m, str) or not re.match(MODULE_NAME, m)]
-        if bad: raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
-        try: _import_guarded(data["plugins"], announce)
-        except ClirError as e: raise ClirError(f"{path}: plugins: {e}") from None
-    try: return Config.model_validate(data, context={"path": path})
+        if bad:
+            raise ClirError(f"{path}: plugins: {bad[0]!r} is not a module name (a.b.c)")
+        try:
+            _import_guarded(data["plugins"], announce)
+        except ClirError as e:
+            raise ClirError(f"{path}: plugins: {e}") from None
+    try:
+        return Config.model_validate(data, context={"path": path})
     except ValidationError as e:
-        msgs = pydantic_messages(e)   # the first few: 150,000 aliased bad values made a 31 MB line
-        raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in msgs[:5])
-                        + (f"; and {len(msgs) - 5:,} more errors" if len(msgs) > 5 else "")) from None
-    except ClirError as e: raise ClirError(f"{path}: {e}") from None
+        msgs = pydantic_messages(e)  # the first few: 150,000 aliased bad values made a 31 MB line
+        raise ClirError(
+            "invalid configuration: "
+            + "; ".join(f"{path}: {m}" for m in msgs[:5])
+            + (f"; and {len(msgs) - 5:,} more errors" if len(msgs) > 5 else "")
+        ) from None
+    except ClirError as e:
+        raise ClirError(f"{path}: {e}") from None
 
 # %% ../nbs/13a_config.ipynb #d3e64b19
 class ConfigHead(BaseModel):
     "What `clir-llm check` reads of a configuration: its name and its regression file (nothing resolved, no plugin imported)."
+
     model_config = ConfigDict(extra="ignore", strict=True)
     name: str
     regression: Optional[Annotated[str, AfterValidator(_beside)]] = None
     _path: Optional[Path] = PrivateAttr(None)
+
     @property
-    def path(self) -> Optional[Path]: return self._path
+    def path(self) -> Optional[Path]:
+        return self._path
+
     @field_validator("name")
     @classmethod
-    def _plain_name(cls, v): return plain_name(v)
+    def _plain_name(cls, v):
+        return plain_name(v)
+
     @model_validator(mode="after")
     def _where(self, info: ValidationInfo):
         self._path = (info.context or {}).get("path")
@@ -468,8 +589,10 @@ class ConfigHead(BaseModel):
 def load_config_head(path) -> ConfigHead:
     "The name and regression file of the configuration at `path`, validated as `load_config` would, without importing its plugins."
     path, data = _read(path)
-    try: return ConfigHead.model_validate(data, context={"path": path})
-    except ValidationError as e: raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
+    try:
+        return ConfigHead.model_validate(data, context={"path": path})
+    except ValidationError as e:
+        raise ClirError("invalid configuration: " + "; ".join(f"{path}: {m}" for m in pydantic_messages(e))) from None
 
 # %% ../nbs/13a_config.ipynb #dfb392da
 def experiment_notebook(name: str) -> Path:
@@ -488,6 +611,7 @@ def results_dir(cfg: Config, root="results") -> Path:
 # %% ../nbs/13a_config.ipynb #716e252d
 class RegressionCell(_Strict):
     "One expected number of a result table: table, row, column, the value and its own tolerance (else the file's)."
+
     table: str
     row: str
     col: str
@@ -498,31 +622,42 @@ class RegressionCell(_Strict):
 # %% ../nbs/13a_config.ipynb #47189de7
 class Regression(_Strict):
     "A regression file: a tolerance (finite, not negative) and at least one cell."
+
     tolerance: float = Field(1e-3, ge=0, allow_inf_nan=False)
     cells: list[RegressionCell] = Field(min_length=1)
 
 # %% ../nbs/13a_config.ipynb #26724883
 def regression_path(cfg: Config | ConfigHead) -> Path:
     "The regression file `cfg` names, relative to the configuration file."
-    if not cfg.regression: raise ClirError(f"config {cfg.name!r} names no regression file")
-    if not cfg.path: return Path(cfg.regression)
+    if not cfg.regression:
+        raise ClirError(f"config {cfg.name!r} names no regression file")
+    if not cfg.path:
+        return Path(cfg.regression)
     p, home = cfg.path.parent / cfg.regression, cfg.path.parent.resolve()
-    if p.exists() and not p.resolve().is_relative_to(home):   # a link out of the folder: never read (and printed) or written
-        raise ClirError(f"{p}: the regression file is a link to {p.resolve()}, outside the configuration's folder {home}: copy the file there")
+    # a link out of the folder: never read (and printed) or written
+    if p.exists() and not p.resolve().is_relative_to(home):
+        raise ClirError(
+            f"{p}: the regression file is a link to {p.resolve()}, outside the configuration's folder {home}: copy the file there"
+        )
     return p
 
 # %% ../nbs/13a_config.ipynb #ba975cee
 def load_regression(path) -> Regression:
     "Read a regression file; anything wrong (missing, a folder, not UTF-8, bad YAML, empty, a list, bad cells) is one ClirError line."
     path = Path(path)
-    if not path.is_file():   # what is there instead is named (a FIFO was 'not found' alone)
+    if not path.is_file():  # what is there instead is named (a FIFO was 'not found' alone)
         what = "a folder" if path.is_dir() else "a named pipe" if path.is_fifo() else "a socket or device"
         raise ClirError(f"{path}: regression file not found" + (f" (it is {what})" if path.exists() else ""))
     data = load_yaml(path, "regression file is not valid YAML")
     if not isinstance(data, dict):
-        raise ClirError(f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}")
-    try: return Regression(**data)
+        raise ClirError(
+            f"{path}: a regression file is a mapping with 'cells' (and 'tolerance'), got {'nothing' if data is None else type(data).__name__}"
+        )
+    try:
+        return Regression(**data)
     except ValidationError as e:
         err = e.errors()[0]
-        raise ClirError(f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
-                        + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")) from None
+        raise ClirError(
+            f"{path}: invalid regression file: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+            + (f" ({len(e.errors())} errors)" if len(e.errors()) > 1 else "")
+        ) from None

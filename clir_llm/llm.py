@@ -27,13 +27,16 @@ class LLMError(ClirError):
     "A model call failed for good (after retries), or a backend cannot be built."
 
 # %% ../nbs/10_llm.ipynb #d68a0068
-PARAM_DEFAULTS = {"temperature": 0.0}   # decoding parameters every call names in its cache key (greedy unless asked)
+PARAM_DEFAULTS = {"temperature": 0.0}  # decoding parameters every call names in its cache key (greedy unless asked)
 
 # %% ../nbs/10_llm.ipynb #dae6f7d2
 def chat_messages(prompt) -> list[dict]:
     "A prompt as chat messages (a plain string becomes one user turn); anything else is a one-line ClirError."
-    if isinstance(prompt, str): return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, (list, tuple)) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, (list, tuple)) and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in prompt
+    ):
         return [{"role": m["role"], "content": m["content"]} for m in prompt]
     raise ClirError(f"a prompt must be a str or a list of {{'role', 'content'}} messages, got {str(prompt)[:80]!r}")
 
@@ -46,11 +49,16 @@ def plain_text(prompt) -> str:
 def local_revision(path: Path, gguf_file: str | None = None) -> str:
     "A content fingerprint of a local model folder (or one GGUF file in it): names, sizes and first MiB of each file."
     path = Path(path)
-    files = [path / gguf_file] if gguf_file else sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = (
+        [path / gguf_file]
+        if gguf_file
+        else sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    )
     h = hashlib.sha256()
     for p in files:
         h.update(f"{p.name}\0{p.stat().st_size}\0".encode())
-        with open(p, "rb") as f: h.update(f.read(1 << 20))
+        with open(p, "rb") as f:
+            h.update(f.read(1 << 20))
     return "local-" + h.hexdigest()[:16]
 
 # %% ../nbs/10_llm.ipynb #e92da2f7
@@ -58,7 +66,8 @@ class BackendOptions(Options):
     "The options of a backend kind: each kind declares its own subclass (this base class has none)."
 
 # %% ../nbs/10_llm.ipynb #a1a7e7ad
-KEY_ORDER = ("dtype", "prefill", "tokenizer", "max_model_len", "api", "quantize", "precision", "block_size")   # identity v1
+# identity v1
+KEY_ORDER = ("dtype", "prefill", "tokenizer", "max_model_len", "api", "quantize", "precision", "block_size")
 # the order in which the output options of today's specs are written in their key; options added later follow, in field order
 
 # %% ../nbs/10_llm.ipynb #d73e49e2
@@ -67,8 +76,10 @@ def given_names(o: Options) -> list[str]:
     out = []
     for name in type(o).model_fields:
         v = getattr(o, name)
-        if isinstance(v, Options): out += given_names(v) if name in o.model_fields_set else []
-        elif name in o.model_fields_set: out.append(name)
+        if isinstance(v, Options):
+            out += given_names(v) if name in o.model_fields_set else []
+        elif name in o.model_fields_set:
+            out.append(name)
     return out
 
 # %% ../nbs/10_llm.ipynb #9d4945e0
@@ -79,28 +90,39 @@ def given_only(o: Options, names) -> Options:
         v = getattr(o, name)
         if isinstance(v, Options):
             v = given_only(v, names)
-            if v.model_fields_set: top.add(name)
-        elif name in names: top.add(name)
+            if v.model_fields_set:
+                top.add(name)
+        elif name in names:
+            top.add(name)
         values[name] = v
     return type(o).model_construct(_fields_set=top, **values)
 
 # %% ../nbs/10_llm.ipynb #0291fe27
 def lay_over(o: Options, where: str = "llm", **kw) -> Options:
     "`o` with `kw` laid over (flat names, validated); the options given to `o` stay the only given ones."
-    if not kw: return o
-    if bad := [k for k in kw if k not in type(o).flat_fields()]: raise _not_taken(type(o).__name__, type(o), bad, where)
+    if not kw:
+        return o
+    if bad := [k for k in kw if k not in type(o).flat_fields()]:
+        raise _not_taken(type(o).__name__, type(o), bad, where)
     return given_only(type(o).from_flat({**o.flat(), **kw}, where), given_names(o))
 
 # %% ../nbs/10_llm.ipynb #08903b9b
 def _not_taken(kind: str, opts: type[Options], bad: list, where: str = "llm") -> ClirError:
-    return ClirError(f"{where}: {kind}: does not take option {', '.join(bad)} (it takes: {', '.join(opts.flat_fields()) or 'none'})")
+    return ClirError(
+        f"{where}: {kind}: does not take option {', '.join(bad)} (it takes: {', '.join(opts.flat_fields()) or 'none'})"
+    )
 
 # %% ../nbs/10_llm.ipynb #56589b56
 def output_options(o: Options) -> dict:
     "identity v1: the given options of `o` that change answers (`identity=True`, quirks aside), in `KEY_ORDER` then field order."
     fields = type(o).model_fields
-    out = [n for n in given_names(o) if n in fields and not isinstance(getattr(o, n), Options)
-           and (fields[n].json_schema_extra or {}).get("identity", True)]
+    out = [
+        n
+        for n in given_names(o)
+        if n in fields
+        and not isinstance(getattr(o, n), Options)
+        and (fields[n].json_schema_extra or {}).get("identity", True)
+    ]
     rank = lambda n: (KEY_ORDER.index(n), 0) if n in KEY_ORDER else (len(KEY_ORDER), list(fields).index(n))
     return {n: getattr(o, n) for n in sorted(out, key=rank)}
 
@@ -115,21 +137,17 @@ class Backend(ABC):
     strings that end an answer, cut from its text, the one met its record's `stop`; and `top_logprobs` k: its record's
     `top_logprobs`, the k likeliest tokens at its last generated token), `throughput_engine` (how GPU time is
     estimated: "hf" transformers batches, "serving" a serving engine such as vLLM, None nothing on a GPU here)."""
+
     kind = "base"
-    Options = BackendOptions          # this kind's options (a subclass per kind)
-    supports_logprobs = False
-    supports_batching = False
-    is_chat = False
-    is_encoder_decoder = False
-    supports_prefill = False
-    scores_sequences = supports_stop = False
-    is_api = False
-    local_model = False
+    Options = BackendOptions  # this kind's options (a subclass per kind)
+    supports_logprobs = supports_batching = is_chat = is_encoder_decoder = supports_prefill = False
+    scores_sequences = supports_stop = is_api = local_model = False
     throughput_engine: str | None = None
-    builds_once = False           # `clir-llm prepare` builds its model once before a run (`prepare_spec`: ort: exports to ONNX)
+    # `clir-llm prepare` builds its model once before a run (`prepare_spec`: ort: exports to ONNX)
+    builds_once = False
     model: str = ""
     revision: str | None = None
-    options: BackendOptions | None = None   # the instance's options (set by the constructor)
+    options: BackendOptions | None = None  # the instance's options (set by the constructor)
 
     @abstractmethod
     def generate(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise", **params) -> list[str]:
@@ -137,7 +155,8 @@ class Backend(ABC):
 
     def score(self, prompts: Sequence, candidates: Sequence, on_error: str = "raise", **kw) -> list[list[float]]:
         "Log-likelihood of each candidate continuation after each prompt (backends with `supports_logprobs`)."
-        if not self.supports_logprobs: raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
+        if not self.supports_logprobs:
+            raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
         raise LLMError(f"{type(self).__name__} says supports_logprobs but does not implement score")
 
     def count_tokens(self, text: str) -> int:
@@ -146,24 +165,32 @@ class Backend(ABC):
 
     def truncate(self, text: str, max_tokens: int) -> str:
         "The first `max_tokens` tokens of `text` (default: whitespace-separated words, joined by single spaces)."
-        return " ".join(text.split()[:max(0, max_tokens)])
+        return " ".join(text.split()[: max(0, max_tokens)])
 
     @property
     def usage(self) -> Usage:
         "Calls, cache hits, tokens, seconds and cost so far (a `clir_llm.core.Usage`)."
-        if self.__dict__.get("_usage") is None: self.__dict__["_usage"] = Usage()
+        if self.__dict__.get("_usage") is None:
+            self.__dict__["_usage"] = Usage()
         return self.__dict__["_usage"]
+
     @usage.setter
-    def usage(self, u: Usage): self.__dict__["_usage"] = u
+    def usage(self, u: Usage):
+        self.__dict__["_usage"] = u
 
     @property
     def name(self) -> str:
         "Stable name used in cache keys, file names and tables, e.g. `hf:meta-llama/Llama-3.1-8B-Instruct`."
         return self.__dict__.get("_name") or f"{self.kind}:{self.model}"
-    @name.setter
-    def name(self, value: str): self.__dict__["_name"] = value
 
-    def __repr__(self): return f"{type(self).__name__}({self.name!r}, revision={self.revision!r})"
+    @name.setter
+    def name(self, value: str):
+        self.__dict__["_name"] = value
+
+# %% ../nbs/10_llm.ipynb #5045fa6c
+@patch
+def __repr__(self: Backend):
+    return f"{type(self).__name__}({self.name!r}, revision={self.revision!r})"
 
 # %% ../nbs/10_llm.ipynb #a2f529ac
 @patch(as_prop=True)
@@ -175,8 +202,12 @@ def label(self: Backend) -> str:
 @patch
 def identity(self: Backend) -> dict:
     "What names the model in cache keys: kind, model, revision and the output options given to it (identity v1)."
-    return {"kind": self.kind, "model": self.model, "revision": self.revision,
-            **(output_options(self.options) if self.options is not None else {})}
+    return {
+        "kind": self.kind,
+        "model": self.model,
+        "revision": self.revision,
+        **(output_options(self.options) if self.options is not None else {}),
+    }
 
 # %% ../nbs/10_llm.ipynb #38e4478e
 @patch
@@ -210,23 +241,38 @@ def describe_spec(cls: Backend, spec: "BackendSpec") -> str:
     return f"{cls.__name__} model {spec.model}" + (f" at revision {spec.revision}" if spec.revision else "")
 
 # %% ../nbs/10_llm.ipynb #716affc4
-BACKENDS = Registry("backend", plugins=("clir_llm.llm_hf", "clir_llm.llm_openai", "clir_llm.llm_vllm", "clir_llm.llm_gguf",
-                                        "clir_llm.llm_ort", "clir_llm.crossencoder"), contract=Backend)   # each kind registers itself in its module
+BACKENDS = Registry(
+    "backend",
+    plugins=(
+        "clir_llm.llm_hf",
+        "clir_llm.llm_openai",
+        "clir_llm.llm_vllm",
+        "clir_llm.llm_gguf",
+        # each kind registers itself in its module
+        "clir_llm.llm_ort",
+        "clir_llm.crossencoder",
+    ),
+    contract=Backend,
+)
 
 # %% ../nbs/10_llm.ipynb #5aa4c71e
 def _unknown_backend(spec) -> ClirError:
-    return ClirError(f"LLM backend spec must be one of {', '.join(e.example for e in BACKENDS.entries())}, got {spec!r}")
+    return ClirError(
+        f"LLM backend spec must be one of {', '.join(e.example for e in BACKENDS.entries())}, got {spec!r}"
+    )
 
 # %% ../nbs/10_llm.ipynb #41b4bf8a
 def kind_class(spec) -> type[Backend]:
     "The registered class of the kind `spec` names (`hf:x`, `hf:x[dtype=bfloat16]`, a `BackendSpec`: its key)."
     hit = BACKENDS.find(split_options(str(spec), "llm")[0])
-    if hit is None or not hit[0].is_prefix: raise _unknown_backend(spec)
+    if hit is None or not hit[0].is_prefix:
+        raise _unknown_backend(spec)
     return hit[0].obj
 
 # %% ../nbs/10_llm.ipynb #2ac24558
 class BackendSpec(Spec):
     "An LLM backend parsed once: kind, model, revision and the kind's `Options` (`parse` reads strings and mappings)."
+
     kind: str = Field(description="a registered backend kind: hf, openai, vllm, gguf, ort, ...")
     # at most PATH_MAX (the longest local folder): a 95 KB name was accepted, echoed and sent
     model: str = Field(description="Hub id, local folder or file, or API model name", max_length=4096)
@@ -250,21 +296,27 @@ class BackendSpec(Spec):
         return self
 
     @property
-    def backend_class(self) -> type[Backend]: return BACKENDS.lookup(self.kind + ":")[0].obj
+    def backend_class(self) -> type[Backend]:
+        return BACKENDS.lookup(self.kind + ":")[0].obj
+
     @property
-    def base(self) -> str: return f"{self.kind}:{self.model}" + (f"@{self.revision}" if self.revision else "")
+    def base(self) -> str:
+        return f"{self.kind}:{self.model}" + (f"@{self.revision}" if self.revision else "")
 
 # %% ../nbs/10_llm.ipynb #edca03d1
 @patch(cls_method=True)
-def of(cls: BackendSpec, kind: str, model: str, revision: str | None = None, options: dict | None = None,
-       given=None) -> BackendSpec:
+def of(
+    cls: BackendSpec, kind: str, model: str, revision: str | None = None, options: dict | None = None, given=None
+) -> BackendSpec:
     """A spec of `kind` with flat `options` checked by the kind's `Options` (all given, or only the names in `given`);
     an option the kind does not take is one ClirError naming the kind and its options."""
     opts = kind_class(f"{kind}:").Options
     data = dict(options or {})
-    if bad := [k for k in data if k not in opts.flat_fields()]: raise _not_taken(kind, opts, bad)
+    if bad := [k for k in data if k not in opts.flat_fields()]:
+        raise _not_taken(kind, opts, bad)
     o = opts.from_flat(data, where="llm")
-    if given is not None: o = given_only(o, given)
+    if given is not None:
+        o = given_only(o, given)
     return validated(cls, {"kind": kind, "model": model, "revision": revision, "options": o}, where="llm")
 
 # %% ../nbs/10_llm.ipynb #fdd62e66
@@ -273,23 +325,33 @@ def parse(cls: BackendSpec, spec, **options) -> BackendSpec:
     """A `BackendSpec` from `kind:model[@revision][k=v,...]`, a mapping `{spec: ..., option: value}` or a spec (returned
     as is unless `options` are given); `options` are given too. One ClirError for an unknown kind or a bad option."""
     if isinstance(spec, BackendSpec):
-        if not options: return spec
-        return cls.of(spec.kind, spec.model, spec.revision, {**spec.options.flat(), **options},
-                      given=[*given_names(spec.options), *options])
+        if not options:
+            return spec
+        return cls.of(
+            spec.kind,
+            spec.model,
+            spec.revision,
+            {**spec.options.flat(), **options},
+            given=[*given_names(spec.options), *options],
+        )
     if isinstance(spec, dict):
         d = dict(spec)
-        if "spec" not in d: raise ClirError(f"llm: a backend with options needs 'spec' (e.g. spec: hf:<model>), got keys {sorted(d)}")
+        if "spec" not in d:
+            raise ClirError(f"llm: a backend with options needs 'spec' (e.g. spec: hf:<model>), got keys {sorted(d)}")
         return cls.parse(d.pop("spec"), **d, **options)
     s, opts = split_options(str(spec), "llm")
     hit = BACKENDS.find(s)
-    if hit is None or not hit[0].is_prefix or not hit[1]: raise _unknown_backend(spec)
+    if hit is None or not hit[0].is_prefix or not hit[1]:
+        raise _unknown_backend(spec)
     (entry, rest), revision = hit, None
     model, at, rev = rest.rpartition("@")
-    if at and model and rev and "/" not in rev: rest, revision = model, rev     # an @ inside a path is not a revision
+    if at and model and rev and "/" not in rev:
+        rest, revision = model, rev  # an @ inside a path is not a revision
     return cls.of(entry.name[:-1], rest, revision, {**opts, **options})
 
 # %% ../nbs/10_llm.ipynb #02b9f4a9
-def _fmt_opt(v) -> str: return str(v).lower() if isinstance(v, bool) else str(v)
+def _fmt_opt(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 # %% ../nbs/10_llm.ipynb #dde84a36
 @patch
@@ -312,8 +374,11 @@ def with_options(self: BackendSpec, **kw) -> BackendSpec:
     reranker or a configuration's `paper_quirks` asks of the backend. Laid options change what is built and the
     backend's own identity (a dtype, a quirk when on); one not given in the spec never enters `key()` (identity v1:
     as constructor keywords did)."""
-    if not kw: return self
-    return type(self).of(self.kind, self.model, self.revision, {**self.options.flat(), **kw}, given=given_names(self.options))
+    if not kw:
+        return self
+    return type(self).of(
+        self.kind, self.model, self.revision, {**self.options.flat(), **kw}, given=given_names(self.options)
+    )
 
 # %% ../nbs/10_llm.ipynb #4bf3e2cc
 @patch
@@ -326,14 +391,18 @@ def quirks(self: BackendSpec) -> dict:
 def with_paper_quirks(self: BackendSpec, upstream: str) -> BackendSpec:
     "This spec with the quirks of the reference code `upstream` (e.g. llm-rankers' calling convention on `hf:`) switched on, but for those the spec gives itself."
     given = self.given()
-    return self.with_options(**{k: v for k, v in self.options.authors_quirks(upstream=upstream).items() if k not in given})
+    return self.with_options(
+        **{k: v for k, v in self.options.authors_quirks(upstream=upstream).items() if k not in given}
+    )
 
 # %% ../nbs/10_llm.ipynb #e6f6bd48
 @patch
 def describe(self: BackendSpec) -> str:
     "One line for the dry run: what the kind says of the spec, then the options given (credentials in URLs redacted)."
     opts = self.given()
-    return self.backend_class.describe_spec(self) + (f" ({', '.join(f'{k}={redact(str(v))}' for k, v in opts.items())})" if opts else "")
+    return self.backend_class.describe_spec(self) + (
+        f" ({', '.join(f'{k}={redact(str(v))}' for k, v in opts.items())})" if opts else ""
+    )
 
 # %% ../nbs/10_llm.ipynb #911b2fab
 @patch
@@ -360,13 +429,22 @@ def create(cls: Backend, model: str, cache: Cache | None = None, **kw) -> Backen
 # %% ../nbs/10_llm.ipynb #91dede52
 class CachedBackend(Backend):
     "A `Backend` whose every call goes through the cache: subclasses render prompts and compute batches of records."
-    _threaded = False             # misses are computed one per call in a thread pool (API backends)
-    executor: Executor = LOCAL    # where batches are computed (model-backed kinds take one in their constructor)
+
+    _threaded = False  # misses are computed one per call in a thread pool (API backends)
+    executor: Executor = LOCAL  # where batches are computed (model-backed kinds take one in their constructor)
     batch_size: int = 1
     max_model_len: int | None = None
 
-    def __init__(self, model: str, options: BackendOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):
+    def __init__(
+        self,
+        model: str,
+        options: BackendOptions | None = None,
+        *,
+        cache: Cache | None = None,
+        revision: str | None = None,
+        label: str | None = None,
+        executor: Executor = LOCAL,
+    ):
         self.model, self.revision = model, revision
         self.options = options if options is not None else self.Options()
         self.cache = cache if cache is not None else Cache(mode="off")
@@ -377,33 +455,60 @@ class CachedBackend(Backend):
 
     # --- to implement in subclasses
     @abstractmethod
-    def _render(self, prompt) -> Any: "A prompt as the cache-key input (token ids, or the messages sent)."
+    def _render(self, prompt) -> Any:
+        "A prompt as the cache-key input (token ids, or the messages sent)."
+
     @abstractmethod
-    def _generate_batch(self, items: list, params: dict) -> list[dict]: "One record per rendered item: `text`, tokens, seconds."
-    def _render_score(self, prompt, candidates: list[str]) -> Any: raise LLMError(f"{self.name} cannot score continuations")
-    def _score_batch(self, items: list, params: dict) -> list[dict]: raise LLMError(f"{self.name} cannot score continuations")
-    def _order(self, item) -> int: return 0
-    def _cost(self, tokens_in: int, tokens_out: int) -> float: return 0.0
-    def _workers(self) -> int: return 1   # threads for `_threaded` backends
+    def _generate_batch(self, items: list, params: dict) -> list[dict]:
+        "One record per rendered item: `text`, tokens, seconds."
 
-    # --- the calls
-    def _params(self, max_new_tokens: int, params: dict) -> dict:
-        p = {**PARAM_DEFAULTS, **params, "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens)}   # None: no cap sent
-        return {k: p[k] for k in sorted(p) if p[k] is not None}
+    def _render_score(self, prompt, candidates: list[str]) -> Any:
+        raise LLMError(f"{self.name} cannot score continuations")
 
-    def complete(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
-                 progress: bool = True, **params) -> list[dict | None]:
+    def _score_batch(self, items: list, params: dict) -> list[dict]:
+        raise LLMError(f"{self.name} cannot score continuations")
+
+    def complete(
+        self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise", progress: bool = True, **params
+    ) -> list[dict | None]:
         "Full records (`text`, `tokens_in`, `tokens_out`, `seconds`, `time`, ...) for `prompts`; `None` where a call failed and `on_error='empty'`."
         items = [self._render(p) for p in prompts]
-        return self._serve("generate", self._params(max_new_tokens, params), items, "_generate_batch",
-                           on_error, progress, [{"prompt": p} for p in prompts])
+        extra = [{"prompt": p} for p in prompts]
+        return self._serve(
+            "generate", self._params(max_new_tokens, params), items, "_generate_batch", on_error, progress, extra
+        )
 
-    def generate(self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise",
-                 progress: bool = True, **params) -> list[str]:
+    def generate(
+        self, prompts: Sequence, max_new_tokens: int = 128, on_error: str = "raise", progress: bool = True, **params
+    ) -> list[str]:
         "Generated text for each prompt (a `str` or chat messages); greedy unless `temperature` > 0."
-        if isinstance(prompts, str): raise ClirError("generate takes a list of prompts, got one str")
+        if isinstance(prompts, str):
+            raise ClirError("generate takes a list of prompts, got one str")
         recs = self.complete(prompts, max_new_tokens, on_error, progress, **params)
         return [r["text"] if r is not None else "" for r in recs]
+
+# %% ../nbs/10_llm.ipynb #315f1a9d
+@patch
+def _order(self: CachedBackend, item) -> int:
+    return 0
+
+# %% ../nbs/10_llm.ipynb #eeafc628
+@patch
+def _cost(self: CachedBackend, tokens_in: int, tokens_out: int) -> float:
+    return 0.0
+
+# %% ../nbs/10_llm.ipynb #c191c297
+@patch
+def _workers(self: CachedBackend) -> int:
+    return 1  # threads for `_threaded` backends
+
+# %% ../nbs/10_llm.ipynb #2aba5627
+# --- the calls
+@patch
+def _params(self: CachedBackend, max_new_tokens: int, params: dict) -> dict:
+    # None: no cap sent
+    p = {**PARAM_DEFAULTS, **params, "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens)}
+    return {k: p[k] for k in sorted(p) if p[k] is not None}
 
 # %% ../nbs/10_llm.ipynb #f82628e0
 @patch
@@ -415,155 +520,253 @@ def _account(self: CachedBackend, rec: dict, cached: bool):
         u = self.usage
         if cached:
             u.cache_hits += 1
-            for k, v in (("cached_tokens_in", tin), ("cached_tokens_out", tout), ("cached_seconds", sec), ("cached_usd", usd)):
-                if v: u.count(k, v)
+            for k, v in (
+                ("cached_tokens_in", tin),
+                ("cached_tokens_out", tout),
+                ("cached_seconds", sec),
+                ("cached_usd", usd),
+            ):
+                if v:
+                    u.count(k, v)
             return
-        u.calls += 1; u.tokens_in += tin; u.tokens_out += tout; u.seconds += sec; u.cost_usd += usd
+        u.calls += 1
+        u.tokens_in += tin
+        u.tokens_out += tout
+        u.seconds += sec
+        u.cost_usd += usd
 
 # %% ../nbs/10_llm.ipynb #1d963876
 @patch
 def _count(self: CachedBackend, name: str, n: int = 1):
-    with self._lock: self.usage.count(name, n)
+    with self._lock:
+        self.usage.count(name, n)
 
 # %% ../nbs/10_llm.ipynb #bb08b6f2
 @patch
 def reset_usage(self: CachedBackend) -> Usage:
     "Return the usage so far and start a new one (e.g. one per run file)."
-    with self._lock: u, self.usage = self.usage, Usage()
+    with self._lock:
+        u, self.usage = self.usage, Usage()
     return u
 
 # %% ../nbs/10_llm.ipynb #3bbea2db
 @patch
 def _check_length(self: CachedBackend, items: list, params: dict):
     "A prompt (plus its answer or longest candidate) over `max_model_len` tokens is an error, as vLLM makes it."
-    if not (limit := self.max_model_len): return
+    if not (limit := self.max_model_len):
+        return
     for it in items:
-        if not isinstance(it, dict) or "ids" not in it: continue
+        if not isinstance(it, dict) or "ids" not in it:
+            continue
         n = len(it["ids"]) + params.get("max_new_tokens", max(map(len, it.get("cands") or [[]])))
-        if n > limit: raise LLMError(f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}")
+        if n > limit:
+            raise LLMError(
+                f"{self.name}: a prompt of {len(it['ids'])} tokens plus its answer exceeds max_model_len {limit}"
+            )
 
 # %% ../nbs/10_llm.ipynb #872d7c8e
 def _finite(rec) -> bool:
     "Whether a record's scores (if it has any) are all finite numbers."
-    return not isinstance(rec, dict) or all(isinstance(v, (int, float)) and math.isfinite(v) for v in rec.get("scores") or ())
+    return not isinstance(rec, dict) or all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in rec.get("scores") or ()
+    )
 
 # %% ../nbs/10_llm.ipynb #a1d39c01
-_ANSWER = {"generate": "text", "score": "scores", "crossencode": "logit"}   # the field a stored record of each operation must hold
+# the field a stored record of each operation must hold
+_ANSWER = {"generate": "text", "score": "scores", "crossencode": "logit"}
+
 
 def _usable(rec, op: str) -> bool:
     """Whether a stored record can be served for `op`: a dict holding its answer (`text` a string, `scores` a list of
     finite numbers, `logit` a finite number) and counts (`tokens_in`, `tokens_out`, `seconds`) that are numbers >= 0.
     Anything else (a hand-edited or planted row: `null`, a list, `{}`, `text: 5`, `tokens_in: "many"`) is asked again."""
     num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    if not isinstance(rec, dict) or not all(num(rec[k]) and rec[k] >= 0 for k in ("tokens_in", "tokens_out", "seconds") if k in rec):
+    if not isinstance(rec, dict) or not all(
+        num(rec[k]) and rec[k] >= 0 for k in ("tokens_in", "tokens_out", "seconds") if k in rec
+    ):
         return False
     v = rec.get(_ANSWER.get(op, ""))
-    return {"generate": isinstance(v, str), "score": isinstance(v, list) and bool(v) and all(map(num, v)),
-            "crossencode": num(v)}.get(op, True)
+    return {
+        "generate": isinstance(v, str),
+        "score": isinstance(v, list) and bool(v) and all(map(num, v)),
+        "crossencode": num(v),
+    }.get(op, True)
 
 # %% ../nbs/10_llm.ipynb #2180d5b9
 def _checked(b: CachedBackend, rec: dict) -> dict:
     "`rec` if its scores are finite; else a failed call (counted, never stored): NaN or infinity never ranks a document."
-    if _finite(rec): return rec
-    b._count("errors_nonfinite_scores"); b._count("failed_calls")
-    raise LLMError(f"{b.name}: the model returned scores that are not finite numbers ({rec.get('scores')}); a broken model or server")
+    if _finite(rec):
+        return rec
+    b._count("errors_nonfinite_scores")
+    b._count("failed_calls")
+    raise LLMError(
+        f"{b.name}: the model returned scores that are not finite numbers ({rec.get('scores')}); a broken model or server"
+    )
 
 # %% ../nbs/10_llm.ipynb #64b6508a
 @patch
-def _serve(self: CachedBackend, op: str, params: dict, items: list, method: str, on_error: str = "raise",
-           progress: bool = True, notes: list | None = None) -> list[dict | None]:
+def _serve(
+    self: CachedBackend,
+    op: str,
+    params: dict,
+    items: list,
+    method: str,
+    on_error: str = "raise",
+    progress: bool = True,
+    notes: list | None = None,
+) -> list[dict | None]:
     """Records for `items` (rendered inputs): cache hits, then misses computed by `method` (`_generate_batch` or
     `_score_batch`) and committed as they finish. `notes` (one per item) are stored beside each new record (`replay`)."""
-    if on_error not in ("raise", "empty"): raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
+    if on_error not in ("raise", "empty"):
+        raise ClirError(f"on_error must be 'raise' or 'empty', got {on_error!r}")
     self._check_length(items, params)
     ns = self.cache.namespace("llm", op=op, params=params, **self.identity())
     got = ns.get_many(items)
-    hits = {i: r for i, r in got.items() if _usable(r, op)}   # a stored row of the wrong shape or a non-finite score is asked again
-    if len(hits) < len(got): self._count("bad_cache_rows", len(got) - len(hits))
-    for r in hits.values(): self._account(r, cached=True)
+    # a stored row of the wrong shape or a non-finite score is asked again
+    hits = {i: r for i, r in got.items() if _usable(r, op)}
+    if len(hits) < len(got):
+        self._count("bad_cache_rows", len(got) - len(hits))
+    for r in hits.values():
+        self._account(r, cached=True)
     keys = [ns.key(it) for it in items]
     todo, seen = [], set()
     for i, it in enumerate(items):
-        if i not in hits and keys[i] not in seen: seen.add(keys[i]); todo.append(it)
+        if i not in hits and keys[i] not in seen:
+            seen.add(keys[i])
+            todo.append(it)
     if todo and self.cache.replays("llm"):
-        raise CacheMiss(f"replay mode: {len(todo)} of {len(items)} {self.name} {op} calls are not in the cache "
-                        f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})" + self.cache.replay_hint)
-    note = {keys[i]: {**notes[i], "backend": self.name, "op": op, "params": params} for i in range(len(items))} if notes else {}
-    if log := os.environ.get("CLIR_LLM_KEY_LOG"):     # `reproduce --no-recorded` records the calls a run used
-        with open(log, "a", encoding="utf-8") as f: f.write("".join(k + "\n" for k in dict.fromkeys(keys)))
+        raise CacheMiss(
+            f"replay mode: {len(todo)} of {len(items)} {self.name} {op} calls are not in the cache "
+            f"{self.cache.root} (first missing: {str(todo[0])[:80]!r})" + self.cache.replay_hint
+        )
+    note = (
+        {keys[i]: {**notes[i], "backend": self.name, "op": op, "params": params} for i in range(len(items))}
+        if notes
+        else {}
+    )
+    if log := os.environ.get("CLIR_LLM_KEY_LOG"):  # `reproduce --no-recorded` records the calls a run used
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("".join(k + "\n" for k in dict.fromkeys(keys)))
     bar = tqdm(total=len(todo), desc=f"{self.name} {op}", disable=not progress or not todo, leave=False)
-    try: done = (self._threaded_misses if self._threaded else self._batched_misses)(ns, todo, method, params, note, on_error, bar)
-    finally: bar.close()
+    try:
+        done = (self._threaded_misses if self._threaded else self._batched_misses)(
+            ns, todo, method, params, note, on_error, bar
+        )
+    finally:
+        bar.close()
     return [hits[i] if i in hits else done[keys[i]] for i in range(len(items))]
 
 # %% ../nbs/10_llm.ipynb #50620753
 @patch
-def _batched_misses(self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar) -> dict:
+def _batched_misses(
+    self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar
+) -> dict:
     "Misses sorted (`_order`), in batches of `batch_size` computed by the executor group by group; each group committed."
     done = {}
     todo = sorted(todo, key=self._order)
     for items, recs in run_groups(self.executor, self, method, batches_of(todo, self.batch_size), params):
         ns.put_many(zip(items, [_checked(self, r) for r in recs]), [note.get(ns.key(it)) for it in items])
         for it, rec in zip(items, recs):
-            self._account(rec, cached=False); done[ns.key(it)] = rec
+            self._account(rec, cached=False)
+            done[ns.key(it)] = rec
         bar.update(len(items))
     return done
 
 # %% ../nbs/10_llm.ipynb #53eca64a
 @patch
-def _threaded_misses(self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar) -> dict:
+def _threaded_misses(
+    self: CachedBackend, ns, todo: list, method: str, params: dict, note: dict, on_error: str, bar
+) -> dict:
     "Misses one per call in `_workers()` threads, each committed by its thread; failed calls: None with `on_error='empty'`."
     fn, done = getattr(self, method), {}
+
     def one(it):
         rec = _checked(self, fn([it], params)[0])
-        ns.put(it, rec, note.get(ns.key(it)))      # committed by the worker before it takes the next prompt
+        ns.put(it, rec, note.get(ns.key(it)))  # committed by the worker before it takes the next prompt
         return rec
+
     with ThreadPoolExecutor(max_workers=self._workers()) as pool:
         futs = {pool.submit(one, it): it for it in todo}
         try:
             for f in as_completed(futs):
-                try: rec = f.result()
+                try:
+                    rec = f.result()
                 except LLMError:
-                    if on_error == "raise": raise
+                    if on_error == "raise":
+                        raise
                     rec = None
-                else: self._account(rec, cached=False)
-                done[ns.key(futs[f])] = rec; bar.update(1)
-        except BaseException:     # stop taking new prompts; calls in flight still finish and are stored
-            for g in futs: g.cancel()
+                else:
+                    self._account(rec, cached=False)
+                done[ns.key(futs[f])] = rec
+                bar.update(1)
+        except BaseException:  # stop taking new prompts; calls in flight still finish and are stored
+            for g in futs:
+                g.cancel()
             raise
     return done
 
 # %% ../nbs/10_llm.ipynb #3ca8b50f
 @patch
-def score(self: CachedBackend, prompts: Sequence, candidates: Sequence, on_error: str = "raise",
-          progress: bool = True) -> list[list[float]]:
+def score(
+    self: CachedBackend, prompts: Sequence, candidates: Sequence, on_error: str = "raise", progress: bool = True
+) -> list[list[float]]:
     """Log-likelihood of each candidate continuation after each prompt. `candidates` is one list for all
     prompts (e.g. `["A", "B"]`) or one list per prompt."""
-    if not self.supports_logprobs: raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
-    if isinstance(prompts, str): raise ClirError("score takes a list of prompts, got one str")
-    cands = [list(candidates)] * len(prompts) if not candidates or isinstance(candidates[0], str) else [list(c) for c in candidates]
-    if len(cands) != len(prompts): raise ClirError(f"score: {len(prompts)} prompts but {len(cands)} candidate lists")
+    if not self.supports_logprobs:
+        raise LLMError(f"{self.name} cannot score continuations (supports_logprobs is False)")
+    if isinstance(prompts, str):
+        raise ClirError("score takes a list of prompts, got one str")
+    cands = (
+        [list(candidates)] * len(prompts)
+        if not candidates or isinstance(candidates[0], str)
+        else [list(c) for c in candidates]
+    )
+    if len(cands) != len(prompts):
+        raise ClirError(f"score: {len(prompts)} prompts but {len(cands)} candidate lists")
     items = [self._render_score(p, c) for p, c in zip(prompts, cands)]
-    recs = self._serve("score", {}, items, "_score_batch", on_error, progress,
-                       [{"prompt": p, "candidates": c} for p, c in zip(prompts, cands)])
+    recs = self._serve(
+        "score",
+        {},
+        items,
+        "_score_batch",
+        on_error,
+        progress,
+        [{"prompt": p, "candidates": c} for p, c in zip(prompts, cands)],
+    )
     return [r["scores"] if r is not None else [math.nan] * len(c) for r, c in zip(recs, cands)]
 
 # %% ../nbs/10_llm.ipynb #10aa6b44
-def rebuild_backend(kind: str, model: str, options: BackendOptions, revision: str | None, label: str | None,
-                    cache_root: str, collaborators: dict | None = None) -> Backend:
+def rebuild_backend(
+    kind: str,
+    model: str,
+    options: BackendOptions,
+    revision: str | None,
+    label: str | None,
+    cache_root: str,
+    collaborators: dict | None = None,
+) -> Backend:
     "A backend built again from its `worker()` recipe (in a Ray worker): the cache off at `cache_root`, plus `collaborators`."
-    return BACKENDS[kind + ":"](model, options, cache=Cache(cache_root, mode="off"), revision=revision, label=label,
-                                **(collaborators or {}))
+    return BACKENDS[kind + ":"](
+        model, options, cache=Cache(cache_root, mode="off"), revision=revision, label=label, **(collaborators or {})
+    )
 
 # %% ../nbs/10_llm.ipynb #37a48d9a
 @patch
-def _worker_options(self: CachedBackend) -> BackendOptions: return self.options
+def _worker_options(self: CachedBackend) -> BackendOptions:
+    return self.options
 
 # %% ../nbs/10_llm.ipynb #cdf5a0bb
 @patch
 def worker(self: CachedBackend) -> tuple:
     "A picklable recipe `(factory, args)` that builds an equivalent backend in another process (never a copy of this one)."
-    return rebuild_backend, (self.kind, self.model, self._worker_options(), self.revision, self._label, str(self.cache.root))
+    return rebuild_backend, (
+        self.kind,
+        self.model,
+        self._worker_options(),
+        self.revision,
+        self._label,
+        str(self.cache.root),
+    )
 
 # %% ../nbs/10_llm.ipynb #2e699b30
 def get_backend(spec: str | dict | BackendSpec, cache: Cache | None = None, **kw) -> Backend:
@@ -581,10 +784,15 @@ def call_key(backend: Backend, op: str, params: dict, prompt, candidates=None) -
 def match_call(backend: Backend, meta: dict, key: str) -> dict | None:
     "`{op, params}` under which `backend` gives `key` to the prompt noted in `meta`, or None."
     op = meta.get("op") or ("score" if "candidates" in meta else "generate")
-    if "params" in meta: tries = [meta["params"]]
-    elif op == "score": tries = [{}]
-    else: tries = [backend._params(n, {}) for n in range(1, 513)]    # entries noted before the parameters were
-    item = backend._render_score(meta["prompt"], meta["candidates"]) if op == "score" else backend._render(meta["prompt"])
+    if "params" in meta:
+        tries = [meta["params"]]
+    elif op == "score":
+        tries = [{}]
+    else:
+        tries = [backend._params(n, {}) for n in range(1, 513)]  # entries noted before the parameters were
+    item = (
+        backend._render_score(meta["prompt"], meta["candidates"]) if op == "score" else backend._render(meta["prompt"])
+    )
     for params in tries:
         if Cache(mode="off").namespace("llm", op=op, params=params, **backend.identity()).key(item) == key:
             return {"op": op, "params": params}

@@ -20,7 +20,10 @@ __all__ = ['VLLMOptions', 'VLLMBackend']
 # %% ../nbs/10c_llm_vllm.ipynb #2c603aa8
 class VLLMOptions(BackendOptions):
     "The options of `vllm:` (vLLM's engine in this process; none: vLLM's own default)."
-    dtype: Optional[Literal["auto", "float32", "float16", "bfloat16"]] = opt(None, "weights and activations (none: vLLM's choice)")
+
+    dtype: Optional[Literal["auto", "float32", "float16", "bfloat16"]] = opt(
+        None, "weights and activations (none: vLLM's choice)"
+    )
     tokenizer: Optional[str] = opt(None, "Hub id or folder of the tokenizer (none: the model's)")
     max_model_len: Optional[int] = opt(None, "longest prompt plus answer in tokens (longer prompts are an error)", gt=0)
     tensor_parallel_size: Optional[int] = opt(None, "GPUs per model", identity=False, gt=0)
@@ -28,47 +31,79 @@ class VLLMOptions(BackendOptions):
     gpu_memory_utilization: Optional[float] = opt(None, "fraction of GPU memory to use", identity=False, gt=0, le=1)
     batch_size: int = opt(256, "prompts handed to the engine at once", identity=False, gt=0)
 
+# %% ../nbs/10c_llm_vllm.ipynb #f97b9c01
+def _require_vllm():
+    "Nothing when vLLM is installed, else one error saying how to install it."
+    try:
+        import vllm  # noqa: F401  (optional: the [gpu] extra)
+    except ImportError:
+        raise LLMError(
+            "the vllm: backend needs vLLM, which is not installed: pip install 'clir-llm[gpu]' "
+            "(a CUDA GPU machine; on a CPU use hf:<model> or openai:<model> with base_url=)"
+        ) from None
+
+# %% ../nbs/10c_llm_vllm.ipynb #f02bfa86
+# the options handed to vllm.LLM when given
+_ENGINE_OPTIONS = (
+    "dtype",
+    "max_model_len",
+    "tokenizer",
+    "tensor_parallel_size",
+    "enable_prefix_caching",
+    "gpu_memory_utilization",
+)
+
 # %% ../nbs/10c_llm_vllm.ipynb #fa1566b4
 @BACKENDS.register("vllm:", example="vllm:<model>")
 class VLLMBackend(HFRenderMixin, CachedBackend):
     "vLLM in process (GPU machines; `pip install 'clir-llm[gpu]'`)."
+
     kind, Options = "vllm", VLLMOptions
     supports_logprobs = supports_batching = supports_prefill = scores_sequences = supports_stop = True
     local_model, throughput_engine = True, "serving"
     is_encoder_decoder = False
 
-    def __init__(self, model: str, options: VLLMOptions | None = None, *, cache: Cache | None = None,
-                 revision: str | None = None, label: str | None = None, executor: Executor = LOCAL):   # vLLM spreads over its GPUs itself
-        try: import vllm  # noqa: F401  (optional: the [gpu] extra)
-        except ImportError:
-            raise LLMError("the vllm: backend needs vLLM, which is not installed: pip install 'clir-llm[gpu]' "
-                           "(a CUDA GPU machine; on a CPU use hf:<model> or openai:<model> with base_url=)") from None
+    def __init__(
+        self,
+        model: str,
+        options: VLLMOptions | None = None,
+        *,
+        cache: Cache | None = None,
+        revision: str | None = None,
+        label: str | None = None,
+        executor: Executor = LOCAL,  # vLLM spreads over its GPUs itself
+    ):
+        _require_vllm()
         o = options if options is not None else VLLMOptions()
         super().__init__(model, o, cache=cache, revision=revision, label=label, executor=executor)
-        from transformers import AutoTokenizer   # heavy: the tokenizer renders the prompts here
+        from transformers import AutoTokenizer  # heavy: the tokenizer renders the prompts here
+
         self.tokenizer = AutoTokenizer.from_pretrained(o.tokenizer or model, revision=None if o.tokenizer else revision)
         self.is_chat = self.tokenizer.chat_template is not None
-        self._engine_kw = {k: v for k in ("dtype", "max_model_len", "tokenizer", "tensor_parallel_size", "enable_prefix_caching",
-                                          "gpu_memory_utilization") if (v := getattr(o, k)) is not None}
+        self._engine_kw = {k: v for k in _ENGINE_OPTIONS if (v := getattr(o, k)) is not None}
         self._llm = None
 
     @property
     def llm(self):
         "The `vllm.LLM` engine (started on first use)."
         if self._llm is None:
-            import vllm   # optional: the [gpu] extra
+            import vllm  # optional: the [gpu] extra
+
             self._llm = vllm.LLM(model=self.model, revision=self.revision, **self._engine_kw)
         return self._llm
 
     def _generate_batch(self, items, params):
         "Greedy (or sampled) answers of a batch of token-id prompts; `stop` and `top_logprobs` are vLLM's `stop` and `logprobs`."
-        from vllm import SamplingParams   # optional: the [gpu] extra
+        from vllm import SamplingParams  # optional: the [gpu] extra
+
         extra = set(params) - {"max_new_tokens", "temperature", "top_p", "seed", "stop", "top_logprobs"}
-        if extra: raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
+        if extra:
+            raise ClirError(f"{self.name}: unsupported generation parameters {sorted(extra)}")
         more = {"stop": list(params["stop"])} if params.get("stop") else {}
-        if params.get("top_logprobs"): more["logprobs"] = int(params["top_logprobs"])
-        sp = SamplingParams(max_tokens=params["max_new_tokens"], temperature=params.get("temperature", 0.0),
-                            top_p=params.get("top_p", 1.0), seed=params.get("seed"), **more)
+        if params.get("top_logprobs"):
+            more["logprobs"] = int(params["top_logprobs"])
+        kw = dict(max_tokens=params["max_new_tokens"], temperature=params.get("temperature", 0.0))
+        sp = SamplingParams(**kw, top_p=params.get("top_p", 1.0), seed=params.get("seed"), **more)
         t0 = time.perf_counter()
         outs = self.llm.generate([{"prompt_token_ids": it["ids"]} for it in items], sp, use_tqdm=False)
         dt = (time.perf_counter() - t0) / len(items)
@@ -79,12 +114,21 @@ class VLLMBackend(HFRenderMixin, CachedBackend):
 def _record(self: VLLMBackend, it: dict, out, dt: float) -> dict:
     """One answer's record: vLLM's text (cut before the stop string met, that string the record's `stop`), its tokens and, with
     `logprobs` asked, the likeliest tokens at the last generated token (`top_logprobs`: {token text: log-probability})."""
-    rec = {"text": out.text, "tokens_in": len(it["ids"]), "tokens_out": len(out.token_ids), "seconds": dt, "time": time.time()}
-    if isinstance(getattr(out, "stop_reason", None), str): rec["stop"] = out.stop_reason
+    rec = {
+        "text": out.text,
+        "tokens_in": len(it["ids"]),
+        "tokens_out": len(out.token_ids),
+        "seconds": dt,
+        "time": time.time(),
+    }
+    if isinstance(getattr(out, "stop_reason", None), str):
+        rec["stop"] = out.stop_reason
     if getattr(out, "logprobs", None):
         top: dict[str, float] = {}
         for t, x in sorted(out.logprobs[-1].items(), key=lambda kv: -kv[1].logprob):
-            top.setdefault(x.decoded_token if x.decoded_token is not None else self.tokenizer.decode([t]), float(x.logprob))
+            top.setdefault(
+                x.decoded_token if x.decoded_token is not None else self.tokenizer.decode([t]), float(x.logprob)
+            )
         rec["top_logprobs"] = top
     return rec
 
@@ -92,21 +136,32 @@ def _record(self: VLLMBackend, it: dict, out, dt: float) -> dict:
 @patch
 def _score_batch(self: VLLMBackend, items, params):
     "Exact continuation log-likelihoods from vLLM's prompt logprobs of `prompt + candidate`."
-    from vllm import SamplingParams   # optional: the [gpu] extra
+    from vllm import SamplingParams  # optional: the [gpu] extra
+
     seqs = [(i, it["ids"] + c, len(it["ids"])) for i, it in enumerate(items) for c in it["cands"]]
     t0 = time.perf_counter()
-    outs = self.llm.generate([{"prompt_token_ids": s} for _, s, _ in seqs], SamplingParams(max_tokens=1, prompt_logprobs=0),
-                             use_tqdm=False)
+    outs = self.llm.generate(
+        [{"prompt_token_ids": s} for _, s, _ in seqs], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )
     dt = (time.perf_counter() - t0) / len(items)
     scores = [[] for _ in items]
     for (i, s, n), o in zip(seqs, outs):
         scores[i].append(float(sum(o.prompt_logprobs[j][s[j]].logprob for j in range(n, len(s)))))
-    return [{"scores": sc, "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])), "tokens_out": 0,
-             "seconds": dt, "time": time.time()} for it, sc in zip(items, scores)]
+    return [
+        {
+            "scores": sc,
+            "tokens_in": len(it["ids"]) + sum(map(len, it["cands"])),
+            "tokens_out": 0,
+            "seconds": dt,
+            "time": time.time(),
+        }
+        for it, sc in zip(items, scores)
+    ]
 
 # %% ../nbs/10c_llm_vllm.ipynb #251d6893
 @patch(cls_method=True)
-def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str: return f"vLLM (GPU extra) model {spec.base.partition(':')[2]}"
+def describe_spec(cls: VLLMBackend, spec: BackendSpec) -> str:
+    return f"vLLM (GPU extra) model {spec.base.partition(':')[2]}"
 
 # %% ../nbs/10c_llm_vllm.ipynb #73c6a062
 @patch(cls_method=True)

