@@ -224,6 +224,9 @@ class RerankerConfig(_Strict):
     # demo: rerank only the first N queries of each pair (sorted qids)
     max_queries: Optional[int] = Field(None, gt=0, le=10_000_000)
     options: SerializeAsAny[RerankerOptions]  # the family's options (the row's other keys)
+    # a row is frozen and holds its parsed spec (set once, when the row is validated; never parsed again on reading)
+    model_config = ConfigDict(frozen=True)
+    _spec: Optional[RerankerSpec] = PrivateAttr(None)
 
     @model_validator(mode="before")
     @classmethod
@@ -245,7 +248,7 @@ class RerankerConfig(_Strict):
     @model_validator(mode="after")
     def _valid(self):
         try:
-            self.spec
+            self._spec = RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
         except ClirError as e:
             raise ValueError(str(e)) from None
         if self.llm is None and self.reranker.needs_backend:
@@ -261,8 +264,10 @@ class RerankerConfig(_Strict):
 # %% ../nbs/13a_config.ipynb #94e2a4d2
 @patch(as_prop=True)
 def spec(self: RerankerConfig) -> RerankerSpec:
-    "The reranker spec of this row: its method and options."
-    return RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
+    "The reranker spec of this row: its method and options, as parsed when the row was validated."
+    if self._spec is None:  # a row built without validation (model_construct)
+        self._spec = RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
+    return self._spec
 
 # %% ../nbs/13a_config.ipynb #4950433d
 @patch(as_prop=True)

@@ -493,3 +493,19 @@ def test_a_regression_file_that_is_a_named_pipe_is_named_so(tmp_path):
         "regression: a named pipe", r.returncode, r.stderr, "reg.yaml: regression file not found (it is a named pipe)"
     )
     assert time.monotonic() - t0 < 30
+
+
+def test_a_row_holds_its_parsed_spec(monkeypatch):
+    "Issue 37 item 2: a reranker row's spec is parsed once, when the row is validated; reading it never parses again."
+    from pydantic import ValidationError
+    from clir_llm.config import load_config
+    from clir_llm.rerank import RerankerSpec
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+    calls, parse = [], RerankerSpec.parse.__func__
+    monkeypatch.setattr(RerankerSpec, "parse", classmethod(lambda cls, *a, **k: calls.append(a) or parse(cls, *a, **k)))
+    for rc in cfg.rerankers:
+        assert rc.spec is rc.spec and rc.reranker is rc.spec.reranker and rc.family
+    assert calls == []
+    with pytest.raises(ValidationError, match="frozen"):  # a row cannot change under its spec
+        cfg.rerankers[0].top_k = 5
