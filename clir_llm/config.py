@@ -226,7 +226,7 @@ class RerankerConfig(_Strict):
     options: SerializeAsAny[RerankerOptions]  # the family's options (the row's other keys)
     # a row is frozen and holds its parsed spec (set once, when the row is validated; never parsed again on reading)
     model_config = ConfigDict(frozen=True)
-    _spec: Optional[RerankerSpec] = PrivateAttr(None)
+    _spec: Optional[tuple] = PrivateAttr(None)  # ((method, options object), its spec)
 
     @model_validator(mode="before")
     @classmethod
@@ -248,7 +248,7 @@ class RerankerConfig(_Strict):
     @model_validator(mode="after")
     def _valid(self):
         try:
-            self._spec = RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
+            self.spec
         except ClirError as e:
             raise ValueError(str(e)) from None
         if self.llm is None and self.reranker.needs_backend:
@@ -264,10 +264,12 @@ class RerankerConfig(_Strict):
 # %% ../nbs/13a_config.ipynb #94e2a4d2
 @patch(as_prop=True)
 def spec(self: RerankerConfig) -> RerankerSpec:
-    "The reranker spec of this row: its method and options, as parsed when the row was validated."
-    if self._spec is None:  # a row built without validation (model_construct)
-        self._spec = RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
-    return self._spec
+    """The reranker spec of this row: its method and options, parsed when the row was validated and kept (parsed again
+    only for a copy with another method or options, or a row built without validation)."""
+    key = (self.method, id(self.options))
+    if self._spec is None or self._spec[0] != key:
+        self._spec = (key, RerankerSpec.parse(self.method, **self.options.flat(defaults=False)))
+    return self._spec[1]
 
 # %% ../nbs/13a_config.ipynb #4950433d
 @patch(as_prop=True)

@@ -509,3 +509,15 @@ def test_a_row_holds_its_parsed_spec(monkeypatch):
     assert calls == []
     with pytest.raises(ValidationError, match="frozen"):  # a row cannot change under its spec
         cfg.rerankers[0].top_k = 5
+
+
+def test_a_copied_row_with_other_options_parses_its_own_spec():
+    "A row copied with other options (model_copy, as tests and notebooks do) does not keep the original's spec."
+    from clir_llm.config import load_config
+
+    rc = next(r for r in load_config(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml").rerankers)
+    other = rc.options.model_copy(
+        update={"passage_tokens": 7} if "passage_tokens" in type(rc.options).model_fields else {}
+    )
+    copy = rc.model_copy(update={"options": other})
+    assert copy.spec is not rc.spec and copy.spec.options == other.model_copy() and rc.spec is rc.spec
