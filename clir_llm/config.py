@@ -226,9 +226,8 @@ class RerankerConfig(_Strict):
     options: SerializeAsAny[RerankerOptions]  # the family's options (the row's other keys)
     # a row is frozen and holds its parsed spec (set once, when the row is validated; never parsed again on reading)
     model_config = ConfigDict(frozen=True)
-    _spec: Optional[tuple] = PrivateAttr(
-        None
-    )  # ((method, a copy of the options), their spec): equal rows, equal caches
+    # ((method, options), their spec): equal rows have equal caches
+    _spec: Optional[tuple] = PrivateAttr(None)
 
     @model_validator(mode="before")
     @classmethod
@@ -269,8 +268,9 @@ def spec(self: RerankerConfig) -> RerankerSpec:
     """The reranker spec of this row: its method and options, parsed when the row was validated and kept (parsed again
     only for a copy with another method or options, or a row built without validation)."""
     if self._spec is None or self._spec[0] != (self.method, self.options):
-        key = (self.method, self.options.model_copy(deep=True))
-        self._spec = (key, RerankerSpec.parse(self.method, **self.options.flat(defaults=False)))
+        # options are frozen: only a copy with others (model_copy) can differ from the kept ones
+        spec = RerankerSpec.parse(self.method, **self.options.flat(defaults=False))
+        self._spec = ((self.method, self.options), spec)
     return self._spec[1]
 
 # %% ../nbs/13a_config.ipynb #4950433d

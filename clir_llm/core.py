@@ -5,7 +5,7 @@
 # %% ../nbs/00_core.ipynb #051c69fc
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import base64, codecs, functools, stat, json, os, math, re, tempfile, hashlib, time, urllib.parse
+import base64, codecs, contextlib, functools, stat, json, os, math, re, tempfile, hashlib, time, urllib.parse
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 from fastcore.basics import patch
@@ -18,7 +18,7 @@ __all__ = ['YAML_LIMITS', 'SECRET_ENV_VARS', 'URL_ENV_VARS', 'MIN_SECRET', 'GRAD
            'writable_target', 'atomic_write', 'write_json', 'check_outputs', 'check_output_folder', 'secret_env',
            'secret_value', 'url_credentials', 'secret_url', 'SecretError', 'redact', 'check_no_secret', 'Query',
            'Document', 'cut', 'check_id', 'Qrels', 'canonical_score', 'Run', 'Usage', 'usage_path', 'stable_hash',
-           'memoised', 'Retriever', 'repo_root']
+           'memoised', 'Retriever', 'repo_root', 'temp_env']
 
 # %% ../nbs/00_core.ipynb #737ea7c1
 class ClirError(Exception):
@@ -745,3 +745,18 @@ def repo_root() -> Path:
         if (cand / "nbs" / "experiments").is_dir(): return cand
     raise ClirError("cannot find nbs/experiments: run clir-llm reproduce from a clone of the repository "
                     "(installed with `pip install -e .`)")
+
+# %% ../nbs/00_core.ipynb #788d3dde
+@contextlib.contextmanager
+def temp_env(**values):
+    "Set environment variables (as strings) for the duration of a `with` block, then restore them exactly."
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield values
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -8,7 +8,16 @@ import json, logging, os, time
 from contextlib import contextmanager
 from pathlib import Path
 from . import __version__
-from .core import ClirError, atomic_write, check_output_folder, check_outputs, redact, write_json, stable_hash
+from clir_llm.core import (
+    ClirError,
+    atomic_write,
+    check_output_folder,
+    check_outputs,
+    redact,
+    write_json,
+    stable_hash,
+    temp_env,
+)
 from .assets import models_table, offline_model
 from .cache import Cache
 from .config import Config, load_config, regression_path, repo_root, experiment_notebook, results_dir
@@ -281,16 +290,8 @@ def recorded_responses(cfg: Config, use: bool = True, out: Path | None = None, l
         keylog = Path(out) / ".llm-keys.log"
         keylog.unlink(missing_ok=True)
         env = {"CLIR_LLM_KEY_LOG": str(keylog.resolve())}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with temp_env(**env):
         yield env
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 # %% ../nbs/13_reproduce.ipynb #d2019e54
 def record_responses(cfg: Config, out: Path, log=print) -> dict:
@@ -353,18 +354,17 @@ def reproduce(
     cfg = config if isinstance(config, Config) else load_config(config)
     names = cfg.experiments if not only else [n for n in cfg.experiments if n in only]
     if only and (unknown := set(only) - set(cfg.experiments)):
-        raise ClirError(
-            f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({', '.join(cfg.experiments)})"
-        )
+        known = ", ".join(cfg.experiments)
+        raise ClirError(f"--only {', '.join(sorted(unknown))}: not an experiment of {cfg.name!r} ({known})")
     out = results_dir(cfg, results_root)
     for folder, what in ((results_root, "--results"), (out, "--results"), (figures_dir, "--figures")):
         check_output_folder(folder, what)
     # a recording run replaces that file: never a config, a regression file, ...
     if not recorded:
         check_recorded_target(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, Path(figures_dir)):
+        folder.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
-    Path(figures_dir).mkdir(parents=True, exist_ok=True)
     prepare(cfg, log)  # every download and model build happens here, said on the terminal; the notebooks fetch nothing
     status = []
     with recorded_responses(cfg, use=recorded, out=out, log=log):
