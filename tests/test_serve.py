@@ -429,7 +429,9 @@ def test_a_failing_batch_is_retried_request_by_request(tiny):
 
     svc = Poisoned(
         [served_model({"name": "prp", "method": "pairwise-allpair", "llm": f"hf:{tiny['qwen2']}"})],
-        ServeOptions(port=0, batch_wait=0.4, cache_mode="off"),
+        # a wait long enough that the four requests below share one batch on a loaded machine too (0.4 s did not
+        # under .ci/run beside other work: two batches of two, 2 retried alone)
+        ServeOptions(port=0, batch_wait=2.0, cache_mode="off"),
     )
     bodies = [
         {"model": "prp", "query": q, "documents": ["a cat", "a dog", "a mat"]} for q in ("poison", "cat", "dog", "mat")
