@@ -121,33 +121,18 @@ def _tiny_pair_tokenizer(folder: Path, arch: str):
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast  # heavy: as above
 
-    sp = ["<pad>", "<unk>", "<s>", "</s>"] if arch == "xlmr" else ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
-    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(sp + list(_TINY_WORDS))}, unk_token=sp[1]))
+    xlmr = arch == "xlmr"
+    sp = ["<pad>", "<unk>", "<s>", "</s>"] if xlmr else ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    pad, unk, first, last = sp
+    t = Tokenizer(models.WordLevel({w: i for i, w in enumerate(sp + list(_TINY_WORDS))}, unk_token=unk))
     t.normalizer, t.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
-    if arch == "xlmr":
-        t.post_processor = processors.TemplateProcessing(
-            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 2), ("</s>", 3)]
-        )
-        tok = PreTrainedTokenizerFast(
-            tokenizer_object=t,
-            unk_token="<unk>",
-            pad_token="<pad>",
-            bos_token="<s>",
-            eos_token="</s>",
-            model_input_names=["input_ids", "attention_mask"],
-        )
-    else:
-        t.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A:0 [SEP]:0 $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-        )
-        tok = PreTrainedTokenizerFast(
-            tokenizer_object=t,
-            unk_token="[UNK]",
-            pad_token="[PAD]",
-            cls_token="[CLS]",
-            sep_token="[SEP]",
-            model_input_names=["input_ids", "token_type_ids", "attention_mask"],
-        )
+    pair = f"{first} $A {last} {last} $B {last}" if xlmr else f"{first} $A:0 {last}:0 $B:1 {last}:1"
+    t.post_processor = processors.TemplateProcessing(
+        single=f"{first} $A {last}", pair=pair, special_tokens=[(first, 2), (last, 3)]
+    )
+    roles = dict(bos_token=first, eos_token=last) if xlmr else dict(cls_token=first, sep_token=last)
+    names = ["input_ids", "attention_mask"] if xlmr else ["input_ids", "token_type_ids", "attention_mask"]
+    tok = PreTrainedTokenizerFast(tokenizer_object=t, unk_token=unk, pad_token=pad, model_input_names=names, **roles)
     tok.save_pretrained(folder)
     return tok
 
